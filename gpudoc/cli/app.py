@@ -1,0 +1,51 @@
+"""``gpudoc``: the top-level application and its (lazily imported) subcommands."""
+
+from __future__ import annotations
+
+from plumbum import cli
+
+from gpudoc import __version__
+from gpudoc.cli.base import Command
+
+
+class Gpudoc(Command):
+    """Pre-flight doctor, launcher and OOM fixer for PyTorch training on 1-8 GPU machines."""
+
+    PROGNAME = "gpudoc"
+    VERSION = __version__
+    DESCRIPTION = (
+        "Pre-flight doctor, launcher and OOM fixer for PyTorch training.\n"
+        "check before you launch, run to launch and record, fix after an OOM."
+    )
+    EXAMPLES = """
+gpudoc check -p a10g-24gb
+gpudoc run -p gpudoc.toml -- torchrun --nproc_per_node=4 train.py --config cfg.yaml
+gpudoc fix --apply
+"""
+
+    def main(self, *args: str) -> int:
+        if args:
+            from gpudoc.errors import UsageError
+
+            raise UsageError(f"gpudoc: unknown command '{args[0]}' (see `gpudoc --help`)")
+        if not self.nested_command:
+            self.help()
+            return 2
+        return 0
+
+
+# Subcommands are named by import path so `gpudoc --help` and `gpudoc check` only import what
+# they use (and never torch).
+_SUBCOMMANDS = {
+    "check": "gpudoc.cli.check.CheckCommand",
+    "run": "gpudoc.cli.run.RunCommand",
+    "fix": "gpudoc.cli.fix.FixCommand",
+    "estimate": "gpudoc.cli.estimate.EstimateCommand",
+    "clean": "gpudoc.cli.clean.CleanCommand",
+    "runs": "gpudoc.cli.runs.RunsCommand",
+    "logs": "gpudoc.cli.logs.LogsCommand",
+    "profile": "gpudoc.cli.profile.ProfileCommand",
+    "completions": "gpudoc.cli.completions.CompletionsCommand",
+}
+for _name, _target in _SUBCOMMANDS.items():
+    Gpudoc.subcommand(_name, _target)

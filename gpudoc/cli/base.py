@@ -1,0 +1,48 @@
+"""Shared plumbum base: usage errors go to our one error boundary instead of a help dump."""
+
+from __future__ import annotations
+
+from plumbum import cli
+from plumbum.cli.application import ShowCompletion, ShowHelp, ShowHelpAll, ShowVersion
+
+from gpudoc.errors import UsageError
+
+_META = (ShowHelp, ShowHelpAll, ShowVersion, ShowCompletion)
+
+
+class Command(cli.Application):
+    """Base for every gpudoc (sub)command.
+
+    plumbum prints the whole help page to stdout on a bad switch; a user (or a script reading our
+    JSON) is better served by one line on stderr and exit 2, which ``gpudoc.cli.main`` provides.
+    """
+
+    ALLOW_ABBREV = False
+    SUBCOMMAND_HELPMSG = False
+    EXAMPLES = ""  # shown at the end of --help: two real invocations
+
+    def _parse_args(self, argv):  # noqa: D401 - plumbum hook
+        try:
+            return super()._parse_args(argv)
+        except cli.SwitchError as exc:
+            if isinstance(exc, _META):
+                raise
+            raise UsageError(f"{self.PROGNAME}: {exc}") from None
+
+    def _validate_args(self, swfuncs, tailargs):
+        try:
+            return super()._validate_args(swfuncs, tailargs)
+        except cli.SwitchError as exc:
+            if isinstance(exc, _META):
+                raise
+            raise UsageError(f"{self.PROGNAME}: {exc}") from None
+
+    @cli.switch(["-h", "--help"], overridable=True, group="Meta-switches")
+    def help(self) -> None:
+        """Prints this help message and quits"""
+        super().help()
+        if self.EXAMPLES:
+            print("Examples:")
+            for line in self.EXAMPLES.strip("\n").splitlines():
+                print(f"    {line}")
+            print()

@@ -1,0 +1,13 @@
+"""`gpudoc completions` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+from gpudoc.cli.base import Command
+from gpudoc.errors import GpudocError
+
+
+class CompletionsCommand(Command):
+    """Not built yet."""
+
+    def main(self, *args: str) -> int:
+        raise GpudocError("gpudoc completions: not built yet")

@@ -1,0 +1,13 @@
+"""`gpudoc logs` (placeholder until its issue lands)."""
+
+from __future__ import annotations
+
+from gpudoc.cli.base import Command
+from gpudoc.errors import GpudocError
+
+
+class LogsCommand(Command):
+    """Not built yet."""
+
+    def main(self, *args: str) -> int:
+        raise GpudocError("gpudoc logs: not built yet")

@@ -1,0 +1,268 @@
+"""Find, parse, merge (``extends``) and validate profiles.
+
+Lookup (SPEC): ``-p PATH`` names a file; ``-p NAME`` or ``GPUDOC_PROFILE`` is searched in
+``./.gpudoc/profiles/``, ``$XDG_CONFIG_HOME/gpudoc/profiles/`` and the shipped ``profiles/``;
+with no name, ``./gpudoc.toml`` is used when it exists, else the job runs without a profile.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from gpudoc.errors import ProfileError
+from gpudoc.profiles import schema
+from gpudoc.profiles.model import EMPTY, Profile
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10 only
+    import tomli as tomllib
+
+PROJECT_PROFILE = "gpudoc.toml"
+
+
+def shipped_profiles_dir() -> Path:
+    """The bundled profiles: beside the package in a checkout, under share/ when installed."""
+    here = Path(__file__).resolve().parent.parent.parent / "profiles"
+    if here.is_dir():
+        return here
+    return Path(sys.prefix) / "share" / "gpudoc" / "profiles"
+
+
+def search_dirs(cwd: Path | None = None) -> list[Path]:
+    cwd = cwd or Path.cwd()
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return [cwd / ".gpudoc" / "profiles", Path(xdg) / "gpudoc" / "profiles", shipped_profiles_dir()]
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.endswith(".toml") or os.sep in name or name.startswith(".")
+
+
+def resolve_profile_path(name: str | None, cwd: Path | None = None) -> Path | None:
+    """The file a ``-p`` value (or ``GPUDOC_PROFILE``, or nothing) refers to; None = no profile."""
+    cwd = cwd or Path.cwd()
+    name = name or os.environ.get("GPUDOC_PROFILE") or None
+    if name is None:
+        project = cwd / PROJECT_PROFILE
+        return project if project.is_file() else None
+    if _looks_like_path(name):
+        path = (cwd / name) if not os.path.isabs(name) else Path(name)
+        if not path.is_file():
+            raise ProfileError(f"profile file not found: {name}")
+        return path
+    for directory in search_dirs(cwd):
+        candidate = directory / f"{name}.toml"
+        if candidate.is_file():
+            return candidate
+    known = sorted(list_profile_names(cwd))
+    hint = _did_you_mean(name, known)
+    raise ProfileError(f"unknown profile '{name}'{hint} (see `gpudoc profile list`)")
+
+
+def list_profile_names(cwd: Path | None = None) -> dict[str, Path]:
+    """Every profile name visible from here; earlier search directories shadow later ones."""
+    found: dict[str, Path] = {}
+    for directory in search_dirs(cwd):
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.toml")):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def load_profile(name: str | None = None, cwd: Path | None = None) -> Profile:
+    path = resolve_profile_path(name, cwd)
+    if path is None:
+        return EMPTY
+    return load_profile_file(path, cwd=cwd)
+
+
+def load_profile_file(path: Path, cwd: Path | None = None) -> Profile:
+    chain: list[Path] = []
+    merged = _load_chain(Path(path), chain, cwd)
+    shipped_dir = shipped_profiles_dir().resolve()
+    leaf = chain[0]
+    return Profile(
+        name=leaf.stem if leaf.name != PROJECT_PROFILE else "gpudoc.toml",
+        path=leaf,
+        chain=tuple(chain),
+        shipped=leaf.resolve().parent == shipped_dir,
+        description=merged.get("description", ""),
+        gpu=merged.get("gpu", {}),
+        env={k: str(v) for k, v in merged.get("env", {}).items()},
+        train=merged.get("train", {}),
+        launch=merged.get("launch", {}),
+        model=merged.get("model", {}),
+        bind=merged.get("bind", {}),
+        ladder=merged.get("ladder", {}),
+        run=merged.get("run", {}),
+    )
+
+
+def _load_chain(path: Path, chain: list[Path], cwd: Path | None) -> dict:
+    resolved = path.resolve()
+    if resolved in (p.resolve() for p in chain):
+        cycle = " -> ".join(str(p) for p in [*chain, path])
+        raise ProfileError(f"{chain[0]}: 'extends' forms a cycle: {cycle}")
+    chain.append(path)
+    data = parse_profile_text(path)
+    parent_name = data.get("extends")
+    if not parent_name:
+        return data
+    # A parent is looked up like -p NAME, but a profile never extends itself by name: skip the
+    # directory the child lives in when the names match (gpudoc.toml extends "a10g-24gb" is fine,
+    # .gpudoc/profiles/a10g-24gb.toml extending "a10g-24gb" means the shipped one).
+    parent_path = _resolve_parent(parent_name, path, cwd)
+    parent = _load_chain(parent_path, chain, cwd)
+    return merge(parent, data)
+
+
+def _resolve_parent(name: str, child: Path, cwd: Path | None) -> Path:
+    if _looks_like_path(name):
+        candidate = (child.parent / name) if not os.path.isabs(name) else Path(name)
+        if not candidate.is_file():
+            raise ProfileError(f"{child}: extends = '{name}': file not found")
+        return candidate
+    for directory in search_dirs(cwd):
+        candidate = directory / f"{name}.toml"
+        if candidate.is_file() and candidate.resolve() != child.resolve():
+            return candidate
+    hint = _did_you_mean(name, sorted(list_profile_names(cwd)))
+    raise ProfileError(f"{child}: extends = '{name}': unknown profile{hint}")
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict:
+    """Child wins key by key inside tables; ``[[ladder.rung]]`` lists are concatenated."""
+    out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in base.items()}
+    for key, value in override.items():
+        if key == "extends":
+            continue
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        elif key == "rung" and isinstance(value, list) and isinstance(out.get(key), list):
+            out[key] = [*out[key], *value]
+        else:
+            out[key] = value
+    return out
+
+
+def parse_profile_text(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read profile: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    validate(data, path, text)
+    return data
+
+
+def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
+    def fail(table: str | None, key: str, message: str) -> None:
+        line = _line_of(text, table, key)
+        where = f"{path}:{line}" if line else str(path)
+        dotted = f"{table}.{key}" if table else key
+        raise ProfileError(f"{where}: {dotted}: {message}")
+
+    allowed_top = {**schema.TOP_LEVEL, **{t: (dict,) for t in schema.TABLES}, "env": (dict,)}
+    for key, value in data.items():
+        if key not in allowed_top:
+            fail(None, key, f"unknown key{_did_you_mean(key, list(allowed_top))}")
+        if not isinstance(value, allowed_top[key]):
+            fail(None, key, f"expected {_type_names(allowed_top[key])}, got {type(value).__name__}")
+    for table, value in data.items():
+        if not isinstance(value, dict):
+            continue
+        if table == "env":
+            for var, v in value.items():
+                if not isinstance(v, (str, int, float, bool)):
+                    fail("env", var, f"expected a string, got {type(v).__name__}")
+            continue
+        keys = schema.TABLES[table]
+        for key, v in value.items():
+            if key not in keys:
+                if table in schema.OPEN_TABLES:
+                    if not isinstance(v, (int, float, bool, str)):
+                        fail(table, key, f"custom knobs must be numbers, booleans or strings, got {type(v).__name__}")
+                    continue
+                fail(table, key, f"unknown key{_did_you_mean(key, list(keys))}")
+            expected = keys[key]
+            # bool is an int in Python; an int knob given `true` is a mistake worth naming.
+            if isinstance(v, bool) and bool not in expected:
+                fail(table, key, f"expected {_type_names(expected)}, got a boolean")
+            if not isinstance(v, expected):
+                fail(table, key, f"expected {_type_names(expected)}, got {type(v).__name__} {v!r}")
+            choices = schema.ENUMS.get((table, key))
+            if choices and v not in choices:
+                fail(table, key, f"'{v}' is not one of {', '.join(choices)}{_did_you_mean(str(v), choices)}")
+        if table == "train":
+            gc = value.get("gradient_checkpointing")
+            if isinstance(gc, str) and gc != "selective":
+                fail("train", "gradient_checkpointing", f"expected true, false or \"selective\", got {gc!r}")
+            stage = value.get("zero_stage")
+            if isinstance(stage, int) and not 0 <= stage <= 3:
+                fail("train", "zero_stage", f"expected 0..3, got {stage}")
+        if table == "ladder":
+            tu = value.get("target_utilization")
+            if tu is not None and not 0 < tu <= 1:
+                fail("ladder", "target_utilization", f"expected a fraction in (0, 1], got {tu}")
+            for rung in value.get("rung", []):
+                _validate_rung(rung, fail)
+
+
+def _validate_rung(rung: Any, fail) -> None:
+    if not isinstance(rung, dict):
+        fail("ladder", "rung", "each [[ladder.rung]] must be a table")
+    for key, v in rung.items():
+        if key not in schema.USER_RUNG_KEYS:
+            fail("ladder.rung", key, f"unknown key{_did_you_mean(key, list(schema.USER_RUNG_KEYS))}")
+        if not isinstance(v, schema.USER_RUNG_KEYS[key]):
+            fail("ladder.rung", key, f"expected {_type_names(schema.USER_RUNG_KEYS[key])}")
+    for required in ("name", "knob", "op"):
+        if required not in rung:
+            fail("ladder.rung", required, "missing (every user rung needs name, knob and op)")
+    if rung["op"] not in schema.USER_RUNG_OPS:
+        fail("ladder.rung", "op", f"'{rung['op']}' is not one of {', '.join(schema.USER_RUNG_OPS)}")
+    if rung["op"] == "set" and "value" not in rung:
+        fail("ladder.rung", "value", "op = \"set\" needs a value")
+
+
+def _type_names(types: tuple) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "a boolean", dict: "a table", list: "an array"}
+    if types == schema.NUMBER:
+        return "a number"
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+
+
+def _line_of(text: str, table: str | None, key: str) -> int | None:
+    """1-based line of ``key`` inside ``[table]`` (tomllib keeps no positions, so look it up)."""
+    current = None
+    key_re = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+    dotted_re = re.compile(rf"^\s*{re.escape(table)}\.{re.escape(key)}\s*=") if table else None
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            current = header.group(1).strip()
+            if table is None and current == key:
+                return number
+            continue
+        if current == table and key_re.match(line):
+            return number
+        if current is None and dotted_re is not None and dotted_re.match(line):
+            return number
+    return None

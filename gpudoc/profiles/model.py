@@ -1,0 +1,120 @@
+"""The resolved profile: ``extends`` applied, validated, read-only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+# The knobs gpudoc itself understands; [train] may declare more (custom knobs).
+KNOWN_KNOBS = (
+    "micro_batch_size",
+    "gradient_accumulation_steps",
+    "max_seq_len",
+    "gradient_checkpointing",
+    "precision",
+    "zero_stage",
+    "offload_optimizer",
+    "offload_params",
+    "optimizer",
+    "lora_rank",
+    "quantization",
+    "attention",
+)
+
+DEFAULT_TARGET_UTILIZATION = 0.85
+
+
+@dataclass(frozen=True)
+class UserRung:
+    name: str
+    knob: str
+    op: str
+    value: Any = None
+    semantic: bool = False
+    min: float | None = None
+    saving_fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A profile after lookup, ``extends`` and validation.
+
+    ``path`` is the file the user named (the leaf of the ``extends`` chain); ``chain`` lists every
+    file from leaf to root. ``shipped`` is true when the leaf is one of gpudoc's bundled profiles,
+    which are never edited in place.
+    """
+
+    name: str
+    path: Path | None = None
+    chain: tuple[Path, ...] = ()
+    shipped: bool = False
+    description: str = ""
+    gpu: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    train: Mapping[str, Any] = field(default_factory=dict)
+    launch: Mapping[str, Any] = field(default_factory=dict)
+    model: Mapping[str, Any] = field(default_factory=dict)
+    bind: Mapping[str, Any] = field(default_factory=dict)
+    ladder: Mapping[str, Any] = field(default_factory=dict)
+    run: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def knobs(self) -> Mapping[str, Any]:
+        """Every ``[train]`` value, known and custom: what bindings export and rungs change."""
+        return self.train
+
+    @property
+    def world_size(self) -> int:
+        return int(self.launch.get("nproc_per_node") or self.gpu.get("count") or 1) * int(
+            self.launch.get("nnodes") or 1
+        )
+
+    @property
+    def global_batch_size(self) -> int | None:
+        mbs = self.train.get("micro_batch_size")
+        if mbs is None:
+            return None
+        return int(mbs) * int(self.train.get("gradient_accumulation_steps") or 1) * self.world_size
+
+    @property
+    def target_utilization(self) -> float:
+        return float(self.ladder.get("target_utilization", DEFAULT_TARGET_UTILIZATION))
+
+    @property
+    def allow_semantic(self) -> bool:
+        return bool(self.ladder.get("allow_semantic", False))
+
+    @property
+    def user_rungs(self) -> tuple[UserRung, ...]:
+        return tuple(UserRung(**r) for r in self.ladder.get("rung", ()))
+
+    @property
+    def bind_env(self) -> bool:
+        return bool(self.bind.get("env", True))
+
+    def with_train(self, changes: Mapping[str, Any]) -> "Profile":
+        """A copy with some knobs changed (the ladder's proposals, before they are written)."""
+        from dataclasses import replace
+
+        return replace(self, train={**self.train, **changes})
+
+    def to_dict(self) -> dict:
+        """Resolved view for run records and ``profile show --json``."""
+        return {
+            "name": self.name,
+            "path": str(self.path) if self.path else None,
+            "shipped": self.shipped,
+            "description": self.description,
+            "gpu": dict(self.gpu),
+            "env": dict(self.env),
+            "knobs": dict(self.train),
+            "launch": dict(self.launch),
+            "model": dict(self.model),
+            "bind": dict(self.bind),
+            "ladder": dict(self.ladder),
+            "run": dict(self.run),
+        }
+
+
+EMPTY = Profile(name="(none)")

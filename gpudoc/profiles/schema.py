@@ -1,0 +1,98 @@
+"""What a profile may contain: tables, keys and their types.
+
+``[train]`` also takes custom knobs (numbers, booleans, strings) for user rungs and bindings, and
+``[env]`` takes any variable; everywhere else an unknown key is an error with a did-you-mean.
+"""
+
+from __future__ import annotations
+
+NUMBER = (int, float)
+STR = (str,)
+BOOL = (bool,)
+INT = (int,)
+
+TOP_LEVEL = {
+    "description": STR,
+    "extends": STR,
+}
+
+TABLES: dict[str, dict[str, tuple]] = {
+    "gpu": {
+        "count": INT,
+        "min_free_gib": NUMBER,
+        "memory_gib": NUMBER,  # the card's capacity, for estimate when no GPU is visible
+        "name": STR,
+    },
+    "train": {
+        "micro_batch_size": INT,
+        "gradient_accumulation_steps": INT,
+        "global_batch_size": INT,
+        "max_seq_len": INT,
+        "gradient_checkpointing": (bool, str),  # true | false | "selective"
+        "precision": STR,
+        "zero_stage": INT,
+        "offload_optimizer": BOOL,
+        "offload_params": BOOL,
+        "optimizer": STR,
+        "lora_rank": INT,
+        "quantization": STR,
+        "attention": STR,
+        "fsdp": BOOL,
+    },
+    "launch": {
+        "nproc_per_node": INT,
+        "nnodes": INT,
+    },
+    "model": {
+        "hf_config": STR,
+        "arch": STR,
+        "params": NUMBER,
+        "layers": INT,
+        "hidden": INT,
+        "heads": INT,
+        "kv_heads": INT,
+        "ffn": INT,
+        "vocab": INT,
+        "tied_embeddings": BOOL,
+        "lora_targets": (list,),
+        "encoder_layers": INT,
+        "decoder_layers": INT,
+    },
+    "bind": {
+        "env": BOOL,
+        "args": STR,
+        "files": (dict,),
+    },
+    "ladder": {
+        "allow_semantic": BOOL,
+        "target_utilization": NUMBER,
+        "rung": (list,),
+    },
+    "run": {
+        "clean": BOOL,
+        "sample_interval_s": NUMBER,
+        "oom_grace_s": NUMBER,
+    },
+}
+
+# Tables whose keys are free-form (values still typed).
+OPEN_TABLES = {"env", "train"}
+
+ENUMS = {
+    ("train", "precision"): ("fp32", "fp16", "bf16", "bf16-true", "fp16-true"),
+    ("train", "optimizer"): ("adamw", "adam", "adamw_8bit", "adafactor", "sgd", "lion"),
+    ("train", "quantization"): ("none", "nf4", "int8", "int4"),
+    ("train", "attention"): ("sdpa", "flash", "eager"),
+    ("model", "arch"): ("decoder", "encoder", "encoder-decoder"),
+}
+
+USER_RUNG_KEYS = {
+    "name": STR,
+    "knob": STR,
+    "op": STR,  # halve | decrement | set
+    "value": (int, float, str, bool),
+    "semantic": BOOL,
+    "min": NUMBER,
+    "saving_fraction": NUMBER,  # optional hint: share of activation memory this rung frees
+}
+USER_RUNG_OPS = ("halve", "decrement", "set")

@@ -1,0 +1,53 @@
+"""Shared test set-up.
+
+The real third-party inputs live in ``tests/fixtures/`` (copied byte-for-byte; see
+``tests/fixtures/real/SOURCES.md``). An autouse fixture points HOME, XDG dirs, GPUDOC_HOME and the
+working directory at a temporary place, so no test can write into the user's home or the clone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+NVIDIA_SMI = FIXTURES / "real" / "nvidia-smi"
+CONFIGS = FIXTURES / "real" / "configs"
+ERRORS_CORPUS = FIXTURES / "errors" / "corpus.jsonl"
+MEMORY_CASES = FIXTURES / "memory" / "cases.jsonl"
+SEEDS = FIXTURES / "seeds"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("home")
+    work = tmp_path_factory.mktemp("work")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.delenv("GPUDOC_HOME", raising=False)
+    monkeypatch.delenv("GPUDOC_PROFILE", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.chdir(work)
+    home.chmod(0o500)  # any write into $HOME fails loudly
+    yield work
+    home.chmod(0o700)
+
+
+def gpudoc_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input: str | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the real CLI in a fresh interpreter (``python -m gpudoc``)."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoc", *args],
+        cwd=cwd,
+        env=full_env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
