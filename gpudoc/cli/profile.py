@@ -1,13 +1,78 @@
-"""`gpudoc profile` (placeholder until its issue lands)."""
+"""`gpudoc profile`: list, show and create profiles."""
 
 from __future__ import annotations
 
+from plumbum import cli
+
 from gpudoc.cli.base import Command
-from gpudoc.errors import GpudocError
+from gpudoc.output import default_console
 
 
 class ProfileCommand(Command):
-    """Not built yet."""
+    """List, show and create profiles (GPU needs, environment and training knobs)."""
+
+    EXAMPLES = """
+gpudoc profile list
+gpudoc profile show qwen2.5-7b-lora-24gb
+gpudoc profile new my-box --from-gpu
+"""
 
     def main(self, *args: str) -> int:
-        raise GpudocError("gpudoc profile: not built yet")
+        if args:
+            from gpudoc.errors import UsageError
+
+            raise UsageError(f"gpudoc profile: unknown action '{args[0]}' (list, show NAME, new NAME)")
+        if not self.nested_command:
+            self.help()
+            return 2
+        return 0
+
+
+@ProfileCommand.subcommand("list")
+class ProfileList(Command):
+    """List the profiles visible from here (project, user, shipped)."""
+
+    EXAMPLES = """
+gpudoc profile list
+gpudoc profile list --json
+"""
+    json = cli.Flag("--json", help="one JSON array")
+
+    def main(self) -> int:
+        from gpudoc.commands.profile import list_profiles
+
+        return list_profiles(default_console(), as_json=self.json)
+
+
+@ProfileCommand.subcommand("show")
+class ProfileShow(Command):
+    """Show a profile after `extends`: every table, the knobs and the global batch."""
+
+    EXAMPLES = """
+gpudoc profile show a10g-24gb
+gpudoc profile show ./gpudoc.toml --json
+"""
+    json = cli.Flag("--json", help="the resolved profile as JSON")
+
+    def main(self, name: str) -> int:
+        from gpudoc.commands.profile import show_profile
+
+        return show_profile(default_console(), name, as_json=self.json)
+
+
+@ProfileCommand.subcommand("new")
+class ProfileNew(Command):
+    """Start a profile in ./.gpudoc/profiles/NAME.toml, optionally from the GPUs of this machine."""
+
+    EXAMPLES = """
+gpudoc profile new my-box
+gpudoc profile new my-box --from-gpu --snapshot nvidia-smi.xml
+"""
+    from_gpu = cli.Flag("--from-gpu", help="fill [gpu] from the driver (or --snapshot) and extend the nearest GPU tier")
+    snapshots = cli.SwitchAttr("--snapshot", str, list=True, help="read GPUs from a saved nvidia-smi file instead of the driver")
+    force = cli.Flag("--force", help="replace an existing profile (a backup is kept)")
+
+    def main(self, name: str) -> int:
+        from gpudoc.commands.profile import new_profile
+
+        return new_profile(default_console(), name, from_gpu=self.from_gpu, snapshots=tuple(self.snapshots), force=self.force)

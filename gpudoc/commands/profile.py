@@ -1,0 +1,146 @@
+"""`gpudoc profile list|show|new`: find, inspect and start profiles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpudoc.atomic import atomic_write_text
+from gpudoc.errors import ExitStatus, GpudocError, UsageError
+from gpudoc.output import Console
+from gpudoc.profiles.loader import list_profile_names, load_profile, search_dirs, shipped_profiles_dir
+from gpudoc.units import GIB
+
+_ORIGIN = ("project", "user", "shipped")
+
+
+def list_profiles(console: Console, *, as_json: bool = False) -> int:
+    cwd = Path.cwd()
+    origins = dict(zip(search_dirs(cwd), _ORIGIN))
+    rows = []
+    for name, path in sorted(list_profile_names(cwd).items()):
+        try:
+            description = load_profile(str(path)).description
+        except GpudocError as exc:
+            description = f"(invalid: {exc})"
+        rows.append({"name": name, "origin": origins.get(path.parent, "?"), "path": str(path), "description": description})
+    if as_json:
+        console.print(json.dumps(rows, indent=2))
+        return ExitStatus.OK
+    width = max((len(r["name"]) for r in rows), default=4)
+    for row in rows:
+        console.print(f"{row['name']:<{width}}  {row['origin']:<7}  {row['description']}")
+    return ExitStatus.OK
+
+
+def show_profile(console: Console, name: str, *, as_json: bool = False) -> int:
+    profile = load_profile(name)
+    data = profile.to_dict()
+    data["extends_chain"] = [str(p) for p in profile.chain]
+    data["world_size"] = profile.world_size
+    data["global_batch_size"] = profile.global_batch_size
+    if as_json:
+        console.print(json.dumps(data, indent=2, default=str))
+        return ExitStatus.OK
+    console.print(f"{console.style(profile.name, 'bold')}  {profile.description}")
+    console.print(f"  file:   {profile.path}" + (" (shipped: edits go to ./gpudoc.toml)" if profile.shipped else ""))
+    if len(profile.chain) > 1:
+        console.print("  extends: " + " -> ".join(p.stem for p in profile.chain[1:]))
+    for table in ("gpu", "env", "train", "launch", "model", "bind", "run"):
+        values = data["knobs" if table == "train" else table]
+        if not values:
+            continue
+        console.print(f"  [{table}]")
+        for key, value in values.items():
+            console.print(f"    {key} = {json.dumps(value, default=str)}")
+    if profile.global_batch_size:
+        console.print(f"  global batch = {profile.global_batch_size} (micro x accumulation x world size {profile.world_size})")
+    return ExitStatus.OK
+
+
+def new_profile(console: Console, name: str, *, from_gpu: bool = False, snapshots: tuple[str, ...] = (),
+                force: bool = False) -> int:
+    if not name or "/" in name or name.endswith(".toml"):
+        raise UsageError(f"profile name '{name}' must be a plain name, e.g. my-box")
+    target = Path.cwd() / ".gpudoc" / "profiles" / f"{name}.toml"
+    if target.exists() and not force:
+        raise UsageError(f"{target} already exists (use --force to replace it; a backup is kept)")
+    gpu_lines = ["count = 1", "min_free_gib = 10"]
+    extends = None
+    comment = "# Fill in your GPUs: `gpudoc profile new NAME --from-gpu` reads them from the driver."
+    if from_gpu:
+        extends, gpu_lines, comment = _from_gpu(snapshots)
+    text = _template(name, extends, gpu_lines, comment)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        from gpudoc.atomic import backup
+
+        backup(target)
+    atomic_write_text(target, text)
+    console.print(f"wrote {target}")
+    console.print(f"next: edit [train] and [model], then `gpudoc check -p {name}`")
+    return ExitStatus.OK
+
+
+def _from_gpu(snapshots: tuple[str, ...]) -> tuple[str | None, list[str], str]:
+    from gpudoc.facts.gather import gather_facts
+
+    facts = gather_facts(snapshot_files=tuple(Path(s) for s in snapshots))
+    gpus = [g for g in facts.gpus if g.memory_total_bytes]
+    if not gpus:
+        reason = facts.nvml_error or "the driver reports no GPU"
+        raise GpudocError(f"--from-gpu: no GPU to read ({reason})", exit_status=ExitStatus.NEGATIVE)
+    smallest = min(g.memory_total_bytes for g in gpus) / GIB
+    tier = _nearest_tier(smallest)
+    names = sorted({g.name or "unknown" for g in gpus})
+    lines = [
+        f"count = {len(gpus)}",
+        f'name = "{names[0]}"' if len(names) == 1 else f"# mixed GPUs: {', '.join(names)}",
+        f"memory_gib = {smallest:.2f}",
+        f"min_free_gib = {smallest * 0.9:.1f}      # 90% of the smallest card",
+    ]
+    comment = f"# Read from {facts.source}: {len(gpus)} x {', '.join(names)}."
+    return tier, lines, comment
+
+
+def _nearest_tier(gib: float) -> str | None:
+    tiers = []
+    for path in shipped_profiles_dir().glob("gpu-*gb.toml"):
+        try:
+            tiers.append((float(load_profile(str(path)).gpu.get("memory_gib", 0)), path.stem))
+        except GpudocError:
+            continue
+    fitting = [t for t in sorted(tiers) if t[0] <= gib + 0.5]
+    return fitting[-1][1] if fitting else None
+
+
+def _template(name: str, extends: str | None, gpu_lines: list[str], comment: str) -> str:
+    head = [f'description = "{name}"']
+    if extends:
+        head.append(f'extends = "{extends}"              # shipped tier: allocator and tokenizer settings')
+    gpu = "\n".join(gpu_lines)
+    return f"""{chr(10).join(head)}
+
+{comment}
+[gpu]
+{gpu}
+
+[env]
+TOKENIZERS_PARALLELISM = "false"
+
+[train]                                  # the knobs your job reads (see `gpudoc run --dry-run`)
+micro_batch_size = 1
+gradient_accumulation_steps = 8
+# max_seq_len = 2048
+# gradient_checkpointing = true
+# precision = "bf16"                     # fp32 | fp16 | bf16 | bf16-true
+
+[launch]
+nproc_per_node = 1
+
+# [model]                                # for `gpudoc estimate`; or hf_config = "config.json"
+# hf_config = "config.json"
+
+[bind]
+env = true                               # the job sees GPUDOC_MICRO_BATCH_SIZE, ...
+"""

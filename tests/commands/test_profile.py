@@ -1,0 +1,67 @@
+"""`gpudoc profile` through the real CLI."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import NVIDIA_SMI, gpudoc_cli
+
+
+def test_list_shows_shipped_profiles_with_descriptions():
+    result = gpudoc_cli("profile", "list")
+    assert result.returncode == 0, result.stderr
+    line = next(l for l in result.stdout.splitlines() if l.startswith("gpu-24gb "))
+    assert "shipped" in line and "A10G" in line
+
+
+def test_list_json_marks_project_profiles(isolated_home):
+    (isolated_home / ".gpudoc" / "profiles").mkdir(parents=True)
+    (isolated_home / ".gpudoc" / "profiles" / "mine.toml").write_text('description = "my box"\n')
+    rows = json.loads(gpudoc_cli("profile", "list", "--json", cwd=isolated_home).stdout)
+    mine = next(r for r in rows if r["name"] == "mine")
+    assert mine["origin"] == "project" and mine["description"] == "my box"
+
+
+def test_show_resolves_extends():
+    result = gpudoc_cli("profile", "show", "qwen2.5-7b-lora-24gb", "--json")
+    data = json.loads(result.stdout)
+    assert data["knobs"]["lora_rank"] == 128
+    assert data["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128,expandable_segments:True"
+    assert data["env"]["TOKENIZERS_PARALLELISM"] == "false"
+    assert data["global_batch_size"] == 16
+
+
+def test_show_bad_profile_is_one_line_exit_2(isolated_home):
+    (isolated_home / "bad.toml").write_text("[gpu]\ncuont = 2\n")
+    result = gpudoc_cli("profile", "show", "bad.toml", cwd=isolated_home)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "bad.toml:2: gpu.cuont: unknown key (did you mean 'count'?)" in result.stderr
+
+
+def test_new_writes_a_valid_profile_and_refuses_to_overwrite(isolated_home):
+    result = gpudoc_cli("profile", "new", "box", cwd=isolated_home)
+    assert result.returncode == 0, result.stderr
+    shown = gpudoc_cli("profile", "show", "box", "--json", cwd=isolated_home)
+    assert json.loads(shown.stdout)["knobs"]["micro_batch_size"] == 1
+    again = gpudoc_cli("profile", "new", "box", cwd=isolated_home)
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_new_from_gpu_reads_a_real_snapshot(isolated_home):
+    snapshot = NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__dual_a5000-v13.xml"
+    result = gpudoc_cli("profile", "new", "a5000s", "--from-gpu", "--snapshot", str(snapshot), cwd=isolated_home)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(gpudoc_cli("profile", "show", "a5000s", "--json", cwd=isolated_home).stdout)
+    assert data["gpu"]["count"] == 2
+    assert "A5000" in data["gpu"]["name"]
+    # 24564 MiB cards: 23.99 GiB, nearest tier at or below is the 22.5 GiB one.
+    assert abs(data["gpu"]["memory_gib"] - 23.99) < 0.01
+    assert data["extends_chain"][1].endswith("gpu-24gb.toml")
+
+
+def test_new_from_gpu_without_a_driver_fails_cleanly(isolated_home):
+    result = gpudoc_cli("profile", "new", "x", "--from-gpu", cwd=isolated_home)
+    assert result.returncode == 1
+    assert "no GPU to read" in result.stderr
+    assert "Traceback" not in result.stderr
