@@ -1,0 +1,108 @@
+"""Write a suggestion into the profile: tomlkit round trip, atomic, with a backup.
+
+Comments, key order and layout outside the changed values are kept byte for byte. A shipped
+profile is never edited in place: the change goes into a project ``./gpudoc.toml`` that
+``extends`` it and holds only the changed keys. When a knob lives only in a parent profile, the
+override is written into the child the user named.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpudoc.atomic import atomic_write_text, backup
+from gpudoc.errors import ProfileError, UsageError
+from gpudoc.ladder.model import Suggestion
+from gpudoc.profiles.loader import PROJECT_PROFILE
+from gpudoc.profiles.model import Profile
+
+
+def target_path(profile: Profile, cwd: Path | None = None) -> Path:
+    """The file ``apply_changes`` would write for this profile."""
+    cwd = Path(cwd or Path.cwd())
+    if profile.path is None or profile.shipped:
+        return cwd / PROJECT_PROFILE
+    return Path(profile.path)
+
+
+def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None = None) -> Path:
+    """Write ``suggestion``'s knob and env changes; return the file written.
+
+    Raises ``ProfileError`` when the project profile it would write already exists and extends a
+    different profile (writing there would silently change which profile the job uses).
+    """
+    import tomlkit
+
+    if not suggestion.changes_profile:
+        raise UsageError(f"rung '{suggestion.rung}' changes no profile setting: nothing to write")
+    cwd = Path(cwd or Path.cwd())
+    path = target_path(profile, cwd)
+    creating = not path.exists()
+
+    if profile.shipped:
+        if creating:
+            text = (
+                f"# Written by `gpudoc fix --apply`: overrides of the shipped profile \"{profile.name}\",\n"
+                "# which gpudoc never edits in place. Use it with `-p gpudoc.toml` (or no -p at all).\n"
+                f"extends = \"{profile.name}\"\n"
+            )
+        else:
+            text = _read(path)
+            extends = _toml_get(tomlkit.parse(text), "extends")
+            if extends != profile.name:
+                what = f"extends '{extends}'" if extends else "extends no profile"
+                raise ProfileError(
+                    f"{path} already exists and {what}, not the shipped profile '{profile.name}': "
+                    f"refusing to overwrite it; run with -p {PROJECT_PROFILE}, or add "
+                    f"extends = \"{profile.name}\" to it"
+                )
+    elif creating:
+        if profile.path is not None:
+            raise ProfileError(f"{path}: profile file vanished; nothing was written")
+        text = "# Written by `gpudoc fix --apply`.\n"
+    else:
+        text = _read(path)
+
+    try:
+        doc = tomlkit.parse(text)
+    except Exception as exc:  # tomlkit raises its own ParseError subclasses
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    if suggestion.changes:
+        _set_all(doc, "train", {knob: new for knob, (_old, new) in suggestion.changes.items()})
+    if suggestion.env:
+        _set_all(doc, "env", dict(suggestion.env))
+    new_text = tomlkit.dumps(doc)
+    if new_text == text and not creating:
+        return path
+    if not creating:
+        backup(path)
+    atomic_write_text(path, new_text)
+    return path
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read profile: {exc.strerror}") from None
+
+
+def _toml_get(doc: Any, key: str) -> Any:
+    value = doc.get(key)
+    return value.unwrap() if hasattr(value, "unwrap") else value
+
+
+def _set_all(doc: Any, table_name: str, values: dict) -> None:
+    import tomlkit
+
+    table = doc.get(table_name)
+    if table is None:
+        table = tomlkit.table()
+        if len(doc.body) and not tomlkit.dumps(doc).endswith("\n\n"):
+            doc.add(tomlkit.nl())
+        doc.add(table_name, table)
+        table = doc[table_name]
+    for key, value in values.items():
+        # Assigning over an existing key keeps its trailing comment and position.
+        table[key] = value

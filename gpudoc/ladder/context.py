@@ -1,0 +1,322 @@
+"""Everything a rung looks at, gathered once: the diagnosis, the profile, facts, history, savings.
+
+Rungs are pure functions over this context. The only thing computed here that costs anything is
+the memory estimate of a changed profile, and that is cached per knob set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from gpudoc.profiles.model import Profile
+from gpudoc.units import GIB, format_bytes
+
+ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
+
+# GPUs without bf16 (compute capability < 8.0), by the names drivers report, for when facts carry
+# no compute capability (a log from another machine, a snapshot without it).
+_PRE_AMPERE_MARKERS = (
+    "v100", "t4", "p100", "p40", "p4", "k80", "k40", "m60", "m40", "titan v", "titan xp",
+    "rtx 20", "rtx 2080", "rtx 2070", "rtx 2060", "quadro rtx", "gtx", "tesla p", "tesla k",
+    "tesla m", "quadro p", "quadro gv100", "titan rtx",
+)
+
+
+def diagnosis_dict(diagnosis: Any) -> dict:
+    """The SPEC keys of a ``Diagnosis``, a dict from a run record, or None."""
+    if diagnosis is None:
+        return {}
+    if isinstance(diagnosis, Mapping):
+        return dict(diagnosis)
+    to_dict = getattr(diagnosis, "to_dict", None)
+    if callable(to_dict):
+        return dict(to_dict())
+    return dict(vars(diagnosis))
+
+
+def record_knobs(record: Any) -> dict:
+    profile = getattr(record, "profile", None) or {}
+    return dict(profile.get("knobs") or profile.get("train") or {})
+
+
+def record_env(record: Any) -> dict:
+    profile = getattr(record, "profile", None) or {}
+    env = dict(profile.get("env") or {})
+    env.update(getattr(record, "env_set", None) or {})
+    return env
+
+
+def record_peak(record: Any) -> int | None:
+    peaks = [int(v) for v in (getattr(record, "peak_memory_bytes", None) or {}).values() if v]
+    return max(peaks) if peaks else None
+
+
+def record_succeeded(record: Any) -> bool:
+    status = getattr(record, "status", None)
+    cause = getattr(record, "cause", None)
+    return status == "ok" or (getattr(record, "exit_code", None) == 0 and cause in (None, "ok"))
+
+
+def record_failed_oom(record: Any) -> bool:
+    cause = getattr(record, "cause", None) or diagnosis_dict(getattr(record, "diagnosis", None)).get("cause")
+    return cause == "gpu_oom"
+
+
+class Savings:
+    """Expected per-GPU memory effect of changing knobs.
+
+    Preference: measured runs of this profile (the slope of peak memory over micro batch size
+    between successful runs that differ only there), then the estimator (peak of the current
+    profile minus peak of the changed one), then the current estimate's breakdown.
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        estimate: Any = None,
+        history: Iterable[Any] = (),
+        capacity_bytes: int | None = None,
+    ) -> None:
+        self.profile = profile
+        self.history = tuple(history)
+        self.capacity_bytes = capacity_bytes
+        self.notes: list[str] = []
+        self._cache: dict[tuple, Any] = {}
+        self._estimator: Callable[..., Any] | None = None
+        self.current = None
+        if callable(estimate):
+            self._estimator = estimate
+        else:
+            self.current = estimate
+            self._estimator = _default_estimator()
+        if self.current is None:
+            self.current = self._estimate(profile)
+
+    # -- estimator ---------------------------------------------------------------------------
+    def _estimate(self, profile: Profile) -> Any:
+        if self._estimator is None:
+            return None
+        key = tuple(sorted((k, repr(v)) for k, v in profile.knobs.items()))
+        if key in self._cache:
+            return self._cache[key]
+        try:
+            result = self._estimator(profile, gpu_total_bytes=self.capacity_bytes, history=self.history)
+        except Exception as exc:  # noqa: BLE001 - a weak estimate must not stop the diagnosis
+            if not self.notes:
+                self.notes.append(f"no memory estimate for this profile ({exc})")
+            result = None
+        if result is not None and not getattr(result, "peak_bytes", None):
+            result = None
+        self._cache[key] = result
+        return result
+
+    @property
+    def current_peak(self) -> int | None:
+        return getattr(self.current, "peak_bytes", None) if self.current is not None else None
+
+    def breakdown_part(self, *words: str) -> int | None:
+        breakdown = getattr(self.current, "breakdown", None) or {}
+        total = 0
+        found = False
+        for name, value in breakdown.items():
+            if any(w in name.lower() for w in words) and isinstance(value, (int, float)):
+                total += int(value)
+                found = True
+        return total if found else None
+
+    # -- measured ----------------------------------------------------------------------------
+    def per_sample_measured(self) -> int | None:
+        """Bytes per extra sample of micro batch, from two successful runs differing only there."""
+        points: dict[int, int] = {}
+        base = {k: v for k, v in self.profile.knobs.items() if k not in ("micro_batch_size", "gradient_accumulation_steps")}
+        for record in self.history:
+            if not record_succeeded(record):
+                continue
+            knobs = record_knobs(record)
+            peak = record_peak(record)
+            mbs = knobs.get("micro_batch_size")
+            rest = {k: v for k, v in knobs.items() if k not in ("micro_batch_size", "gradient_accumulation_steps")}
+            if peak and isinstance(mbs, int) and rest == base:
+                points[mbs] = max(points.get(mbs, 0), peak)
+        if len(points) < 2:
+            return None
+        (m1, p1), (m2, p2) = sorted(points.items())[0], sorted(points.items())[-1]
+        slope = (p2 - p1) / (m2 - m1)
+        return int(slope) if slope > 0 else None
+
+    # -- public ------------------------------------------------------------------------------
+    def saving(self, changes: Mapping[str, Any]) -> int | None:
+        """Bytes per GPU freed by setting ``changes`` (knob -> new value) on the current profile."""
+        if set(changes) <= {"micro_batch_size", "gradient_accumulation_steps"} and "micro_batch_size" in changes:
+            per_sample = self.per_sample_measured()
+            if per_sample is not None:
+                old = int(self.profile.knobs["micro_batch_size"])
+                return per_sample * (old - int(changes["micro_batch_size"]))
+        if self._estimator is not None and self.current_peak is not None:
+            changed = self._estimate(self.profile.with_train(dict(changes)))
+            if changed is not None:
+                return int(self.current_peak - changed.peak_bytes)
+        # Only an estimate object, no estimator: what its breakdown alone can tell.
+        activations = self.breakdown_part("activation")
+        if activations is None:
+            return None
+        if "micro_batch_size" in changes and len(set(changes) - {"gradient_accumulation_steps"}) == 1:
+            old = int(self.profile.knobs["micro_batch_size"])
+            return int(activations * (1 - int(changes["micro_batch_size"]) / old))
+        if "max_seq_len" in changes and len(changes) == 1:
+            old = int(self.profile.knobs["max_seq_len"])
+            return int(activations * (1 - int(changes["max_seq_len"]) / old))
+        return None
+
+    def predicted_peak(self, changes: Mapping[str, Any]) -> int | None:
+        changed = self._estimate(self.profile.with_train(dict(changes)))
+        return getattr(changed, "peak_bytes", None) if changed is not None else None
+
+
+def _default_estimator() -> Callable[..., Any] | None:
+    try:
+        from gpudoc.estimate import estimate
+    except ImportError:  # the estimator is optional: the ladder falls back to its order
+        return None
+    return estimate
+
+
+@dataclass
+class Context:
+    diagnosis: dict
+    profile: Profile
+    facts: Any = None
+    history: tuple = ()
+    allow_semantic: bool = False
+    savings: Savings | None = None
+    capacity_bytes: int | None = None
+    shortfall_bytes: int | None = None
+    shortfall_source: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def knobs(self) -> Mapping[str, Any]:
+        return self.profile.knobs
+
+    def declared(self, knob: str) -> bool:
+        return knob in self.profile.knobs
+
+    def saving(self, changes: Mapping[str, Any]) -> int | None:
+        return self.savings.saving(changes) if self.savings is not None else None
+
+    # -- facts helpers ------------------------------------------------------------------------
+    def gpu_index(self) -> int:
+        index = self.diagnosis.get("gpu_index")
+        return int(index) if isinstance(index, int) else 0
+
+    def _fact_gpu(self):
+        gpus = getattr(self.facts, "gpus", None) or ()
+        for gpu in gpus:
+            if gpu.index == self.gpu_index():
+                return gpu
+        return gpus[0] if gpus else None
+
+    def supports_bf16(self) -> bool | None:
+        gpu = self._fact_gpu()
+        cc = getattr(gpu, "compute_capability", None) if gpu is not None else None
+        if cc:
+            try:
+                return float(cc) >= 8.0
+            except ValueError:
+                pass
+        names = [getattr(gpu, "name", None) if gpu is not None else None, self.profile.gpu.get("name")]
+        for record in self.history:
+            names.extend(g.get("name") for g in (getattr(record, "gpus", None) or []))
+        for name in names:
+            if name:
+                lowered = name.lower()
+                return not any(marker in lowered for marker in _PRE_AMPERE_MARKERS)
+        return None
+
+    def alloc_env_name(self) -> str:
+        """The allocator variable this job's torch reads: facts, else what the profile uses."""
+        torch = getattr(self.facts, "torch", None)
+        name = getattr(torch, "alloc_env_name", None) if torch is not None else None
+        if name:
+            return name
+        if self.diagnosis.get("backend") == "hip":
+            return "PYTORCH_HIP_ALLOC_CONF"
+        for var in ALLOC_VARS:
+            if var in self.profile.env:
+                return var
+        for var in ALLOC_VARS:
+            if var in self.environment():
+                return var
+        # Every torch release reads this name (newer ones as a deprecated alias of
+        # PYTORCH_ALLOC_CONF), so it is the safe choice when the version is unknown.
+        return "PYTORCH_CUDA_ALLOC_CONF"
+
+    def environment(self) -> Mapping[str, str]:
+        return getattr(self.facts, "env", None) or {}
+
+    def host_ram_available(self) -> int | None:
+        host = getattr(self.facts, "host", None)
+        return getattr(host, "ram_available_bytes", None) if host is not None else None
+
+    def ranks_per_host(self) -> int:
+        return int(self.profile.launch.get("nproc_per_node") or self.profile.gpu.get("count") or 1)
+
+
+def capacity_from(diagnosis: Mapping, facts: Any, profile: Profile, history: Iterable[Any]) -> int | None:
+    total = diagnosis.get("total_bytes")
+    if total:
+        return int(total)
+    gpus = getattr(facts, "gpus", None) or ()
+    totals = [g.memory_total_bytes for g in gpus if g.memory_total_bytes]
+    index = diagnosis.get("gpu_index")
+    for gpu in gpus:
+        if gpu.index == index and gpu.memory_total_bytes:
+            return int(gpu.memory_total_bytes)
+    if totals:
+        return int(min(totals))
+    for record in reversed(tuple(history)):
+        recorded = [g.get("total_bytes") for g in (getattr(record, "gpus", None) or []) if g.get("total_bytes")]
+        if recorded:
+            return int(min(recorded))
+    gib = profile.gpu.get("memory_gib")
+    return int(gib * GIB) if gib else None
+
+
+def shortfall(diagnosis: Mapping, savings: Savings | None, capacity: int | None, target: float) -> tuple[int | None, str | None]:
+    """Bytes the failing run was short by, and where the number comes from.
+
+    The OOM message's own numbers win (the allocation that failed minus what was free); without
+    them, the estimate's peak against the target share of the card.
+    """
+    requested = diagnosis.get("requested_bytes")
+    free = diagnosis.get("free_bytes")
+    if requested is not None and free is not None:
+        if requested > free:
+            return int(requested - free), (
+                f"asked for {format_bytes(requested)} with {format_bytes(free)} free"
+            )
+        # Free covered the request and it still failed: fragmentation or a reserve; the message
+        # says nothing about how much more the run would need.
+        return None, None
+    peak = savings.current_peak if savings is not None else None
+    if peak is not None and capacity:
+        budget = int(capacity * target)
+        if peak > budget:
+            return int(peak - budget), (
+                f"estimated peak {format_bytes(peak)} vs {format_bytes(budget)} ({target:.0%} of {format_bytes(capacity)})"
+            )
+    return None, None
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def nice_seq_len(old: int) -> int:
+    new = int(math.floor(old * 3 / 4))
+    if old >= 64 and old % 8 == 0:
+        new -= new % 8
+    return max(new, 1)

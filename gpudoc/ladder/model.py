@@ -1,0 +1,85 @@
+"""What the ladder hands back: suggestions (one rung each) and the result of a climb."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One rung, made concrete for one profile.
+
+    ``changes`` maps a ``[train]`` knob to ``[old, new]``; ``env`` maps a variable to its new value.
+    ``expected_saving_bytes`` is per GPU; negative for the upward rung (it spends memory); None when
+    neither an estimate nor a measured run can say.
+    """
+
+    rung: str
+    changes: Mapping[str, list] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    semantic: bool = False
+    expected_saving_bytes: int | None = None
+    why: str = ""
+
+    @property
+    def changes_profile(self) -> bool:
+        """True when applying it edits the profile (knobs or env); free-stray-memory does not."""
+        return bool(self.changes or self.env)
+
+    def new_knobs(self) -> dict[str, Any]:
+        return {knob: new for knob, (_old, new) in self.changes.items()}
+
+    def to_dict(self) -> dict:
+        """Exactly the SPEC's suggestion keys."""
+        return {
+            "rung": self.rung,
+            "changes": {k: [v[0], v[1]] for k, v in self.changes.items()},
+            "env": dict(self.env),
+            "semantic": self.semantic,
+            "expected_saving_bytes": self.expected_saving_bytes,
+            "why": self.why,
+        }
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A rung that was considered and not proposed, with the reason (for ``fix``'s explanation)."""
+
+    rung: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"rung": self.rung, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class LadderResult:
+    """``suggestions`` in the order to try them; ``semantic_held_back`` are rungs that would apply
+    but change the experiment (proposed only with ``--allow-semantic``); ``exhausted`` is true when
+    no suggestion is left for this failure.
+    """
+
+    suggestions: list[Suggestion] = field(default_factory=list)
+    exhausted: bool = False
+    semantic_held_back: list[Suggestion] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    shortfall_bytes: int | None = None
+
+    @property
+    def held_back(self) -> list[Suggestion]:
+        return self.semantic_held_back
+
+    def first_profile_change(self) -> Suggestion | None:
+        return next((s for s in self.suggestions if s.changes_profile), None)
+
+    def to_dict(self) -> dict:
+        return {
+            "suggestions": [s.to_dict() for s in self.suggestions],
+            "exhausted": self.exhausted,
+            "semantic_held_back": [s.to_dict() for s in self.semantic_held_back],
+            "notes": list(self.notes),
+            "skipped": [s.to_dict() for s in self.skipped],
+            "shortfall_bytes": self.shortfall_bytes,
+        }

@@ -1,0 +1,80 @@
+"""One step of ``gpudoc run --retry-oom`` / ``gpudoc fix --rerun``: diagnose, pick a rung, write it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpudoc.ladder import suggest
+from gpudoc.ladder.apply import apply_changes
+from gpudoc.ladder.model import Suggestion
+from gpudoc.profiles.loader import load_profile_file
+from gpudoc.profiles.model import Profile
+
+
+def record_diagnosis(record: Any, store: Any = None) -> dict | None:
+    """The record's diagnosis, or a fresh one from its log when the record has none."""
+    diagnosis = getattr(record, "diagnosis", None)
+    if isinstance(diagnosis, dict) and diagnosis.get("cause"):
+        return diagnosis
+    if store is None:
+        from gpudoc.runs.store import RunStore
+
+        store = RunStore()
+    log = store.log_path(record.id)
+    if not log.is_file():
+        return None
+    from gpudoc.diagnose import diagnose_text
+
+    text = log.read_bytes().decode("utf-8", errors="replace")
+    return diagnose_text(text, exit_code=getattr(record, "exit_code", None)).to_dict()
+
+
+def profile_history(profile: Profile, store: Any = None, *, upto: Any = None) -> list:
+    """Earlier records of the same profile file, oldest first (the ladder's memory)."""
+    if store is None:
+        from gpudoc.runs.store import RunStore
+
+        store = RunStore()
+    wanted = str(Path(profile.path).resolve()) if profile.path else None
+    history = []
+    for record in store.records():
+        path = (record.profile or {}).get("path")
+        if wanted is None or path is None:
+            continue
+        try:
+            same = str(Path(path).resolve()) == wanted
+        except OSError:
+            same = False
+        if same:
+            history.append(record)
+    if upto is not None and all(r.id != upto.id for r in history):
+        history.append(upto)
+    return history
+
+
+def next_attempt(
+    record: Any,
+    profile: Profile,
+    *,
+    allow_semantic: bool,
+    facts: Any = None,
+    store: Any = None,
+    estimate: Any = None,
+    cwd: Path | None = None,
+) -> tuple[Profile | None, Suggestion | None]:
+    """Apply the first rung that changes the profile; return the reloaded profile and the rung.
+
+    free-stray-memory is not a profile change: the launcher's ``--clean`` handles strays, so it is
+    passed over here. ``(None, None)`` when the failure is not a GPU OOM or the ladder is exhausted.
+    """
+    diagnosis = record_diagnosis(record, store)
+    if not diagnosis:
+        return None, None
+    history = profile_history(profile, store, upto=record)
+    result = suggest(diagnosis, profile, facts, history, allow_semantic=allow_semantic, estimate=estimate)
+    chosen = result.first_profile_change()
+    if chosen is None:
+        return None, None
+    path = apply_changes(profile, chosen, cwd=cwd)
+    return load_profile_file(path, cwd=cwd), chosen
