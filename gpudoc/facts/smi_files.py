@@ -29,6 +29,7 @@ from typing import Iterable
 
 from gpudoc.errors import InputError
 from gpudoc.facts.model import Facts, Gpu, GpuProcess, MigDevice
+from gpudoc.facts.nvml import decode_throttle_reasons
 from gpudoc.units import MIB
 
 EXPECTED = (
@@ -42,17 +43,6 @@ _NA_RE = re.compile(r"^\[?\s*(n/a|not supported|unknown error|requested function
                     r"|insufficient permissions|gpu requires reset|not available|none)?\s*\]?$", re.I)
 _NUM_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z%/]*)\s*$")
 
-# Clock event ("throttle") reasons as NVML names them; gpu_idle is the normal state of an idle GPU.
-THROTTLE_BITS = {
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
 _THROTTLE_ALIASES = {"display_clocks_setting": "display_clock_setting", "user_defined_clocks":
                      "applications_clocks_setting"}
 
@@ -64,11 +54,6 @@ _COMPUTE_MODES = {
     "exclusive_thread": "Exclusive_Thread",
     "prohibited": "Prohibited",
 }
-
-
-def decode_throttle_mask(mask: int) -> tuple[str, ...]:
-    """Active reasons from NVML's bit mask, without gpu_idle (an idle GPU is not a problem)."""
-    return tuple(name for bit, name in THROTTLE_BITS.items() if mask & bit)
 
 
 def load_snapshot(paths: Iterable[Path | str]) -> Facts:
@@ -497,7 +482,7 @@ def _csv_throttle(rec: dict[str, str | None]) -> tuple[str, ...] | None:
                     if mask and not _is_na(mask):
                         found = True
                         try:
-                            active.extend(decode_throttle_mask(int(mask, 16)))
+                            active.extend(decode_throttle_reasons(int(mask, 16)))
                         except ValueError:
                             pass
                     continue
