@@ -1,13 +1,19 @@
-"""`gpudoc completions` (placeholder until its issue lands)."""
+"""`gpudoc completions bash|zsh|fish`: print the shell completion script."""
 
 from __future__ import annotations
 
 from gpudoc.cli.base import Command
-from gpudoc.errors import GpudocError
 
 
 class CompletionsCommand(Command):
-    """Not built yet."""
+    """Print the completion script for bash, zsh or fish (subcommands, switches, profiles, runs)."""
 
-    def main(self, *args: str) -> int:
-        raise GpudocError("gpudoc completions: not built yet")
+    EXAMPLES = """
+gpudoc completions bash > ~/.local/share/bash-completion/completions/gpudoc
+gpudoc completions fish > ~/.config/fish/completions/gpudoc.fish
+"""
+
+    def main(self, shell: str) -> int:
+        from gpudoc.commands.completions import print_completions
+
+        return print_completions(shell)

@@ -1,0 +1,298 @@
+# fish completion for gpudoc
+# Generated from gpudoc's own command line by `python -m gpudoc.commands.completions --write`:
+# change the CLI (or gpudoc/commands/completions.py) and regenerate rather than editing this file.
+# Print it with `gpudoc completions fish`.
+#
+# Install: copy to ~/.config/fish/completions/gpudoc.fish (fish loads it on first use).
+
+complete -c gpudoc -e
+
+# Where the gpudoc being completed keeps its shipped profiles (see the bash script); cached.
+function __gpudoc_shipped_dir
+    set -l exe (command -s gpudoc)
+    test -n "$exe"; or return
+    if test "$exe" = "$__gpudoc_shipped_key"
+        printf '%s\n' $__gpudoc_shipped_val
+        return
+    end
+    set -l real (path resolve -- $exe 2>/dev/null; or realpath -- $exe 2>/dev/null; or echo $exe)
+    set -l root (dirname (dirname $real[1]))
+    set -l dir
+    if test -d $root/profiles -a -d $root/gpudoc
+        set dir $root/profiles
+    else if test -d $root/share/gpudoc/profiles
+        set dir $root/share/gpudoc/profiles
+    else if test -f $real[1]
+        read -l line <$real[1]
+        if string match -q -- '#!*python*' $line
+            set -l py (string split ' ' -- (string sub -s 3 -- $line))
+            set dir ($py -m gpudoc.shellcomplete shipped-dir 2>/dev/null)
+        end
+    end
+    set -g __gpudoc_shipped_key $exe
+    set -g __gpudoc_shipped_val $dir
+    printf '%s\n' $dir
+end
+
+# Profile names, as `gpudoc -p NAME` looks them up (gpudoc/profiles/loader.py search_dirs).
+function __gpudoc_profiles
+    set -l config $XDG_CONFIG_HOME
+    test -n "$config"; or set config ~/.config
+    set -l dirs ./.gpudoc/profiles $config/gpudoc/profiles (__gpudoc_shipped_dir)
+    for d in $dirs
+        for f in $d/*.toml
+            test -f $f; and string replace -r '^.*/(.*)\.toml$' '$1' -- $f
+        end
+    end
+end
+
+# Run ids: directories of $GPUDOC_HOME/runs (default ./.gpudoc/runs) that hold a run.json.
+function __gpudoc_runs
+    set -l home $GPUDOC_HOME
+    test -n "$home"; or set home ./.gpudoc
+    for f in $home/runs/*/run.json
+        test -f $f; and string replace -r '^.*/([^/]*)/run\.json$' '$1' -- $f
+    end
+end
+
+function __gpudoc_argsw
+    switch $argv[1]
+        case ''
+            echo '--completions'
+        case 'check'
+            echo '--completions'
+        case 'run'
+            echo '--completions'
+        case 'fix'
+            echo '--completions'
+        case 'estimate'
+            echo '--completions'
+        case 'clean'
+            echo '--completions'
+        case 'runs'
+            echo '--completions'
+        case 'logs'
+            echo '--completions'
+        case 'profile'
+            echo '--completions'
+        case 'profile list'
+            echo '--completions'
+        case 'profile show'
+            echo '--completions'
+        case 'profile new'
+            echo '--snapshot --completions'
+        case 'completions'
+            echo '--completions'
+    end
+end
+
+function __gpudoc_subs
+    switch $argv[1]
+        case ''
+            echo 'check run fix estimate clean runs logs profile completions'
+        case 'check'
+            echo ''
+        case 'run'
+            echo ''
+        case 'fix'
+            echo ''
+        case 'estimate'
+            echo ''
+        case 'clean'
+            echo ''
+        case 'runs'
+            echo ''
+        case 'logs'
+            echo ''
+        case 'profile'
+            echo 'list show new'
+        case 'profile list'
+            echo ''
+        case 'profile show'
+            echo ''
+        case 'profile new'
+            echo ''
+        case 'completions'
+            echo ''
+    end
+end
+
+function __gpudoc_poskinds
+    switch $argv[1]
+        case ''
+            echo ''
+        case 'check'
+            echo 'free*'
+        case 'run'
+            echo 'command*'
+        case 'fix'
+            echo 'runs'
+        case 'estimate'
+            echo 'free*'
+        case 'clean'
+            echo 'free*'
+        case 'runs'
+            echo 'free*'
+        case 'logs'
+            echo 'runs'
+        case 'profile'
+            echo ''
+        case 'profile list'
+            echo ''
+        case 'profile show'
+            echo 'profiles'
+        case 'profile new'
+            echo 'free'
+        case 'completions'
+            echo 'shells'
+    end
+end
+
+# Reads the words before the cursor into __gpudoc_path (the command path, "profile show"),
+# __gpudoc_npos (positional words so far) and __gpudoc_cmd (where the job's command line starts,
+# 0 before it).
+function __gpudoc_parse
+    set -l tokens (commandline -opc)
+    set -g __gpudoc_path ''
+    set -g __gpudoc_npos 0
+    set -g __gpudoc_cmd 0
+    set -l argsw (string split ' ' -- (__gpudoc_argsw ''))
+    set -l subs (string split ' ' -- (__gpudoc_subs ''))
+    set -l kinds (string split ' ' -- (__gpudoc_poskinds ''))
+    set -l i 2
+    set -l n (count $tokens)
+    while test $i -le $n
+        set -l t $tokens[$i]
+        if test "$t" = --
+            if string match -q 'command*' -- $kinds[1]
+                set -g __gpudoc_cmd (math $i + 1)
+                return
+            end
+        else if string match -q -- '-?*' $t
+            contains -- $t $argsw; and set i (math $i + 1)
+        else if test -n "$subs[1]"; and contains -- $t $subs
+            set -g __gpudoc_path (string trim -- "$__gpudoc_path $t")
+            set argsw (string split ' ' -- (__gpudoc_argsw $__gpudoc_path))
+            set subs (string split ' ' -- (__gpudoc_subs $__gpudoc_path))
+            set kinds (string split ' ' -- (__gpudoc_poskinds $__gpudoc_path))
+            set -g __gpudoc_npos 0
+        else
+            if string match -q 'command*' -- $kinds[1]
+                set -g __gpudoc_cmd $i
+                return
+            end
+            set -g __gpudoc_npos (math $__gpudoc_npos + 1)
+        end
+        set i (math $i + 1)
+    end
+end
+
+# True at command path $argv[1], before any job command line.
+function __gpudoc_at
+    __gpudoc_parse
+    test $__gpudoc_cmd -eq 0 -a "$__gpudoc_path" = "$argv[1]"
+end
+
+# True at command path $argv[1] when $argv[2] positionals came before ("N+" for N or more).
+function __gpudoc_pos
+    __gpudoc_at $argv[1]; or return
+    set -l want (string replace '+' '' -- $argv[2])
+    if string match -q '*+' -- $argv[2]
+        test $__gpudoc_npos -ge $want
+    else
+        test $__gpudoc_npos -eq $want
+    end
+end
+
+# After `gpudoc run --`: the job's own command line, completed as fish would on its own.
+function __gpudoc_in_command
+    __gpudoc_parse
+    test $__gpudoc_cmd -gt 0
+end
+
+function __gpudoc_complete_command
+    __gpudoc_parse
+    set -l tokens (commandline -opc)
+    set -l words
+    if test $__gpudoc_cmd -le (count $tokens)
+        set words (string escape -- $tokens[$__gpudoc_cmd..-1])
+    end
+    complete -C (string join ' ' -- $words (commandline -ct))
+end
+
+complete -c gpudoc -f
+complete -c gpudoc -n __gpudoc_in_command -x -a '(__gpudoc_complete_command)'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a check -d 'Not built yet'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a run -d 'Not built yet'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a fix -d 'Not built yet'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a estimate -d 'Not built yet'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a clean -d 'Not built yet'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a runs -d 'Not built yet'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a logs -d 'Not built yet'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a profile -d 'List, show and create profiles (GPU needs, environment and training knobs)'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a completions -d 'Print the completion script for bash, zsh or fish (subcommands, switches, profiles, runs)'
+complete -c gpudoc -n '__gpudoc_at \'\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'check\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'check\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'check\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'check\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -a -- -d 'end of gpudoc switches: the command follows'
+complete -c gpudoc -n '__gpudoc_at \'fix\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'fix\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'fix\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'fix\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_pos \'fix\' 0' -x -a '(__gpudoc_runs)'
+complete -c gpudoc -n '__gpudoc_at \'estimate\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'estimate\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'estimate\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'estimate\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'clean\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'clean\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'clean\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'clean\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'runs\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'runs\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'runs\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'runs\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'logs\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'logs\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'logs\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'logs\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_pos \'logs\' 0' -x -a '(__gpudoc_runs)'
+complete -c gpudoc -n '__gpudoc_at \'profile\'' -a list -d 'List the profiles visible from here (project, user, shipped)'
+complete -c gpudoc -n '__gpudoc_at \'profile\'' -a show -d 'Show a profile after `extends`: every table, the knobs and the global batch'
+complete -c gpudoc -n '__gpudoc_at \'profile\'' -a new -d 'Start a profile in ./.gpudoc/profiles/NAME.toml, optionally from the GPUs of this machine'
+complete -c gpudoc -n '__gpudoc_at \'profile\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile list\'' -l json -d 'one JSON array'
+complete -c gpudoc -n '__gpudoc_at \'profile list\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile list\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile list\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile list\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile show\'' -l json -d 'the resolved profile as JSON'
+complete -c gpudoc -n '__gpudoc_at \'profile show\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile show\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile show\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile show\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_pos \'profile show\' 0' -x -a '(__gpudoc_profiles)'
+complete -c gpudoc -n '__gpudoc_at \'profile new\'' -l from-gpu -d 'fill [gpu] from the driver (or --snapshot) and extend the nearest GPU tier'
+complete -c gpudoc -n '__gpudoc_at \'profile new\'' -l snapshot -r -F -d 'read GPUs from a saved nvidia-smi file instead of the driver'
+complete -c gpudoc -n '__gpudoc_at \'profile new\'' -l force -d 'replace an existing profile (a backup is kept)'
+complete -c gpudoc -n '__gpudoc_at \'profile new\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile new\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile new\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'profile new\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'completions\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
+complete -c gpudoc -n '__gpudoc_at \'completions\'' -s h -l help -d 'Prints this help message and quits'
+complete -c gpudoc -n '__gpudoc_at \'completions\'' -s v -l version -d 'Prints the program\'s version and quits'
+complete -c gpudoc -n '__gpudoc_at \'completions\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_pos \'completions\' 0' -x -a 'bash zsh fish'
