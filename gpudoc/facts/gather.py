@@ -1,0 +1,113 @@
+"""Gather every fact once into one immutable ``Facts`` snapshot. Never crashes.
+
+GPU facts come from NVML, or from saved files when ``snapshot_files`` are given. Process facts
+are looked up only for the PIDs the GPUs report, and only when those PIDs belong to this machine
+(NVML): PIDs in a saved nvidia-smi file come from another machine or another time, and looking
+them up here would describe unrelated processes. A gpudoc ``--json`` snapshot brings its own
+process, host and environment facts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from gpudoc.facts.model import Facts, HostFacts
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def gather_facts(*, snapshot_files: Iterable[Path | str] = (), deep: bool = False, python: str | None = None,
+                 runs: Any | None = None, nvml_backend: Any | None = None,
+                 environ: Mapping[str, str] | None = None) -> Facts:
+    """One snapshot of GPUs, GPU processes, host, environment and (``deep``) the target's torch.
+
+    A bad snapshot file raises ``InputError`` (the user named it); every other failure becomes a
+    reason inside the facts.
+    """
+    from gpudoc.facts.environment import relevant_env  # noqa: PLC0415 - keep CLI start-up lean
+
+    environ = os.environ if environ is None else environ
+    files = [Path(f) for f in snapshot_files]
+    if files:
+        from gpudoc.facts.smi_files import load_snapshot  # noqa: PLC0415
+
+        facts = load_snapshot(files)
+        if _carries_machine_facts(facts):
+            # gpudoc's own JSON: host, environment, processes and torch are the other machine's.
+            if deep and facts.torch is None:
+                facts = replace(facts, torch=_torch(python))
+            return facts
+        facts = replace(facts, env=relevant_env(environ), host=_host(runs))
+    else:
+        facts = _from_nvml(nvml_backend)
+        facts = replace(facts, processes=_processes(facts, runs), env=relevant_env(environ), host=_host(runs))
+    if deep:
+        facts = replace(facts, torch=_torch(python))
+    return facts
+
+
+def _carries_machine_facts(facts: Facts) -> bool:
+    return bool(facts.env) or facts.host != HostFacts() or bool(facts.processes) or facts.torch is not None
+
+
+def _from_nvml(backend: Any | None) -> Facts:
+    try:
+        from gpudoc.facts.nvml import read_gpus  # noqa: PLC0415
+
+        driver, cuda, nvml_version, gpus, error = read_gpus(backend)
+    except Exception as exc:  # read_gpus never raises by design; this guards the design
+        return Facts(collected_at=_now(), source="nvml", nvml_error=f"reading NVML failed: {exc}")
+    return Facts(
+        collected_at=_now(),
+        source="nvml" if error is None else "none",
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        nvml_version=nvml_version,
+        nvml_error=error,
+        gpus=gpus,
+    )
+
+
+def _processes(facts: Facts, runs: Any | None):
+    pids = []
+    for gpu in facts.gpus:
+        for proc in gpu.processes or ():
+            if proc.pid not in pids:
+                pids.append(proc.pid)
+    if not pids:
+        return ()
+    try:
+        from gpudoc.facts.procs import process_facts  # noqa: PLC0415
+
+        return process_facts(pids, runs=runs)
+    except Exception:
+        return ()  # the GPU facts still name the PIDs; checks treat them as unknown
+
+
+def _host(runs: Any | None) -> HostFacts:
+    root = getattr(runs, "root", None)
+    if root is None:
+        env_home = os.environ.get("GPUDOC_HOME")
+        root = (Path(env_home) if env_home else Path.cwd() / ".gpudoc") / "runs"
+    try:
+        from gpudoc.facts.host import host_facts  # noqa: PLC0415
+
+        return host_facts(root)
+    except Exception as exc:
+        return HostFacts(runs_dir=str(root), unavailable={"host": f"reading host facts failed: {exc}"})
+
+
+def _torch(python: str | None):
+    from gpudoc.facts.torch_probe import probe_torch  # noqa: PLC0415
+    from gpudoc.facts.model import TorchFacts  # noqa: PLC0415
+
+    try:
+        return probe_torch(python)
+    except Exception as exc:
+        return TorchFacts(python=python or "", ok=False, error=f"torch probe failed: {exc}")
