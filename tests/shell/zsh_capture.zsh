@@ -10,7 +10,7 @@ fpath_dir=$1; shift
 zpty z zsh -f -i
 zpty -w z "PROMPT= RPROMPT= ; unsetopt zle_bracketed_paste 2>/dev/null"
 zpty -w z "fpath=(${(q)fpath_dir} \$fpath)"
-zpty -w z 'autoload -Uz compinit && compinit -u -d /dev/null'
+zpty -w z 'autoload -Uz compinit && compinit -u -D'
 zpty -w z "zstyle ':completion:*' list-grouped false"
 zpty -w z "zstyle ':completion:*' insert-tab false"
 zpty -w z "zstyle ':completion:*' menu no"
