@@ -1,13 +1,39 @@
-"""`gpudoc fix` (placeholder until its issue lands)."""
+"""`gpudoc fix`: after a failure, what happened and what to change next (and apply it)."""
 
 from __future__ import annotations
 
+from plumbum import cli
+
 from gpudoc.cli.base import Command
-from gpudoc.errors import GpudocError
 
 
 class FixCommand(Command):
-    """Not built yet."""
+    """Diagnose the latest run (or RUN_IDs, or --log files, or - for stdin) and propose the next
+    rungs of the tuning ladder, with the exact knob changes and the expected memory effect."""
 
-    def main(self, *args: str) -> int:
-        raise GpudocError("gpudoc fix: not built yet")
+    EXAMPLES = """
+gpudoc fix
+gpudoc fix --log train.log -p gpudoc.toml --apply
+"""
+
+    logs = cli.SwitchAttr(["--log"], str, list=True, argname="FILE", help="diagnose a log file (- for stdin); may be repeated")
+    profile = cli.SwitchAttr(["-p", "--profile"], str, default=None, argname="PROFILE", help="profile name or file (default: the run's profile, else ./gpudoc.toml)")
+    apply = cli.Flag(["--apply"], help="write the first suggestion into the profile (comments kept, backup made)")
+    rerun = cli.Flag(["--rerun"], help="apply, then relaunch the recorded command with gpudoc run")
+    allow_semantic = cli.Flag(["--allow-semantic"], help="also propose rungs that change the experiment (shorter sequences, smaller LoRA rank, user rungs)")
+    json = cli.Flag(["--json"], help="one JSON object: diagnosis and suggestions")
+
+    def main(self, *targets: str) -> int:
+        from gpudoc.commands.fix import fix
+        from gpudoc.output import default_console
+
+        return fix(
+            default_console(),
+            targets=targets,
+            logs=tuple(self.logs),
+            profile_name=self.profile,
+            apply=self.apply,
+            rerun=self.rerun,
+            allow_semantic=self.allow_semantic,
+            as_json=self.json,
+        )

@@ -68,7 +68,14 @@ def suggest(
         shortfall_source=short_source,
     )
     notes: list[str] = list(savings.notes)
-    skip_by_saving = short is not None and _savings_trustworthy(diag, savings, notes)
+    # Savings decide only when something predicts them (an estimate or measured runs); with
+    # neither, the order alone decides.
+    measured = any(record_peak(r) for r in history)
+    skip_by_saving = (
+        short is not None
+        and (savings.current_peak is not None or measured)
+        and _savings_trustworthy(diag, savings, notes)
+    )
 
     outcomes = [fn(ctx) for _, fn in BUILTIN_RUNGS]
     outcomes += [user_rung(ctx, spec) for spec in profile.user_rungs]
