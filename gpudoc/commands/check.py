@@ -1,0 +1,118 @@
+"""`gpudoc check`: gather facts once, run the catalogue, render the findings, return the exit status."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from gpudoc.checks import CATALOGUE, run_checks, select
+from gpudoc.checks._common import has_profile, parse_gpu_list
+from gpudoc.errors import ExitStatus, GpudocError
+from gpudoc.facts.model import Facts
+from gpudoc.findings import Finding, Severity
+from gpudoc.output import Console
+from gpudoc.profiles.model import Profile
+
+
+def exit_status(findings: Iterable[Finding], *, strict: bool = False) -> int:
+    """0 ok/warn (1 with ``--strict`` when anything warns), 1 any fail or error."""
+    findings = list(findings)
+    if any(f.severity.is_problem for f in findings):
+        return ExitStatus.NEGATIVE
+    if strict and any(f.severity is Severity.WARN for f in findings):
+        return ExitStatus.NEGATIVE
+    return ExitStatus.OK
+
+
+def target_python(python: str | None) -> str:
+    """The interpreter the job will run: ``--python``, else the ``python`` a shell would start."""
+    return python or shutil.which("python3") or shutil.which("python") or sys.executable
+
+
+def job_estimate(profile: Profile, facts: Facts, runs) -> object | None:
+    """The estimator's figure when the profile describes the model; None when it cannot say."""
+    if not has_profile(profile) or not profile.model:
+        return None
+    try:
+        from gpudoc.estimate import estimate  # noqa: PLC0415 - only profiles with [model] pay for it
+    except ImportError:
+        return None
+    totals = [g.memory_total_bytes for g in facts.gpus if g.memory_total_bytes]
+    history = []
+    if runs is not None:
+        history = [r for r in runs.records() if (r.profile or {}).get("name") == profile.name]
+    try:
+        return estimate(profile, gpu_total_bytes=min(totals) if totals else None, history=history)
+    except GpudocError:
+        return None
+
+
+def check(
+    console: Console,
+    *,
+    profile_name: str | None = None,
+    as_json: bool = False,
+    strict: bool = False,
+    only: Iterable[str] = (),
+    skip: Iterable[str] = (),
+    gpus: str | None = None,
+    snapshots: Iterable[str | Path] = (),
+    deep: bool = False,
+    list_checks: bool = False,
+    python: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    gather: Callable[..., Facts] | None = None,
+    runs=None,
+) -> int:
+    from gpudoc.render.findings_text import render_catalogue, render_findings  # noqa: PLC0415
+
+    if list_checks:
+        render_catalogue(CATALOGUE, console)
+        return ExitStatus.OK
+    only, skip = tuple(only), tuple(skip)
+    select(only, skip)  # a typo in --only/--skip is a usage error before any slow work
+    indexes = parse_gpu_list(gpus) if gpus else None
+
+    from gpudoc.profiles import load_profile  # noqa: PLC0415
+    from gpudoc.runs.store import RunStore  # noqa: PLC0415
+
+    profile = load_profile(profile_name)
+    runs = runs if runs is not None else RunStore()
+    python = target_python(python)
+    if gather is None:
+        from gpudoc.facts.gather import gather_facts as gather  # noqa: PLC0415
+    facts = gather(snapshot_files=[Path(s) for s in snapshots], deep=deep, python=python, runs=runs,
+                   environ=environ)
+
+    torch_version = alloc_name = None
+    if facts.torch is None and not facts.source.startswith("snapshot"):
+        from gpudoc.facts.torch_probe import alloc_env_name_for, installed_torch_version  # noqa: PLC0415
+
+        torch_version = installed_torch_version(python)
+        alloc_name = alloc_env_name_for(torch_version) if torch_version else None
+    findings = run_checks(
+        facts, profile, only=only, skip=skip, gpus=indexes, estimate=job_estimate(profile, facts, runs),
+        runs=runs, alloc_env_name=alloc_name, torch_version=torch_version,
+        profile_label=_label(profile),
+    )
+    status = exit_status(findings, strict=strict)
+    if as_json:
+        from gpudoc.render.json_doc import check_document, dumps  # noqa: PLC0415
+
+        doc = check_document(facts, findings, exit_code=status,
+                             profile=profile.to_dict() if has_profile(profile) else None)
+        console.print(dumps(doc))
+        return status
+    header = f"gpudoc check: facts from {facts.source}"
+    if has_profile(profile):
+        header += f", profile {_label(profile)}"
+    console.print(console.style(header, "dim"))
+    console.print()
+    render_findings(findings, console)
+    return status
+
+
+def _label(profile: Profile) -> str | None:
+    return profile.name if has_profile(profile) else None

@@ -1,0 +1,1 @@
+"""Rendering: findings and documents as text for people or JSON for programs. Formats only."""
