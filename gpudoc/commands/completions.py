@@ -41,6 +41,7 @@ SWITCH_VALUES = {
     "output": "files",
     "only": "checks",
     "skip": "checks",
+    "python": "files",
 }
 # What positional arguments are, per command path; a trailing "*" repeats the last kind.
 # "command" hands the rest of the line to the shell's own completion (gpudoc run -- COMMAND).
@@ -73,6 +74,7 @@ class Switch:
     choices: tuple[str, ...] = ()
     help: str = ""
     repeat: bool = False
+    csv: bool = False  # the value is a comma-separated list of choices (--only driver,env)
 
     @property
     def long_names(self) -> tuple[str, ...]:
@@ -109,12 +111,14 @@ def _one_line(text: str | None) -> str:
 
 
 def _check_ids() -> tuple[str, ...]:
-    # The catalogue is written by another part of gpudoc; completions work without it.
+    """Check groups and ids, for --only/--skip (fixed at generation time, like the switches)."""
     try:
         from gpudoc.checks import CATALOGUE
-    except Exception:  # noqa: BLE001 - any failure means "no ids to offer"
+    except ImportError:
         return ()
-    return tuple(getattr(check, "id", str(check)) for check in CATALOGUE)
+    groups = [getattr(check, "group", None) for check in CATALOGUE]
+    ids = [getattr(check, "id", None) for check in CATALOGUE]
+    return tuple(dict.fromkeys(str(x) for x in [*groups, *ids] if x))
 
 
 def _switch(info, checks: tuple[str, ...]) -> Switch:
@@ -123,6 +127,7 @@ def _switch(info, checks: tuple[str, ...]) -> Switch:
     names = tuple(("-" if len(n) == 1 else "--") + n for n in info.names)
     value = None
     choices: tuple[str, ...] = ()
+    csv = False
     if info.argtype is not None:
         hinted = [SWITCH_VALUES[n] for n in info.names if n in SWITCH_VALUES]
         if hinted:
@@ -137,9 +142,9 @@ def _switch(info, checks: tuple[str, ...]) -> Switch:
         else:
             value = "free"
         if value == "checks":
-            value, choices = ("choice", checks) if checks else ("free", ())
+            value, choices, csv = ("choice", checks, True) if checks else ("free", (), False)
     return Switch(names=names, value=value, choices=choices, help=_one_line(info.help),
-                  repeat=bool(info.list))
+                  repeat=bool(info.list), csv=csv)
 
 
 def _positionals(path: tuple[str, ...], app_cls) -> tuple[tuple[str, ...], bool]:
@@ -204,7 +209,7 @@ def _fill(template: str, **parts: str) -> str:
 
 def _value_word(sw: Switch) -> str:
     if sw.value == "choice":
-        return "choice:" + " ".join(sw.choices)
+        return ("csv:" if sw.csv else "choice:") + " ".join(sw.choices)
     return sw.value or ""
 
 
@@ -251,7 +256,8 @@ def _zsh_action(sw: Switch) -> str:
         "runs": ":run id:_gpudoc_runs",
         "files": ":file:_files",
         "dirs": ":directory:_files -/",
-        "choice": f":{label}:({' '.join(sw.choices)})",
+        "choice": (f":{label}:_values -s , {label} {' '.join(sw.choices)}" if sw.csv
+                   else f":{label}:({' '.join(sw.choices)})"),
     }.get(sw.value or "", f":{label}: ")
 
 
@@ -565,6 +571,13 @@ _gpudoc_values() {
             COMPREPLY=($(compgen -d -- "$cur"))
             ;;
         choice:*) COMPREPLY=($(compgen -W "${1#choice:}" -- "$cur")) ;;
+        csv:*)
+            # --only driver,env.<TAB>: complete the last item, keep the ones before it
+            local done=
+            [[ $cur == *,* ]] && done=${cur%,*},
+            COMPREPLY=($(compgen -P "$done" -W "${1#csv:}" -- "${cur##*,}"))
+            compopt -o nospace 2>/dev/null
+            ;;
         *) COMPREPLY=() ;;
     esac
 }
