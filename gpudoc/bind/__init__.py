@@ -1,0 +1,17 @@
+"""Bindings: how a profile's knobs reach the training job.
+
+Three ways in, combinable (SPEC "[bind]"):
+- environment: ``GPUDOC_<KNOB>`` for every ``[train]`` knob (``bind.env``, default on);
+  booleans ``true``/``false``, integers in decimal; ``{knob}`` placeholders in COMMAND;
+- arguments: ``bind.args`` names a preset that replaces or appends the framework's own flags in
+  the training script's arguments (never the launcher's);
+- files: ``[bind.files."path"]`` edits JSON/YAML/TOML/Python configs and flags in shell scripts,
+  by explicit key paths or a file preset; only the bound values change.
+
+``plan_bindings`` plans (reads files, writes nothing: ``run --dry-run`` shows the diffs);
+``apply_file_edits`` writes the plan atomically, with a backup beside each file.
+"""
+
+from gpudoc.bind.plan import BindPlan, FileEdit, apply_file_edits, plan_bindings, unified_diff
+
+__all__ = ["BindPlan", "FileEdit", "apply_file_edits", "plan_bindings", "unified_diff"]

@@ -1,0 +1,506 @@
+"""File presets: where each knob lives in the config files frameworks read.
+
+Each preset has ``write`` (knobs -> key-path assignments, plus what it could not express) and
+``read`` (file -> the knob values it hard-codes, for the consistency check when a knob is set in
+the profile but not bound into this file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from gpudoc.bind.args import NANOGPT_DTYPE, PresetResult, nanogpt_accum
+from gpudoc.bind.values import is_neutral
+
+MISSING = object()
+
+
+def get(data: Any, path: tuple[str, ...]) -> Any:
+    node = data
+    for key in path:
+        if isinstance(node, Mapping) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return MISSING
+    return node
+
+
+@dataclass
+class FileContext:
+    name: str  # the file as the user wrote it, for messages
+    knobs: Mapping[str, Any]
+    world_size: int
+    # The HF Trainer (or accelerate) fills DeepSpeed "auto" values from its own flags, so an
+    # "auto" there is already bound and must stay "auto".
+    hf_mode: bool = False
+
+
+@dataclass
+class FileResult(PresetResult):
+    assignments: list[tuple[tuple[str, ...], Any, str]] = field(default_factory=list)  # (path, value, knob)
+    follow: list[tuple[str, str, bool]] = field(default_factory=list)  # (file, preset, hf_mode)
+
+    def set(self, path: tuple[str, ...], value: Any, knob: str) -> None:
+        self.assignments.append((path, value, knob))
+        self.expressed.add(knob)
+
+
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().lower() == "auto"
+
+
+def _num(value: Any) -> int | None:
+    if isinstance(value, bool) or value is MISSING:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+# -- DeepSpeed JSON ------------------------------------------------------------------------------
+def deepspeed_write(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+
+    def hf_field(path: tuple[str, ...], value: Any, knob: str) -> None:
+        current = get(data, path)
+        if ctx.hf_mode and _is_auto(current):
+            res.expressed.add(knob)
+            res.notes.append(f"{ctx.name}: left {'.'.join(path)} = \"auto\": the Trainer fills it from its "
+                             f"own flag, which carries {knob} = {value}")
+        else:
+            res.set(path, value, knob)
+
+    if "micro_batch_size" in k:
+        hf_field(("train_micro_batch_size_per_gpu",), int(k["micro_batch_size"]), "micro_batch_size")
+    if "gradient_accumulation_steps" in k:
+        hf_field(("gradient_accumulation_steps",), int(k["gradient_accumulation_steps"]), "gradient_accumulation_steps")
+    if "zero_stage" in k:
+        if get(data, ("zero_optimization",)) is MISSING and is_neutral("zero_stage", k["zero_stage"]):
+            res.expressed.add("zero_stage")
+        else:
+            res.set(("zero_optimization", "stage"), int(k["zero_stage"]), "zero_stage")
+    for knob, section, legacy in (("offload_optimizer", "offload_optimizer", "cpu_offload"),
+                                  ("offload_params", "offload_param", "cpu_offload_params")):
+        if knob not in k:
+            continue
+        on = bool(k[knob])
+        if get(data, ("zero_optimization", legacy)) is not MISSING:
+            res.set(("zero_optimization", legacy), on, knob)
+        elif get(data, ("zero_optimization", section)) is not MISSING or on:
+            res.set(("zero_optimization", section, "device"), "cpu" if on else "none", knob)
+        else:
+            res.expressed.add(knob)
+    prec = k.get("precision")
+    if prec is not None:
+        if prec in ("bf16-true", "fp16-true"):
+            res.cannot["precision"] = (f"deepspeed ({ctx.name}): bf16/fp16 modes keep fp32 master weights; "
+                                       f"'{prec}' has no setting")
+        else:
+            want = {"bf16": prec == "bf16", "fp16": prec == "fp16"}
+            for section, on in want.items():
+                current = get(data, (section, "enabled"))
+                if current is MISSING and not on:
+                    continue
+                if ctx.hf_mode and _is_auto(current):
+                    res.notes.append(f"{ctx.name}: left {section}.enabled = \"auto\": the Trainer sets it from "
+                                     f"--bf16/--fp16 (precision = {prec})")
+                    continue
+                res.set((section, "enabled"), on, "precision")
+            res.expressed.add("precision")
+    # Consistency: DeepSpeed asserts train_batch_size == micro x accumulation x world size.
+    tbs = _num(get(data, ("train_batch_size",)))
+    if tbs is not None:
+        micro = _num(k.get("micro_batch_size", get(data, ("train_micro_batch_size_per_gpu",))))
+        accum = _num(k.get("gradient_accumulation_steps", get(data, ("gradient_accumulation_steps",))))
+        if micro is not None and accum is not None and micro * accum * ctx.world_size != tbs:
+            res.conflicts.append(
+                f"{ctx.name}: train_batch_size = {tbs} but micro_batch_size x gradient_accumulation_steps x "
+                f"world size = {micro} x {accum} x {ctx.world_size} = {micro * accum * ctx.world_size}; "
+                f"set train_batch_size to {micro * accum * ctx.world_size} (or \"auto\") or change the profile")
+    stage = k.get("zero_stage", get(data, ("zero_optimization", "stage")))
+    if k.get("offload_params") and _num(stage) is not None and _num(stage) < 3:
+        res.conflicts.append(f"{ctx.name}: offload_params needs ZeRO stage 3, the stage is {stage}")
+    return res
+
+
+def deepspeed_read(data: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for knob, path in (("micro_batch_size", ("train_micro_batch_size_per_gpu",)),
+                       ("gradient_accumulation_steps", ("gradient_accumulation_steps",)),
+                       ("zero_stage", ("zero_optimization", "stage"))):
+        v = _num(get(data, path))
+        if v is not None:
+            out[knob] = v
+    for knob, section, legacy in (("offload_optimizer", "offload_optimizer", "cpu_offload"),
+                                  ("offload_params", "offload_param", "cpu_offload_params")):
+        legacy_v = get(data, ("zero_optimization", legacy))
+        device = get(data, ("zero_optimization", section, "device"))
+        if isinstance(legacy_v, bool):
+            out[knob] = legacy_v
+        elif isinstance(device, str) and not _is_auto(device):
+            out[knob] = device.lower() in ("cpu", "nvme")
+    bf, fp = get(data, ("bf16", "enabled")), get(data, ("fp16", "enabled"))
+    if isinstance(bf, bool) and isinstance(fp, bool) or (bf is True or fp is True):
+        out["precision"] = "bf16" if bf is True else "fp16" if fp is True else "fp32"
+    return out
+
+
+# -- axolotl YAML ---------------------------------------------------------------------------------
+def _precision_bools(res: FileResult, data: Any, ctx: FileContext, tool: str,
+                     true_key: str | None = None) -> None:
+    prec = ctx.knobs.get("precision")
+    if prec is None:
+        return
+    if prec in ("bf16-true", "fp16-true") and not (prec == "bf16-true" and true_key):
+        res.cannot["precision"] = f"{tool}: no setting for '{prec}'"
+        return
+    want = {"bf16": prec in ("bf16", "bf16-true"), "fp16": prec == "fp16"}
+    for key, on in want.items():
+        if get(data, (key,)) is not MISSING or on:
+            res.set((key,), on, "precision")
+    if true_key and (get(data, (true_key,)) is not MISSING or prec == "bf16-true"):
+        res.set((true_key,), prec == "bf16-true", "precision")
+    res.expressed.add("precision")
+
+
+def _follow_deepspeed(res: FileResult, data: Any, ctx: FileContext, tool: str) -> None:
+    path = get(data, ("deepspeed",))
+    if isinstance(path, str) and path:
+        res.follow.append((path, "deepspeed", True))
+        return
+    for knob in ("zero_stage", "offload_optimizer", "offload_params"):
+        if knob in ctx.knobs:
+            if is_neutral(knob, ctx.knobs[knob]):
+                res.expressed.add(knob)
+            else:
+                res.cannot[knob] = f"{tool} ({ctx.name}): {knob} goes through the DeepSpeed JSON named by 'deepspeed:', which is not set"
+
+
+def _lora(res: FileResult, data: Any, ctx: FileContext, key: str) -> None:
+    if "lora_rank" not in ctx.knobs:
+        return
+    rank = int(ctx.knobs["lora_rank"])
+    current = get(data, (key,))
+    if rank == 0:
+        if _num(current):
+            res.conflicts.append(f"{ctx.name}: {key} = {current} (LoRA) but the profile says lora_rank = 0 (full fine-tune)")
+        res.expressed.add("lora_rank")
+        return
+    res.set((key,), rank, "lora_rank")
+
+
+def axolotl_write(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+    for knob, key in (("micro_batch_size", "micro_batch_size"),
+                      ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+                      ("max_seq_len", "sequence_len")):
+        if knob in k:
+            res.set((key,), int(k[knob]), knob)
+    gc = k.get("gradient_checkpointing")
+    if gc is not None:
+        if isinstance(gc, bool):
+            if gc or get(data, ("gradient_checkpointing",)) is not MISSING:
+                res.set(("gradient_checkpointing",), gc, "gradient_checkpointing")
+            res.expressed.add("gradient_checkpointing")
+        else:
+            res.cannot["gradient_checkpointing"] = f"axolotl: gradient_checkpointing is true/false, not '{gc}'"
+    _precision_bools(res, data, ctx, "axolotl")
+    _lora(res, data, ctx, "lora_r")
+    _follow_deepspeed(res, data, ctx, "axolotl")
+    return res
+
+
+def axolotl_read(data: Any) -> dict[str, Any]:
+    return _read_simple(data, {"micro_batch_size": "micro_batch_size",
+                               "gradient_accumulation_steps": "gradient_accumulation_steps",
+                               "max_seq_len": "sequence_len", "lora_rank": "lora_r"},
+                        bools={"gradient_checkpointing": "gradient_checkpointing"})
+
+
+def _read_simple(data: Any, ints: dict[str, str], bools: dict[str, str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for knob, key in ints.items():
+        v = _num(get(data, tuple(key.split("."))))
+        if v is not None:
+            out[knob] = v
+    for knob, key in (bools or {}).items():
+        v = get(data, tuple(key.split(".")))
+        if isinstance(v, bool):
+            out[knob] = v
+    bf, fp = get(data, ("bf16",)), get(data, ("fp16",))
+    if bf is True or fp is True or (bf is False and fp in (False, MISSING)):
+        out["precision"] = "bf16" if bf is True else "fp16" if fp is True else "fp32"
+    return out
+
+
+# -- LLaMA-Factory YAML ---------------------------------------------------------------------------
+def llama_factory_write(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+    for knob, key in (("micro_batch_size", "per_device_train_batch_size"),
+                      ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+                      ("max_seq_len", "cutoff_len")):
+        if knob in k:
+            res.set((key,), int(k[knob]), knob)
+    gc = k.get("gradient_checkpointing")
+    if gc is not None:
+        # LLaMA-Factory checkpoints by default; the file can only switch it off.
+        if isinstance(gc, bool):
+            if not gc or get(data, ("disable_gradient_checkpointing",)) is not MISSING:
+                res.set(("disable_gradient_checkpointing",), not gc, "gradient_checkpointing")
+            res.expressed.add("gradient_checkpointing")
+        else:
+            res.cannot["gradient_checkpointing"] = f"llama-factory: no setting for gradient_checkpointing = '{gc}'"
+    _precision_bools(res, data, ctx, "llama-factory", true_key="pure_bf16")
+    _lora(res, data, ctx, "lora_rank")
+    _follow_deepspeed(res, data, ctx, "llama-factory")
+    return res
+
+
+def llama_factory_read(data: Any) -> dict[str, Any]:
+    out = _read_simple(data, {"micro_batch_size": "per_device_train_batch_size",
+                              "gradient_accumulation_steps": "gradient_accumulation_steps",
+                              "max_seq_len": "cutoff_len", "lora_rank": "lora_rank"})
+    if isinstance(get(data, ("disable_gradient_checkpointing",)), bool):
+        out["gradient_checkpointing"] = not get(data, ("disable_gradient_checkpointing",))
+    return out
+
+
+# -- torchtune YAML --------------------------------------------------------------------------------
+def torchtune_write(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+    for knob, path in (("micro_batch_size", ("batch_size",)),
+                       ("gradient_accumulation_steps", ("gradient_accumulation_steps",)),
+                       ("max_seq_len", ("tokenizer", "max_seq_len"))):
+        if knob in k:
+            res.set(path, int(k[knob]), knob)
+    gc = k.get("gradient_checkpointing")
+    if gc is not None:
+        if isinstance(gc, bool):
+            res.set(("enable_activation_checkpointing",), gc, "gradient_checkpointing")
+        else:
+            res.cannot["gradient_checkpointing"] = f"torchtune: enable_activation_checkpointing is True/False, not '{gc}'"
+    prec = k.get("precision")
+    if prec is not None:
+        if prec in ("bf16", "bf16-true", "fp32"):
+            res.set(("dtype",), "fp32" if prec == "fp32" else "bf16", "precision")
+        else:
+            res.cannot["precision"] = f"torchtune: dtype takes bf16 or fp32, not '{prec}'"
+    if "lora_rank" in k:
+        if get(data, ("model", "lora_rank")) is not MISSING:
+            _lora_nested(res, data, ctx)
+        elif k["lora_rank"]:
+            res.cannot["lora_rank"] = f"torchtune ({ctx.name}): the model has no lora_rank (not a LoRA recipe config)"
+        else:
+            res.expressed.add("lora_rank")
+    if "offload_params" in k:
+        if k["offload_params"] or get(data, ("fsdp_cpu_offload",)) is not MISSING:
+            res.set(("fsdp_cpu_offload",), bool(k["offload_params"]), "offload_params")
+        res.expressed.add("offload_params")
+    for knob in ("zero_stage", "offload_optimizer"):
+        if knob in k:
+            if is_neutral(knob, k[knob]):
+                res.expressed.add(knob)
+            else:
+                res.cannot[knob] = f"torchtune: no setting for {knob} (FSDP, not DeepSpeed)"
+    return res
+
+
+def _lora_nested(res: FileResult, data: Any, ctx: FileContext) -> None:
+    rank = int(ctx.knobs["lora_rank"])
+    if rank == 0:
+        res.conflicts.append(f"{ctx.name}: model.lora_rank is set (LoRA recipe) but the profile says lora_rank = 0")
+        res.expressed.add("lora_rank")
+    else:
+        res.set(("model", "lora_rank"), rank, "lora_rank")
+
+
+def torchtune_read(data: Any) -> dict[str, Any]:
+    out = _read_simple(data, {"micro_batch_size": "batch_size", "gradient_accumulation_steps":
+                              "gradient_accumulation_steps", "max_seq_len": "tokenizer.max_seq_len",
+                              "lora_rank": "model.lora_rank"},
+                       bools={"gradient_checkpointing": "enable_activation_checkpointing"})
+    out.pop("precision", None)
+    dtype = get(data, ("dtype",))
+    if dtype in ("bf16", "fp32"):
+        out["precision"] = dtype
+    return out
+
+
+# -- accelerate config YAML (``accelerate launch --config_file``) --------------------------------
+ACCELERATE_MIXED = {"fp32": "no", "fp16": "fp16", "bf16": "bf16"}
+
+
+def accelerate_write(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+    is_ds = str(get(data, ("distributed_type",))).upper() == "DEEPSPEED"
+    is_fsdp = str(get(data, ("distributed_type",))).upper() == "FSDP"
+    prec = k.get("precision")
+    if prec is not None:
+        if prec in ACCELERATE_MIXED:
+            res.set(("mixed_precision",), ACCELERATE_MIXED[prec], "precision")
+        else:
+            res.cannot["precision"] = f"accelerate ({ctx.name}): mixed_precision has no '{prec}'"
+    if is_ds:
+        ds = ("deepspeed_config",)
+        if get(data, ds + ("deepspeed_config_file",)) not in (MISSING, None, ""):
+            res.follow.append((str(get(data, ds + ("deepspeed_config_file",))), "deepspeed", True))
+        else:
+            if "gradient_accumulation_steps" in k:
+                res.set(ds + ("gradient_accumulation_steps",), int(k["gradient_accumulation_steps"]),
+                        "gradient_accumulation_steps")
+            if "zero_stage" in k:
+                res.set(ds + ("zero_stage",), int(k["zero_stage"]), "zero_stage")
+            for knob, key in (("offload_optimizer", "offload_optimizer_device"),
+                              ("offload_params", "offload_param_device")):
+                if knob in k:
+                    res.set(ds + (key,), "cpu" if k[knob] else "none", knob)
+    elif is_fsdp and "offload_params" in k:
+        res.set(("fsdp_config", "fsdp_offload_params"), bool(k["offload_params"]), "offload_params")
+    num = _num(get(data, ("num_processes",)))
+    machines = _num(get(data, ("num_machines",))) or 1
+    if num is not None and num != ctx.world_size:
+        res.conflicts.append(f"{ctx.name}: num_processes = {num} (all machines: {machines}) but the profile's "
+                             f"world size is {ctx.world_size}")
+    return res
+
+
+def accelerate_read(data: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    mixed = get(data, ("mixed_precision",))
+    if mixed in ("no", "fp16", "bf16"):
+        out["precision"] = {"no": "fp32"}.get(mixed, mixed)
+    if str(get(data, ("distributed_type",))).upper() == "DEEPSPEED":
+        ds = get(data, ("deepspeed_config",))
+        stage = _num(get(ds, ("zero_stage",)))
+        if stage is not None:
+            out["zero_stage"] = stage
+        accum = _num(get(ds, ("gradient_accumulation_steps",)))
+        if accum is not None:
+            out["gradient_accumulation_steps"] = accum
+        for knob, key in (("offload_optimizer", "offload_optimizer_device"), ("offload_params", "offload_param_device")):
+            v = get(ds, (key,))
+            if isinstance(v, str):
+                out[knob] = v.lower() != "none"
+    return out
+
+
+# -- NeMo (Megatron GPT) YAML ---------------------------------------------------------------------
+NEMO_PRECISION = {"fp32": 32, "fp16": 16, "bf16": "bf16", "bf16-true": "bf16-true", "fp16-true": "16-true"}
+
+
+def nemo_write(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+    if "micro_batch_size" in k:
+        res.set(("model", "micro_batch_size"), int(k["micro_batch_size"]), "micro_batch_size")
+    if "gradient_accumulation_steps" in k:
+        # NeMo derives accumulation from global / (micro x data-parallel size).
+        micro = int(k.get("micro_batch_size") or _num(get(data, ("model", "micro_batch_size"))) or 1)
+        res.set(("model", "global_batch_size"), micro * int(k["gradient_accumulation_steps"]) * ctx.world_size,
+                "gradient_accumulation_steps")
+    if "max_seq_len" in k:
+        res.set(("model", "encoder_seq_length"), int(k["max_seq_len"]), "max_seq_len")
+    if "precision" in k:
+        res.set(("trainer", "precision"), NEMO_PRECISION[k["precision"]], "precision")
+    gc = k.get("gradient_checkpointing")
+    if gc is not None:
+        gran = "selective" if gc == "selective" else "full" if gc else None
+        res.set(("model", "activations_checkpoint_granularity"), gran, "gradient_checkpointing")
+        if gran == "full":
+            res.set(("model", "activations_checkpoint_method"), "uniform", "gradient_checkpointing")
+            res.set(("model", "activations_checkpoint_num_layers"), 1, "gradient_checkpointing")
+    for knob in ("zero_stage", "offload_optimizer", "offload_params", "lora_rank"):
+        if knob in k:
+            if is_neutral(knob, k[knob]):
+                res.expressed.add(knob)
+            else:
+                res.cannot[knob] = f"nemo ({ctx.name}): no setting for {knob} in this preset"
+    return res
+
+
+def nemo_read(data: Any) -> dict[str, Any]:
+    out = _read_simple(data, {"micro_batch_size": "model.micro_batch_size", "max_seq_len": "model.encoder_seq_length"})
+    out.pop("precision", None)
+    return out
+
+
+# -- nanoGPT Python config ------------------------------------------------------------------------
+def nanogpt_write(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+    if "micro_batch_size" in k:
+        res.set(("batch_size",), int(k["micro_batch_size"]), "micro_batch_size")
+    if "gradient_accumulation_steps" in k:
+        res.set(("gradient_accumulation_steps",), nanogpt_accum(k, ctx.world_size), "gradient_accumulation_steps")
+    if "max_seq_len" in k:
+        res.set(("block_size",), int(k["max_seq_len"]), "max_seq_len")
+    prec = k.get("precision")
+    if prec is not None:
+        if prec in NANOGPT_DTYPE:
+            res.set(("dtype",), NANOGPT_DTYPE[prec], "precision")
+        else:
+            res.cannot["precision"] = f"nanogpt: dtype is autocast (mixed) only; '{prec}' has no setting"
+    for knob in ("gradient_checkpointing", "zero_stage", "offload_optimizer", "offload_params", "lora_rank"):
+        if knob in k:
+            if is_neutral(knob, k[knob]):
+                res.expressed.add(knob)
+            else:
+                res.cannot[knob] = f"nanogpt: train.py has no setting for {knob}"
+    return res
+
+
+def nanogpt_read(data: Any) -> dict[str, Any]:
+    return _read_simple(data, {"micro_batch_size": "batch_size", "max_seq_len": "block_size"})
+
+
+@dataclass(frozen=True)
+class FilePreset:
+    name: str
+    write: Callable[[Any, FileContext], FileResult]
+    read: Callable[[Any], dict[str, Any]]
+
+
+FILE_PRESETS = {
+    p.name: p
+    for p in (
+        FilePreset("deepspeed", deepspeed_write, deepspeed_read),
+        FilePreset("axolotl", axolotl_write, axolotl_read),
+        FilePreset("llama-factory", llama_factory_write, llama_factory_read),
+        FilePreset("torchtune", torchtune_write, torchtune_read),
+        FilePreset("accelerate", accelerate_write, accelerate_read),
+        FilePreset("nemo", nemo_write, nemo_read),
+        FilePreset("nanogpt", nanogpt_write, nanogpt_read),
+    )
+}
+
+
+def detect_preset(data: Any, suffix: str) -> str | None:
+    """Recognise a file's layout (for conflict checks on files bound by explicit key paths)."""
+    if not isinstance(data, Mapping):
+        return None
+    if suffix == ".py":
+        return "nanogpt" if "batch_size" in data or "block_size" in data else None
+    if "zero_optimization" in data or "train_micro_batch_size_per_gpu" in data or "train_batch_size" in data:
+        return "deepspeed"
+    if "micro_batch_size" in data and "sequence_len" in data:
+        return "axolotl"
+    if "cutoff_len" in data or ("per_device_train_batch_size" in data and "stage" in data):
+        return "llama-factory"
+    if "distributed_type" in data and "compute_environment" in data:
+        return "accelerate"
+    if "batch_size" in data and "dtype" in data and "tokenizer" in data:
+        return "torchtune"
+    if isinstance(data.get("trainer"), Mapping) and isinstance(data.get("model"), Mapping) and \
+            "micro_batch_size" in data["model"]:
+        return "nemo"
+    return None
