@@ -61,8 +61,8 @@ def fix(
     cwd = Path(cwd or Path.cwd())
     sources = _sources(targets, logs, store, stdin or sys.stdin)
     diagnoses = [_diagnose(s, store) for s in sources]
-    chosen_index = _first_failure(sources, diagnoses)
-    source, diag = sources[chosen_index], diagnoses[chosen_index]
+    chosen_index, diag = _first_failure(sources, diagnoses, store)
+    source = sources[chosen_index]
     record = source.record
     if rerun and record is None:
         raise UsageError("--rerun needs a run record (it relaunches the recorded command); give a RUN_ID, not a log")
@@ -174,39 +174,28 @@ def _diagnose(source: Source, store: Any) -> dict:
     return diagnose_text(source.text or "").to_dict()
 
 
-def _first_failure(sources: list[Source], diagnoses: list[dict]) -> int:
-    """Across several records or logs (one job, many nodes): the first real failure.
-
-    An OOM anywhere is the root cause the others echo (NCCL timeouts, torchrun's summaries);
-    among several, the earliest record wins.
-    """
+def _first_failure(sources: list[Source], diagnoses: list[dict], store: Any) -> tuple[int, dict]:
+    """Across several records or logs (one job, many nodes): the first real failure, and its
+    diagnosis (which then names the other failures as consequences)."""
     if len(sources) == 1:
-        return 0
-    try:
-        from gpudoc.diagnose import diagnose_many  # type: ignore[attr-defined]
-    except ImportError:
-        diagnose_many = None
-    if diagnose_many is not None and all(s.text is not None or s.record is not None for s in sources):
-        try:
-            picked = diagnose_many([_text_of(s) for s in sources])
-            index = getattr(picked, "index", None)
-            if isinstance(index, int) and 0 <= index < len(sources):
-                return index
-        except Exception:  # noqa: BLE001 - fall back to our own ranking
-            pass
-    order = {"gpu_oom": 0, "host_oom": 1, "shm": 2, "error": 3, "signal": 4, "nccl_timeout": 5}
+        return 0, diagnoses[0]
+    from gpudoc.diagnose import diagnose_many
 
-    def key(i: int):
-        started = getattr(sources[i].record, "ended_at", None) or ""
-        return (order.get(diagnoses[i].get("cause"), 9), started, i)
-
-    return min(range(len(sources)), key=key)
+    labels = [f"{s.label}" if [x.label for x in sources].count(s.label) == 1 else f"{s.label} #{i + 1}"
+              for i, s in enumerate(sources)]
+    items = [(label, _text_of(s, store), getattr(s.record, "exit_code", None)) for label, s in zip(labels, sources)]
+    picked = diagnose_many(items)
+    index = labels.index(picked.node) if picked.node in labels else 0
+    if not _text_of(sources[index], store):
+        return index, diagnoses[index]  # a record without a log: its own stored diagnosis
+    return index, picked.to_dict()
 
 
-def _text_of(source: Source) -> str:
+def _text_of(source: Source, store: Any) -> str:
     if source.text is not None:
         return source.text
-    return ""
+    log = store.log_path(source.record.id)
+    return log.read_bytes().decode("utf-8", errors="replace") if log.is_file() else ""
 
 
 # -- profile and facts ------------------------------------------------------------------------
@@ -250,9 +239,11 @@ def _local_facts(record: Any) -> Any:
 
 
 def _job_python(record: Any) -> str:
+    import shutil
+
     command = list(getattr(record, "command", None) or [])
     if command and os.path.basename(command[0]).startswith("python"):
-        return command[0]
+        return shutil.which(command[0]) or command[0]
     return sys.executable
 
 
@@ -329,6 +320,8 @@ def _render(console, payload, result: LadderResult, profile: Profile, diag, sour
             diff = "; ".join(knob_diff_lines(suggestion, current_env=env_now))
             console.print(f"  {suggestion.rung}: {diff}")
     for note in payload["notes"]:
+        if result.semantic_held_back and note.startswith("held back"):
+            continue  # already listed above
         console.print(style(f"Note: {note}", "dim"))
 
 

@@ -76,7 +76,9 @@ def explain(diag: Mapping) -> str:
         parts.append("enough was free, so fragmentation or an allocation limit made it fail")
     if requested is not None and total and requested > total:
         parts.append("the single allocation was bigger than the whole card")
-    return "; ".join(parts) + "."
+    if len(parts) == 1:
+        return parts[0] + "."
+    return parts[0] + ": " + "; ".join(parts[1:]) + "."
 
 
 def knob_diff_lines(suggestion: Suggestion, *, current_env: Mapping[str, str] | None = None) -> list[str]:

@@ -27,7 +27,8 @@ def record_diagnosis(record: Any, store: Any = None) -> dict | None:
     from gpudoc.diagnose import diagnose_text
 
     text = log.read_bytes().decode("utf-8", errors="replace")
-    return diagnose_text(text, exit_code=getattr(record, "exit_code", None)).to_dict()
+    own = [p.get("pid") for p in (getattr(record, "pids", None) or []) if isinstance(p, dict) and p.get("pid")]
+    return diagnose_text(text, exit_code=getattr(record, "exit_code", None), own_pids=own).to_dict()
 
 
 def profile_history(profile: Profile, store: Any = None, *, upto: Any = None) -> list:
