@@ -1,0 +1,139 @@
+"""`gpudoc clean`: end this user's stray processes holding GPU memory, then prove the memory is back."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, TextIO
+
+from gpudoc.errors import ExitStatus
+from gpudoc.facts.model import Facts
+from gpudoc.output import Console
+from gpudoc.units import format_bytes
+
+_KIND_TEXT = {
+    "orphan_of_run": "left over from gpudoc run {run}",
+    "group_member": "same process group as gpudoc run {run}",
+    "own_other": "orphaned (its parent is gone)",
+    "own_live_job": "your live process",
+}
+
+
+def _describe(t) -> str:
+    size = format_bytes(t.bytes) if t.bytes is not None else "-"
+    gpus = ",".join(map(str, t.gpu_indexes)) or "-"
+    cmd = " ".join(t.cmdline)[:70] if t.cmdline else (t.name or "?")
+    return f"PID {t.pid:<7} GPU {gpus:<5} {size:>10}  {_KIND_TEXT[t.kind].format(run=t.run_id)}: {cmd}"
+
+
+def tty_confirm(stdin: TextIO, console: Console) -> Callable | None:
+    """A y/N prompt when a person is there to answer; None when stdin is not a terminal."""
+    try:
+        interactive = stdin.isatty()
+    except (AttributeError, ValueError):
+        interactive = False
+    if not interactive:
+        return None
+
+    def ask(targets) -> bool:
+        console.out.write(f"End these {len(targets)} process(es) (SIGTERM, then SIGKILL)? [y/N] ")
+        console.out.flush()
+        answer = stdin.readline().strip().lower()
+        return answer in ("y", "yes")
+
+    return ask
+
+
+def clean(
+    console: Console,
+    *,
+    gpus: str | None = None,
+    yes: bool = False,
+    dry_run: bool = False,
+    as_json: bool = False,
+    gather: Callable[..., Facts] | None = None,
+    runs=None,
+    stdin: TextIO | None = None,
+    term_timeout: float | None = None,
+    release_timeout: float = 15.0,
+) -> int:
+    from gpudoc.checks._common import parse_gpu_list  # noqa: PLC0415
+    from gpudoc.procs.classify import classify_gpu_processes  # noqa: PLC0415
+    from gpudoc.procs.clean import EMPTY_CACHE_NOTE, TERM_TIMEOUT_S, plan_clean, terminate, wait_for_release  # noqa: PLC0415
+    from gpudoc.runs.store import RunStore  # noqa: PLC0415
+
+    runs = runs if runs is not None else RunStore()
+    if gather is None:
+        from gpudoc.facts.gather import gather_facts as gather  # noqa: PLC0415
+    indexes = parse_gpu_list(gpus) if gpus else ()
+    facts = gather(runs=runs)
+    doc: dict = {"gpus": list(indexes) or None, "targets": [], "others": [], "result": None, "note": EMPTY_CACHE_NOTE}
+
+    def finish(status: int, message: str | None = None) -> int:
+        if as_json:
+            from gpudoc.render.json_doc import dumps, envelope  # noqa: PLC0415
+
+            state = "ok" if status == 0 else "fail"
+            console.print(dumps(envelope("clean", status=state, exit_code=status, message=message, **doc)))
+        elif message:
+            console.print(message)
+        return status
+
+    if facts.nvml_error or not facts.gpus:
+        return finish(ExitStatus.NEGATIVE, f"gpudoc clean: cannot see GPU processes: {facts.nvml_error or 'no GPU'}")
+    known = sorted(g.index for g in facts.gpus)
+    missing = [i for i in indexes if i not in known]
+    if missing:
+        from gpudoc.errors import UsageError  # noqa: PLC0415
+
+        raise UsageError(f"--gpus: no GPU {', '.join(map(str, missing))} here (GPUs: {', '.join(map(str, known))})")
+    chosen = list(indexes) or known
+    targets = plan_clean(facts, runs, chosen)
+    others = [h for h in classify_gpu_processes(facts, runs, gpus=chosen)
+              if not h.own and h.pid not in {t.pid for t in targets}]
+    doc["targets"] = [t.to_dict() for t in targets]
+    doc["others"] = [{**h.to_dict(), "remedy": h.remedy()} for h in others]
+
+    if not as_json:
+        where = ",".join(map(str, chosen))
+        if targets:
+            total = sum(t.bytes or 0 for t in targets)
+            console.print(f"Your processes holding memory on GPU {where} ({format_bytes(total)}):")
+            for t in targets:
+                console.print(f"  {_describe(t)}")
+        else:
+            console.print(f"Nothing of yours holds memory on GPU {where}.")
+        for h in others:
+            console.print(f"  not touched: {h.describe()}")
+            console.print(f"    fix: {h.remedy()}")
+    if not targets:
+        return finish(ExitStatus.OK)
+    if dry_run:
+        return finish(ExitStatus.OK, None if as_json else "--dry-run: nothing signalled.")
+
+    confirm = None if yes else tty_confirm(stdin or sys.stdin, console)
+    if not yes and confirm is None:
+        return finish(ExitStatus.NEGATIVE, "gpudoc clean: refusing to signal processes without confirmation "
+                      "(stdin is not a terminal): pass --yes")
+    result = terminate(targets, yes=yes, confirm=confirm,
+                       term_timeout=TERM_TIMEOUT_S if term_timeout is None else term_timeout)
+    if result.refused:
+        return finish(ExitStatus.NEGATIVE, "Nothing signalled.")
+    freed, released, _after = wait_for_release(lambda: gather(runs=runs), facts, result.ended, chosen,
+                                               timeout=release_timeout)
+    result.freed_bytes, result.released = freed, released
+    doc["result"] = result.to_dict()
+    status = ExitStatus.OK if not result.survivors else ExitStatus.NEGATIVE
+    if not as_json:
+        for pid in result.terminated:
+            console.print(f"  ended PID {pid} (SIGTERM)")
+        for pid in result.killed:
+            console.print(f"  ended PID {pid} (SIGKILL after {TERM_TIMEOUT_S if term_timeout is None else term_timeout:g} s)")
+        for pid, why in result.skipped:
+            console.print(f"  left PID {pid} alone: {why}")
+        for pid in result.survivors:
+            console.print(f"  PID {pid} survived SIGKILL (stuck in the driver?): sudo nvidia-smi --gpu-reset or reboot")
+        if freed is not None:
+            state = "released" if released else "not yet released by the driver"
+            console.print(f"Freed {format_bytes(freed)} on GPU {','.join(map(str, chosen))} ({state}, per NVML).")
+        console.print(f"Note: {EMPTY_CACHE_NOTE}")
+    return finish(status)

@@ -1,0 +1,261 @@
+"""End this user's processes that hold GPU memory: SIGTERM, then SIGKILL, PID-reuse safe.
+
+Rules that never bend:
+- only processes of this uid, never PID 1, never gpudoc itself or one of its ancestors;
+- immediately before every signal the target is re-verified: same PID, same create time, same uid
+  (a PID reused by an unrelated process since the plan was made is left alone);
+- nothing is signalled without ``yes`` or a confirmation.
+
+Freeing memory means ending the process that holds it: ``torch.cuda.empty_cache()`` in a fresh
+process releases only that process's own cache, never memory another process holds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from gpudoc.facts.model import Facts
+from gpudoc.procs.classify import CREATE_TIME_SLACK_S, GpuHolder, classify_gpu_processes, match_run
+
+EMPTY_CACHE_NOTE = ("torch.cuda.empty_cache() in a fresh process frees nothing another process holds: "
+                    "the memory comes back only when the process holding it ends.")
+
+# Leftovers of earlier gpudoc runs first: they are known to be dead jobs.
+_ORDER = {"orphan_of_run": 0, "own_other": 1, "own_live_job": 2}
+TERM_TIMEOUT_S = 10.0
+KILL_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Target:
+    pid: int
+    create_time: float
+    uid: int
+    kind: str  # orphan_of_run | own_other | own_live_job | group_member (same run, holds no GPU memory)
+    gpu_indexes: tuple[int, ...] = ()
+    bytes: int | None = None
+    run_id: str | None = None
+    pgid: int | None = None
+    name: str | None = None
+    cmdline: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"pid": self.pid, "kind": self.kind, "gpus": list(self.gpu_indexes), "bytes": self.bytes,
+                "run_id": self.run_id, "pgid": self.pgid, "name": self.name, "create_time": self.create_time}
+
+
+@dataclass
+class CleanResult:
+    refused: bool = False
+    terminated: list[int] = field(default_factory=list)  # ended after SIGTERM
+    killed: list[int] = field(default_factory=list)  # needed SIGKILL
+    survivors: list[int] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (pid, why it was not signalled)
+    signals: list[tuple[int, int]] = field(default_factory=list)  # (pid, signal) actually sent
+    freed_bytes: int | None = None
+    released: bool | None = None  # NVML showed the memory back
+
+    @property
+    def ended(self) -> list[int]:
+        return self.terminated + self.killed
+
+    def to_dict(self) -> dict:
+        return {
+            "refused": self.refused, "terminated": self.terminated, "killed": self.killed,
+            "survivors": self.survivors, "skipped": [{"pid": p, "reason": r} for p, r in self.skipped],
+            "freed_bytes": self.freed_bytes, "released": self.released,
+        }
+
+
+def protected_pids() -> set[int]:
+    """gpudoc itself, its ancestors (the shell, tmux, sshd...) and init."""
+    import psutil  # noqa: PLC0415
+
+    out = {0, 1, os.getpid()}
+    try:
+        out.update(p.pid for p in psutil.Process().parents())
+    except psutil.Error:
+        pass
+    return out
+
+
+def plan_clean(facts: Facts, runs: Any = None, gpus: Iterable[int] | None = None, *,
+               uid: int | None = None, protected: set[int] | None = None) -> list[Target]:
+    """This user's processes holding memory on ``gpus`` (all when None), leftovers of gpudoc runs
+    first, with the rest of each leftover run's process group (torchrun, its other workers)."""
+    import psutil  # noqa: PLC0415
+
+    uid = os.getuid() if uid is None else uid
+    protected = protected_pids() if protected is None else protected
+    holders = [h for h in classify_gpu_processes(facts, runs, gpus=gpus) if h.own and h.pid is not None]
+    by_pid: dict[int, Target] = {}
+    for h in sorted(holders, key=lambda h: _ORDER[h.kind]):
+        if h.pid in protected or h.uid != uid or h.create_time is None:
+            continue
+        if h.pid in by_pid:
+            t = by_pid[h.pid]
+            by_pid[h.pid] = _merge(t, h)
+            continue
+        by_pid[h.pid] = Target(h.pid, h.create_time, uid, h.kind, (h.gpu_index,), h.bytes, h.run_id, h.pgid, h.name,
+                               h.cmdline)
+    # Whole process groups of leftover runs: torchrun and its workers without GPU memory die too.
+    records = list(runs.records()) if hasattr(runs, "records") else list(runs or ())
+    groups = {t.pgid: t.run_id for t in by_pid.values() if t.kind == "orphan_of_run" and t.pgid and t.pgid > 1}
+    if groups:
+        for proc in psutil.process_iter(["pid", "uids", "create_time", "name", "cmdline"]):
+            try:
+                pid = proc.info["pid"]
+                if pid in by_pid or pid in protected or proc.info["uids"] is None or proc.info["uids"].real != uid:
+                    continue
+                pgid = os.getpgid(pid)
+            except (psutil.Error, OSError):
+                continue
+            if pgid not in groups:
+                continue
+            from gpudoc.facts.model import ProcessInfo  # noqa: PLC0415
+
+            info = ProcessInfo(pid=pid, visible=True, uid=uid, pgid=pgid, create_time=proc.info["create_time"])
+            record = match_run(info, [r for r in records if r.id == groups[pgid]])
+            if record is None:
+                continue  # the group id was reused by an unrelated job
+            by_pid[pid] = Target(pid, proc.info["create_time"], uid, "group_member", (), None, record.id, pgid,
+                                 proc.info["name"], tuple(proc.info["cmdline"] or ()))
+    order = {"orphan_of_run": 0, "group_member": 0, "own_other": 1, "own_live_job": 2}
+    return sorted(by_pid.values(), key=lambda t: (order[t.kind], t.run_id or "", t.pid))
+
+
+def _merge(t: Target, h: GpuHolder) -> Target:
+    from dataclasses import replace  # noqa: PLC0415
+
+    total = (t.bytes or 0) + (h.bytes or 0) if (t.bytes is not None or h.bytes is not None) else None
+    return replace(t, gpu_indexes=tuple(dict.fromkeys((*t.gpu_indexes, h.gpu_index))), bytes=total)
+
+
+def verify(target: Target, *, uid: int | None = None):
+    """The live psutil.Process for the target, or (None, why): gone, PID reused, another uid, protected."""
+    import psutil  # noqa: PLC0415
+
+    uid = os.getuid() if uid is None else uid
+    if target.pid in (0, 1) or target.pid == os.getpid():
+        return None, "protected"
+    try:
+        proc = psutil.Process(target.pid)
+        created = proc.create_time()
+        owner = proc.uids().real
+        status = proc.status()
+    except psutil.NoSuchProcess:
+        return None, "already gone"
+    except psutil.AccessDenied:
+        return None, "access denied"
+    if abs(created - target.create_time) > CREATE_TIME_SLACK_S:
+        return None, "PID reused by another process since the plan"
+    if owner != uid or target.uid != uid:
+        return None, f"owned by uid {owner}, not {uid}"
+    if status == psutil.STATUS_ZOMBIE:
+        return None, "already dead (zombie, waiting for its parent)"
+    return proc, ""
+
+
+def _signal(target: Target, sig: int, result: CleanResult, uid: int | None) -> bool:
+    import psutil  # noqa: PLC0415
+
+    proc, why = verify(target, uid=uid)
+    if proc is None:
+        if why not in ("already gone", "already dead (zombie, waiting for its parent)"):
+            result.skipped.append((target.pid, why))
+        return False
+    try:
+        # psutil checks create time again inside send_signal: a reuse in between raises NoSuchProcess.
+        proc.send_signal(sig)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        result.skipped.append((target.pid, "access denied"))
+        return False
+    result.signals.append((target.pid, sig))
+    return True
+
+
+def _gone(target: Target) -> bool:
+    proc, why = verify(target)
+    return proc is None and why != "access denied"
+
+
+def _wait(targets: list[Target], timeout: float) -> list[Target]:
+    import psutil  # noqa: PLC0415
+
+    deadline = time.monotonic() + timeout
+    alive = list(targets)
+    while alive:
+        for t in alive:
+            try:
+                # Reaps our own children; for others it polls.
+                psutil.Process(t.pid).wait(timeout=0)
+            except (psutil.TimeoutExpired, psutil.Error, ChildProcessError):
+                pass
+        alive = [t for t in alive if not _gone(t)]
+        if not alive or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return alive
+
+
+def terminate(targets: list[Target], *, yes: bool = False, confirm: Callable[[list[Target]], bool] | None = None,
+              term_timeout: float = TERM_TIMEOUT_S, kill_timeout: float = KILL_TIMEOUT_S,
+              uid: int | None = None) -> CleanResult:
+    """SIGTERM every target, SIGKILL what is left after ``term_timeout``; re-verify before each signal."""
+    result = CleanResult()
+    if not targets:
+        return result
+    if not yes and (confirm is None or not confirm(targets)):
+        result.refused = True
+        return result
+    sent = [t for t in targets if _signal(t, signal.SIGTERM, result, uid)]
+    left = _wait(sent, term_timeout)
+    result.terminated = [t.pid for t in sent if t not in left]
+    killed = [t for t in left if _signal(t, signal.SIGKILL, result, uid)]
+    still = _wait(killed, kill_timeout)
+    result.killed = [t.pid for t in killed if t not in still]
+    result.survivors = [t.pid for t in still] + [t.pid for t in left if t not in killed and not _gone(t)]
+    return result
+
+
+def _used(facts: Facts, gpus: Iterable[int] | None) -> dict[int, int]:
+    wanted = set(gpus) if gpus is not None else None
+    return {g.index: g.memory_used_bytes or 0 for g in facts.gpus
+            if g.memory_used_bytes is not None and (wanted is None or g.index in wanted)}
+
+
+def wait_for_release(regather: Callable[[], Facts], before: Facts, pids: Iterable[int], gpus: Iterable[int] | None = None,
+                     *, timeout: float = 15.0, interval: float = 0.5,
+                     sleep: Callable[[float], None] = time.sleep) -> tuple[int | None, bool, Facts]:
+    """Poll NVML (``regather``) until none of ``pids`` is listed on the GPUs any more.
+
+    Returns (bytes freed on those GPUs, whether the driver released them, the last facts). The
+    driver frees a dead process's memory when its context is torn down, which can lag the exit.
+    """
+    pids = set(pids)
+    gpus = list(gpus) if gpus is not None else None
+    start = _used(before, gpus)
+    deadline = time.monotonic() + timeout
+    after = before
+    released = False
+    while True:
+        after = regather()
+        listed = {p.pid for g in after.gpus for p in (g.processes or ())
+                  if gpus is None or g.index in gpus}
+        if not (listed & pids):
+            released = True
+            break
+        if time.monotonic() >= deadline:
+            break
+        sleep(interval)
+    end = _used(after, gpus)
+    if not start or not end:
+        return None, released, after
+    freed = sum(max(start[i] - end.get(i, start[i]), 0) for i in start)
+    return freed, released, after
