@@ -110,10 +110,9 @@ def alloc_env_name(python: str | None = None, torch_version: str | None = None) 
 
 
 def _same_interpreter(python: str) -> bool:
-    try:
-        return os.path.realpath(python) == os.path.realpath(sys.executable)
-    except OSError:
-        return False
+    # Not realpath: a virtual environment's python is a symlink to the base interpreter but has
+    # its own site-packages.
+    return os.path.abspath(python) == os.path.abspath(sys.executable)
 
 
 def probe_torch(python: str | None = None, *, timeout: float = PROBE_TIMEOUT_S,
