@@ -1,0 +1,157 @@
+"""Writing a suggestion into a profile: comments and layout kept, atomic, backed up; shipped
+profiles never edited in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudoc.errors import ProfileError, UsageError
+from gpudoc.ladder.apply import apply_changes
+from gpudoc.ladder.model import Suggestion
+from gpudoc.profiles.loader import load_profile, load_profile_file, shipped_profiles_dir
+
+PROFILE = """\
+# My job on 4x A10G.
+description = "llama pretraining"   # shown by `gpudoc profile list`
+
+[gpu]
+count = 4
+
+[train]   # knobs the job reads
+micro_batch_size = 2              # per device
+gradient_accumulation_steps = 64  # 2 x 64 x 4 = 512
+zero_stage = 2
+
+# bindings follow
+[bind]
+env = true
+"""
+
+HALVE = Suggestion("halve-micro-batch", {"micro_batch_size": [2, 1], "gradient_accumulation_steps": [64, 128]})
+EXPANDABLE = Suggestion("expandable-segments", {}, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+
+
+def write(path: Path, text: str = PROFILE) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_changed_values_only_comments_and_other_lines_byte_identical(tmp_path):
+    path = write(tmp_path / "job.toml")
+    written = apply_changes(load_profile_file(path), HALVE, cwd=tmp_path)
+    assert written == path
+    before, after = PROFILE.splitlines(), path.read_text().splitlines()
+    assert len(before) == len(after)
+    changed = [(b, a) for b, a in zip(before, after) if b != a]
+    assert changed == [
+        ("micro_batch_size = 2              # per device", "micro_batch_size = 1              # per device"),
+        ("gradient_accumulation_steps = 64  # 2 x 64 x 4 = 512", "gradient_accumulation_steps = 128  # 2 x 64 x 4 = 512"),
+    ]
+    reloaded = load_profile_file(path)
+    assert reloaded.knobs["micro_batch_size"] == 1 and reloaded.global_batch_size == 512
+
+
+def test_backup_holds_the_previous_text(tmp_path):
+    path = write(tmp_path / "job.toml")
+    apply_changes(load_profile_file(path), HALVE, cwd=tmp_path)
+    backup = tmp_path / "job.toml.gpudoc.bak"
+    assert backup.read_text() == PROFILE
+
+
+def test_env_change_creates_env_table_and_keeps_the_rest(tmp_path):
+    path = write(tmp_path / "job.toml")
+    apply_changes(load_profile_file(path), EXPANDABLE, cwd=tmp_path)
+    text = path.read_text()
+    assert text.startswith(PROFILE)
+    assert load_profile_file(path).env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_env_change_into_existing_env_table(tmp_path):
+    text = PROFILE.replace("[bind]", "[env]\nOMP_NUM_THREADS = \"4\"  # 48 cores / 4 ranks\n\n[bind]")
+    path = write(tmp_path / "job.toml", text)
+    apply_changes(load_profile_file(path), EXPANDABLE, cwd=tmp_path)
+    new = path.read_text()
+    assert 'OMP_NUM_THREADS = "4"  # 48 cores / 4 ranks\nPYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True"\n' in new
+    assert new.endswith("[bind]\nenv = true\n")
+
+
+def test_knob_missing_from_train_is_added_to_it(tmp_path):
+    path = write(tmp_path / "job.toml")
+    apply_changes(load_profile_file(path), Suggestion("zero-stage", {"offload_optimizer": [False, True]}), cwd=tmp_path)
+    assert load_profile_file(path).knobs["offload_optimizer"] is True
+    assert "# bindings follow" in path.read_text()
+
+
+def test_shipped_profile_is_never_edited_and_gpudoc_toml_extends_it(tmp_path):
+    shipped = shipped_profiles_dir() / "llama3.2-1b-4xa10g.toml"
+    original = shipped.read_bytes()
+    profile = load_profile("llama3.2-1b-4xa10g", cwd=tmp_path)
+    assert profile.shipped
+    written = apply_changes(profile, HALVE, cwd=tmp_path)
+    assert written == tmp_path / "gpudoc.toml"
+    assert shipped.read_bytes() == original
+    child = load_profile(None, cwd=tmp_path)
+    assert child.path == written and not child.shipped
+    assert child.knobs["micro_batch_size"] == 1 and child.knobs["gradient_accumulation_steps"] == 128
+    assert child.knobs["zero_stage"] == 2  # inherited
+    text = written.read_text()
+    assert 'extends = "llama3.2-1b-4xa10g"' in text
+    assert "zero_stage" not in text  # only the changed keys
+    # The next rung edits that project file in place.
+    apply_changes(child, Suggestion("zero-stage", {"zero_stage": [2, 3]}), cwd=tmp_path)
+    assert load_profile(None, cwd=tmp_path).knobs["zero_stage"] == 3
+    assert (tmp_path / "gpudoc.toml.gpudoc.bak").exists()
+
+
+def test_shipped_profile_with_existing_gpudoc_toml_extending_the_same_profile(tmp_path):
+    write(tmp_path / "gpudoc.toml", 'extends = "mamba-16gb"  # mine\n\n[train]\nmax_seq_len = 512\n')
+    profile = load_profile("mamba-16gb", cwd=tmp_path)
+    apply_changes(profile, Suggestion("halve-micro-batch", {"micro_batch_size": [4, 2]}), cwd=tmp_path)
+    text = (tmp_path / "gpudoc.toml").read_text()
+    assert text == 'extends = "mamba-16gb"  # mine\n\n[train]\nmax_seq_len = 512\nmicro_batch_size = 2\n'
+
+
+def test_shipped_profile_refused_when_gpudoc_toml_extends_something_else(tmp_path):
+    existing = 'extends = "gpu-24gb"\n'
+    write(tmp_path / "gpudoc.toml", existing)
+    profile = load_profile("mamba-16gb", cwd=tmp_path)
+    with pytest.raises(ProfileError, match="extends 'gpu-24gb', not the shipped profile 'mamba-16gb'"):
+        apply_changes(profile, HALVE, cwd=tmp_path)
+    assert (tmp_path / "gpudoc.toml").read_text() == existing
+
+
+def test_child_profile_gets_the_override_when_the_knob_lives_in_the_parent(tmp_path):
+    (tmp_path / ".gpudoc" / "profiles").mkdir(parents=True)
+    parent = write(tmp_path / ".gpudoc" / "profiles" / "base.toml")
+    child = write(tmp_path / "child.toml", '# child\nextends = "base"\n')
+    profile = load_profile(str(child), cwd=tmp_path)
+    assert profile.knobs["micro_batch_size"] == 2
+    apply_changes(profile, HALVE, cwd=tmp_path)
+    assert parent.read_text() == PROFILE
+    assert load_profile(str(child), cwd=tmp_path).knobs["micro_batch_size"] == 1
+    assert child.read_text().startswith('# child\nextends = "base"\n')
+
+
+def test_free_stray_memory_cannot_be_written(tmp_path):
+    path = write(tmp_path / "job.toml")
+    with pytest.raises(UsageError):
+        apply_changes(load_profile_file(path), Suggestion("free-stray-memory"), cwd=tmp_path)
+    assert path.read_text() == PROFILE
+
+
+def test_no_profile_env_change_creates_project_profile(tmp_path):
+    from gpudoc.profiles.model import EMPTY
+
+    written = apply_changes(EMPTY, EXPANDABLE, cwd=tmp_path)
+    assert written == tmp_path / "gpudoc.toml"
+    assert load_profile(None, cwd=tmp_path).env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_written_file_keeps_permissions_and_no_temp_files_left(tmp_path):
+    path = write(tmp_path / "job.toml")
+    path.chmod(0o640)
+    apply_changes(load_profile_file(path), HALVE, cwd=tmp_path)
+    assert path.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.toml", "job.toml.gpudoc.bak"]
