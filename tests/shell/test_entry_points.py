@@ -1,0 +1,96 @@
+"""bin/gpudoc from a fresh clone, and what a real install puts where the shells look."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudoc import __version__
+from tests.conftest import REPO
+from tests.shell.drivers import BASH_SCRIPT, bash_complete
+
+pytestmark = pytest.mark.slow
+
+
+def clean_env(tmp_path: Path, **extra: str) -> dict:
+    """A user's environment: a writable home, no PYTHONPATH pointing into the checkout."""
+    home = tmp_path / "user-home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPUDOC_VENV")}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
+               PIP_CACHE_DIR=str(tmp_path / "pip-cache"), **extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def fresh_clone(tmp_path_factory):
+    clone = tmp_path_factory.mktemp("clone") / "gpudoc"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)
+    return clone
+
+
+def test_bin_gpudoc_works_from_a_fresh_clone(fresh_clone, tmp_path):
+    env = clean_env(tmp_path)
+    assert not (fresh_clone / ".venv").exists()
+    first = subprocess.run([str(fresh_clone / "bin" / "gpudoc"), "--version"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == f"gpudoc {__version__}"
+    assert (fresh_clone / ".venv" / "bin" / "python").is_file()
+
+    # Later calls go straight to the venv: no second install.
+    started = time.monotonic()
+    second = subprocess.run([str(fresh_clone / "bin" / "gpudoc"), "--version"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0
+    assert second.stderr == ""
+    assert time.monotonic() - started < 10
+
+    # Through a symlink on PATH (~/bin/gpudoc -> clone/bin/gpudoc), from any directory.
+    link_dir = tmp_path / "user-bin"
+    link_dir.mkdir()
+    (link_dir / "gpudoc").symlink_to(fresh_clone / "bin" / "gpudoc")
+    env["PATH"] = f"{link_dir}{os.pathsep}{env['PATH']}"
+    script = subprocess.run(["gpudoc", "completions", "bash"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert script.returncode == 0, script.stderr
+    assert script.stdout == (fresh_clone / "completions" / "gpudoc").read_text()
+
+    # The symlinked checkout's shipped profiles complete.
+    [names] = bash_complete(["gpudoc profile show "], cwd=tmp_path, env=env)
+    assert set(names) == {p.stem for p in (fresh_clone / "profiles").glob("*.toml")}
+
+
+def test_an_install_puts_scripts_and_profiles_where_the_shells_look(fresh_clone, tmp_path):
+    env = clean_env(tmp_path)
+    prefix = tmp_path / "venv"
+    # System site-packages provide the dependencies; gpudoc itself is installed (not editable).
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(prefix)],
+                   check=True, env=env, timeout=120)
+    install = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                              "--no-deps", str(fresh_clone)], env=env, capture_output=True,
+                             text=True, timeout=600)
+    assert install.returncode == 0, install.stderr
+    for relative in ("share/bash-completion/completions/gpudoc", "share/zsh/site-functions/_gpudoc",
+                     "share/fish/vendor_completions.d/gpudoc.fish"):
+        installed = prefix / relative
+        assert installed.read_text() == (fresh_clone / "completions" / installed.name).read_text()
+    shipped = {p.stem for p in (prefix / "share" / "gpudoc" / "profiles").glob("*.toml")}
+    assert shipped == {p.stem for p in (fresh_clone / "profiles").glob("*.toml")}
+
+    env["PATH"] = f"{prefix / 'bin'}{os.pathsep}{env['PATH']}"
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    printed = subprocess.run(["gpudoc", "completions", "fish"], cwd=work, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == (prefix / "share/fish/vendor_completions.d/gpudoc.fish").read_text()
+    # The console script in PREFIX/bin finds PREFIX/share/gpudoc/profiles.
+    [names] = bash_complete(["gpudoc profile show "], cwd=work, env=env)
+    assert set(names) == shipped
+    assert BASH_SCRIPT.is_file()
