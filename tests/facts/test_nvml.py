@@ -186,3 +186,14 @@ def test_a_raising_binding_becomes_a_reason_not_a_crash():
     facts = load_snapshot([NVIDIA_SMI / (TG + "tesla-t4.xml")])
     _, _, _, (gpu,), _ = read_gpus(Broken(facts))
     assert gpu.temperature_c is None and "boom" in gpu.unavailable["temperature_c"]
+
+
+def test_the_fake_speaks_the_real_pynvml_surface():
+    # The fake must not drift from the binding nvml.py really calls in production.
+    import importlib
+
+    real = importlib.import_module("pynvml")
+    fake_functions = [n for n in dir(FakeNvml) if n.startswith("nvml")]
+    assert fake_functions
+    assert [n for n in fake_functions if not hasattr(real, n)] == []
+    assert hasattr(real, "nvmlMemory_v2") and hasattr(real, "NVMLError")

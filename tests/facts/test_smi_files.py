@@ -462,3 +462,19 @@ def test_utf16_file_from_powershell_is_read(tmp_path):
     utf16 = tmp_path / "smi.txt"
     utf16.write_bytes(source.read_text().encode("utf-16"))
     assert load_snapshot([utf16]).gpus[0].memory_total_bytes == 46068 * MIB
+
+
+def test_masked_uuids_on_several_gpus_do_not_merge_them(tmp_path):
+    # Captures masked like nvidia_gpu_exporter's, on a two-GPU box: same UUID, different bus ids.
+    masked = "GPU-00000000-0000-0000-0000-000000000000"
+    gpus = tmp_path / "gpus.csv"
+    gpus.write_text("index, name, uuid, pci.bus_id, memory.total [MiB], memory.used [MiB], memory.free [MiB]\n"
+                    f"0, NVIDIA H200, {masked}, 00000000:83:00.0, 143771 MiB, 32362 MiB, 110796 MiB\n"
+                    f"1, NVIDIA H200, {masked}, 00000000:84:00.0, 143771 MiB, 0 MiB, 143158 MiB\n")
+    apps = tmp_path / "apps.csv"
+    apps.write_text("gpu_bus_id, gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
+                    f"00000000:84:00.0, {masked}, 42, python, 10 MiB\n")
+    facts = load_snapshot([gpus, apps])
+    assert len(facts.gpus) == 2
+    assert facts.gpus[0].processes == ()
+    assert mem(facts.gpus[1]) == {42: 10 * MIB}
