@@ -192,7 +192,7 @@ def _collect(lines: list[Line]) -> list[_Event]:
         m = match_line(line.text)
         if m is None:
             continue
-        ev = _Event(i, line, m, warning=bool(WARNING.search(line.text)) and m.signature.name != "cuda_error_oom")
+        ev = _Event(i, line, m, warning=bool(WARNING.search(line.text)))
         ev.rank = line.rank
         nccl = _NCCL_HOST.match(line.text)
         if nccl:
@@ -254,7 +254,8 @@ _TIER1_ORDER = ("host_oom", "shm", "nccl_timeout", "error", "signal")
 def _choose(events: list[_Event], exit_code: int | None) -> _Event | None:
     pool = [e for e in events if not e.warning]
     if not pool:
-        if exit_code == 0:
+        # Only warnings: they explain a failure, never invent one.
+        if not exit_code:
             return None
         pool = events
     if not pool:

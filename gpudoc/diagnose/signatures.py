@@ -160,7 +160,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("abort", "error", 1,
          r"exit\s?code\s*:?\s*-(?:11|6|4|8)\b|Signal (?:11|6|4|8) \(SIG(?:SEGV|ABRT|ILL|FPE)\)"),
     _sig("exception", "error", 2,
-         r"(?:^|(?<=[\s:>|(\]]))(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Failure|Exit)|Exception|Error))"
+         r"(?:^|(?<=[\s:>|(\]]))(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Failure|Exit)|Exception|Error)"
+         r"|(?:[a-z_]\w*\.)+[A-Z][a-z]\w*(?=:\s))"  # a qualified class: triton.….OutOfResources: …
          r"(?::\s*(?P<msg>\S.*)|\s*$)"),
 )
 
