@@ -155,16 +155,15 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "JSON")
 
 
 def _insert(text: str, obj: Node, path: list[str], value: Any) -> str:
+    """Add a member as the object's *first* one: no existing line changes (no comma to add)."""
     step = _indent_step(text)
     if obj.members:
-        _, key_start, key_end, last = obj.members[-1]
-        sep = text[key_end:last.start]  # ": " or ":" as the file writes it
-        before_key = text[obj.members[-2][3].end if len(obj.members) > 1 else obj.start + 1:key_start]
-        multiline = "\n" in before_key
+        _, key_start, key_end, first = obj.members[0]
+        sep = text[key_end:first.start]  # ": " or ":" as the file writes it
+        multiline = "\n" in text[obj.start + 1:key_start]
         indent = _line_indent(text, key_start) if multiline else ""
-        lead = ",\n" + indent if multiline else ", "
         body = json.dumps(path[0]) + sep + _render_nested(path[1:], value, indent, step, sep)
-        return text[: last.end] + lead + body + text[last.end:]
+        return text[:key_start] + body + ("," + "\n" + indent if multiline else ", ") + text[key_start:]
     outer = _line_indent(text, obj.start)
     indent = outer + step
     body = json.dumps(path[0]) + ": " + _render_nested(path[1:], value, indent, step, ": ")

@@ -294,7 +294,8 @@ def _shell_file(st: _FileState, preset: str | None, mapping: dict[str, str], kno
     new_text = shell.apply_to_text(st.text, words, parts.args_start, ed)
     # Read the script back: the command must now carry exactly the planned arguments.
     after = [w.value for w in shell.main_command(shell.tokenize(new_text, st.label))]
-    if after != before[: parts.args_start] + ed.result():
+    if not _same_with_append(after, before[: parts.args_start] + ed.result()[: len(ed.result()) - len(ed.append)],
+                             ed.append, parts.args_start):
         raise InputError(f"{st.label}: could not edit the script's flags safely; edit it by hand")
     for idx, new in sorted(ed.replace.items()):
         st.changes.append({"key": words[parts.args_start + idx].value if new is None else
@@ -303,6 +304,16 @@ def _shell_file(st: _FileState, preset: str | None, mapping: dict[str, str], kno
         st.changes.append({"key": "(appended)", "old": None, "new": " ".join(ed.append)})
     st.text = new_text
     return res
+
+
+def _same_with_append(after: list[str], kept: list[str], appended: list[str], start: int) -> bool:
+    """``after`` is ``kept`` with ``appended`` inserted as one run among the script's arguments
+    (a new continuation line goes before the command's last line, not at its very end)."""
+    if not appended:
+        return after == kept
+    n = len(appended)
+    return any(after[k:k + n] == appended and after[:k] + after[k + n:] == kept
+               for k in range(start, len(after) - n + 1))
 
 
 def _flag_of(tokens: list[str], idx: int) -> str:
