@@ -324,7 +324,9 @@ def _build(ev: _Event, events: list[_Event], lines: list[Line], exit_code: int |
 
     if name in ("sigkill", "sigterm", "sigbus", "abort"):
         vals["signal"] = _signal_name(ev.line.text)
-    if vals["rank"] is None and root_rank is not None and ev.cause == _root_cause_kind(events, root_rank, ev):
+    # torchrun's Root Cause rank can be wrong (it names the first exit it saw, not the first
+    # failure), so it only fills a gap: the failure itself carried no rank.
+    if vals["rank"] is None and root_rank is not None:
         vals["rank"] = root_rank
     if vals["host"] is None and root_host and vals["rank"] == root_rank:
         vals["host"] = root_host
@@ -337,12 +339,6 @@ def _build(ev: _Event, events: list[_Event], lines: list[Line], exit_code: int |
     vals["summary"] = ""
     diag = Diagnosis(**vals)
     return replace(diag, summary=_summarise(diag, ev))
-
-
-def _root_cause_kind(events: list[_Event], root_rank: int, chosen: _Event) -> str:
-    # torchrun's Root Cause rank only fills a gap: it is used when the chosen failure carries no
-    # rank of its own, and no other rank is known to have failed the same way first.
-    return chosen.cause
 
 
 def _p(text: str | None) -> int | None:
