@@ -21,7 +21,7 @@ from gpudoc.ladder import upward_result
 from gpudoc.ladder.apply import apply_changes, target_path
 from gpudoc.ladder.explain import complete_diagnosis, explain, knob_diff_lines, saving_text
 from gpudoc.ladder.model import LadderResult, Suggestion
-from gpudoc.ladder.retry import profile_history, record_diagnosis
+from gpudoc.ladder.retry import job_python, job_torch_facts, profile_history, record_diagnosis
 from gpudoc.output import Console
 from gpudoc.profiles.loader import load_profile, load_profile_file
 from gpudoc.profiles.model import Profile
@@ -68,8 +68,9 @@ def fix(
         raise UsageError("--rerun needs a run record (it relaunches the recorded command); give a RUN_ID, not a log")
 
     profile = _profile(profile_name, record, cwd)
-    if facts is None and record is not None and record.host == socket.gethostname():
-        facts = _local_facts(record)
+    if facts is None and record is not None:
+        # This machine's facts only describe the job when it ran here.
+        facts = _local_facts(record) if record.host == socket.gethostname() else job_torch_facts(record)
     history = profile_history(profile, store, upto=record) if profile.path else ([record] if record else [])
     history = [r for r in history if r is not None]
 
@@ -122,7 +123,7 @@ def fix(
     console.flush()
 
     if rerun and applied is not None:
-        rerun_status = _relaunch(console, record, Path(applied["path"]), allow_semantic)
+        rerun_status = _relaunch(console, record, Path(applied["path"]), allow_semantic, store)
         return rerun_status
     if rerun and applied is None:
         return ExitStatus.NEGATIVE
@@ -227,24 +228,15 @@ def _local_facts(record: Any) -> Any:
     try:
         from gpudoc.facts.torch_probe import alloc_env_name
 
-        name = alloc_env_name(_job_python(record))
+        name = alloc_env_name(job_python(record))
     except Exception:  # noqa: BLE001
         name = None
     if name:
         from gpudoc.facts.model import TorchFacts
 
-        torch = facts.torch or TorchFacts(python=_job_python(record), ok=True)
+        torch = facts.torch or TorchFacts(python=job_python(record), ok=True)
         facts = replace(facts, torch=replace(torch, alloc_env_name=name))
     return facts
-
-
-def _job_python(record: Any) -> str:
-    import shutil
-
-    command = list(getattr(record, "command", None) or [])
-    if command and os.path.basename(command[0]).startswith("python"):
-        return shutil.which(command[0]) or command[0]
-    return sys.executable
 
 
 # -- apply / rerun ----------------------------------------------------------------------------
@@ -262,20 +254,24 @@ def _clean_command(diag: dict) -> str:
     return f"`gpudoc clean --gpus {gpu}`" if gpu is not None else "`gpudoc clean`"
 
 
-def _relaunch(console: Console, record: Any, profile_path: Path, allow_semantic: bool) -> int:
-    """Relaunch the recorded command under the new profile, as its own linked run."""
+def _relaunch(console: Console, record: Any, profile_path: Path, allow_semantic: bool, store: Any) -> int:
+    """Relaunch the recorded command under the new profile, as a new run linked to the old one."""
     command = list(record.command or [])
     if not command:
         raise UsageError(f"run {record.id} recorded no command to relaunch")
-    argv = [sys.executable, "-m", "gpudoc", "run", "-p", str(profile_path)]
-    argv += ["--", *command]
+    cwd = Path(record.cwd) if record.cwd and Path(record.cwd).is_dir() else Path.cwd()
     console.print(f"Relaunching: gpudoc run -p {profile_path} -- {' '.join(command)}")
     console.flush()
-    env = {**os.environ, "GPUDOC_PARENT_RUN": record.id}
     try:
-        return subprocess.call(argv, cwd=record.cwd or None, env=env)
-    except KeyboardInterrupt:
-        return ExitStatus.INTERRUPTED
+        from gpudoc.commands.run import RunOptions, launch_once
+        from gpudoc.profiles.loader import load_profile_file as _load
+    except ImportError:
+        argv = [sys.executable, "-m", "gpudoc", "run", "-p", str(profile_path), "--", *command]
+        return subprocess.call(argv, cwd=cwd)
+    options = RunOptions(command=command, profile=str(profile_path), allow_semantic=allow_semantic)
+    status, _new = launch_once(options, _load(profile_path, cwd=cwd), console=console, environ=dict(os.environ),
+                               cwd=cwd, store=store, parent=record.id)
+    return int(status)
 
 
 # -- rendering --------------------------------------------------------------------------------

@@ -73,9 +73,52 @@ def next_attempt(
     if not diagnosis:
         return None, None
     history = profile_history(profile, store, upto=record)
+    if facts is None:
+        facts = job_torch_facts(record)
     result = suggest(diagnosis, profile, facts, history, allow_semantic=allow_semantic, estimate=estimate)
     chosen = result.first_profile_change()
     if chosen is None:
         return None, None
     path = apply_changes(profile, chosen, cwd=cwd)
     return load_profile_file(path, cwd=cwd), chosen
+
+
+def job_python(record: Any) -> str:
+    """The interpreter the recorded job ran: ``python ...``, or the shebang of ``torchrun`` and
+    other console scripts; else this interpreter."""
+    import os
+    import shutil
+    import sys
+
+    command = list(getattr(record, "command", None) or [])
+    if not command:
+        return sys.executable
+    exe = shutil.which(command[0], path=None) or command[0]
+    if os.path.basename(command[0]).startswith("python"):
+        return exe
+    try:
+        with open(exe, "rb") as handle:
+            first = handle.readline(512).decode("utf-8", errors="replace")
+    except OSError:
+        return sys.executable
+    if first.startswith("#!") and "python" in first:
+        parts = first[2:].split()
+        if parts and os.path.basename(parts[0]) == "env" and len(parts) > 1:
+            return shutil.which(parts[1]) or sys.executable
+        if parts:
+            return parts[0]
+    return sys.executable
+
+
+def job_torch_facts(record: Any) -> Any:
+    """Facts holding only what the ladder needs from the job's torch: the allocator variable name."""
+    try:
+        from gpudoc.facts.model import Facts, TorchFacts
+        from gpudoc.facts.torch_probe import alloc_env_name
+        from gpudoc.runs.store import now_iso
+
+        python = job_python(record)
+        name = alloc_env_name(python)
+    except Exception:  # noqa: BLE001 - without it the ladder picks the name every torch reads
+        return None
+    return Facts(collected_at=now_iso(), source="none", torch=TorchFacts(python=python, ok=True, alloc_env_name=name))

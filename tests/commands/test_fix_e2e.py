@@ -1,0 +1,102 @@
+"""End to end on the CPU: a real job that reads its knobs from the environment and prints a
+real-format OOM while its micro batch is too big; gpudoc walks the ladder down until it fits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from gpudoc.runs.store import RunStore
+from tests.conftest import gpudoc_cli
+
+JOB = Path(__file__).with_name("oom_job.py")
+
+PROFILE = """\
+# The job on one 16 GB card.
+description = "e2e: knobs through GPUDOC_* variables"
+
+[train]
+micro_batch_size = 16              # per device
+gradient_accumulation_steps = 2    # global 32
+max_seq_len = 1024                 # semantic: never touched without permission
+
+[bind]
+env = true                         # GPUDOC_MICRO_BATCH_SIZE, ...
+"""
+
+
+def _chain(store: RunStore) -> list:
+    records = {r.id: r for r in store.records()}
+    children = {r.parent: r for r in records.values()}
+    head = children.get(None)
+    chain = []
+    while head is not None:
+        chain.append(head)
+        head = children.get(head.id)
+    assert len(chain) == len(records), "every record is in one parent chain"
+    return chain
+
+
+def _check_final_profile(text: str) -> None:
+    assert "micro_batch_size = 2              # per device" in text
+    assert "gradient_accumulation_steps = 16    # global 32" in text
+    assert "# The job on one 16 GB card." in text and "max_seq_len = 1024                 # semantic" in text
+    assert "env = true                         # GPUDOC_MICRO_BATCH_SIZE, ..." in text
+    assert "expandable_segments:True" in text
+
+
+def test_run_retry_oom_walks_down_until_the_job_fits(tmp_path):
+    shutil.copy(JOB, tmp_path / "train.py")
+    (tmp_path / "gpudoc.toml").write_text(PROFILE)
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "6", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    _check_final_profile((tmp_path / "gpudoc.toml").read_text())
+    chain = _chain(RunStore(tmp_path / ".gpudoc"))
+    knobs = [(r.profile["knobs"]["micro_batch_size"], r.profile["knobs"]["gradient_accumulation_steps"]) for r in chain]
+    # expandable segments first (no cost), then the batch halves with the global batch kept at 32.
+    assert knobs == [(16, 2), (16, 2), (8, 4), (4, 8), (2, 16)]
+    assert [r.cause for r in chain] == ["gpu_oom"] * 4 + ["ok"]
+    assert all(m * a == 32 for m, a in knobs)
+
+
+def test_fix_apply_in_a_loop_reaches_the_same_profile(tmp_path):
+    shutil.copy(JOB, tmp_path / "train.py")
+    (tmp_path / "gpudoc.toml").write_text(PROFILE)
+    command = ("run", "--no-check", "--", sys.executable, "train.py")
+    done = gpudoc_cli(*command, cwd=tmp_path)
+    applied = []
+    while done.returncode != 0:
+        assert len(applied) < 6
+        fixed = gpudoc_cli("fix", "--json", "--apply", cwd=tmp_path)
+        assert fixed.returncode == 0, fixed.stderr
+        payload = json.loads(fixed.stdout)
+        assert payload["applied"]["path"] == str(tmp_path / "gpudoc.toml")
+        applied.append(payload["applied"]["rung"])
+        done = gpudoc_cli(*command, cwd=tmp_path)
+    assert applied == ["expandable-segments", "halve-micro-batch", "halve-micro-batch", "halve-micro-batch"]
+    _check_final_profile((tmp_path / "gpudoc.toml").read_text())
+    records = list(RunStore(tmp_path / ".gpudoc").records())
+    assert sorted(r.profile["knobs"]["micro_batch_size"] for r in records) == [2, 4, 8, 16, 16]
+    assert [r.cause for r in records if r.profile["knobs"]["micro_batch_size"] == 2] == ["ok"]
+
+
+def test_fix_rerun_applies_then_relaunches_through_gpudoc_run(tmp_path):
+    shutil.copy(JOB, tmp_path / "train.py")
+    (tmp_path / "gpudoc.toml").write_text(PROFILE.replace("micro_batch_size = 16", "micro_batch_size = 4").replace("= 2    # global 32", "= 8    # global 32"))
+    (tmp_path / "gpudoc.toml").write_text((tmp_path / "gpudoc.toml").read_text() + "\n[env]\nPYTORCH_CUDA_ALLOC_CONF = \"expandable_segments:True\"\n")
+    first = gpudoc_cli("run", "--no-check", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert first.returncode == 1
+    done = gpudoc_cli("fix", "--rerun", cwd=tmp_path)
+    text = (tmp_path / "gpudoc.toml").read_text()
+    assert "micro_batch_size = 2" in text and "gradient_accumulation_steps = 16" in text
+    assert "Relaunching: gpudoc run -p" in done.stdout
+    store = RunStore(tmp_path / ".gpudoc")
+    if done.returncode == 125:
+        # No GPU here: the relaunch ran gpudoc run's pre-flight, which refuses without a driver.
+        assert "pre-flight" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    chain = _chain(store)
+    assert [r.profile["knobs"]["micro_batch_size"] for r in chain] == [4, 2]
