@@ -197,3 +197,26 @@ def test_the_fake_speaks_the_real_pynvml_surface():
     assert fake_functions
     assert [n for n in fake_functions if not hasattr(real, n)] == []
     assert hasattr(real, "nvmlMemory_v2") and hasattr(real, "NVMLError")
+
+
+def test_sampler_keeps_one_session_and_reads_memory_from_a_real_capture():
+    from gpudoc.facts.nvml import Sampler
+
+    backend = FakeNvml.from_snapshot(NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__dual_a5000-v13.xml")
+    sampler = Sampler.open(backend)
+    first = sampler.sample()
+    second = sampler.sample()
+    sampler.close()
+    assert first == second
+    assert [row[0] for row in first] == [0, 1]
+    # 24564 MiB total on each A5000 of that capture.
+    assert all(row[2] == 24564 * 1024**2 for row in first)
+    assert backend.calls.count("nvmlInit") == 1 and backend.calls.count("nvmlShutdown") == 1
+
+
+def test_sampler_is_none_without_a_driver():
+    from gpudoc.facts.nvml import Sampler
+
+    backend = FakeNvml.from_snapshot(NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__tesla-t4.xml",
+                                     init_error=DRIVER_NOT_LOADED)
+    assert Sampler.open(backend) is None
