@@ -1,0 +1,73 @@
+from dataclasses import dataclass
+
+from gpudoc.checks._common import CheckContext
+from gpudoc.checks.memory import check_free_memory
+from gpudoc.findings import Severity
+from gpudoc.profiles.model import EMPTY
+from tests.checks._real import A100_MIG, A5000, DOCKER, EIGHT_1080, T4, only, profile, sev, snap
+
+
+@dataclass
+class Est:
+    peak_bytes: int
+    source: str = "formula"
+
+
+def test_profile_need_fails_on_the_busy_gpu_and_names_the_source():
+    # A5000 capture: GPU 0 has 1.6 GiB free, GPU 1 6.7 GiB. The job needs 4 GiB on each of 2.
+    findings = check_free_memory(snap(A5000), profile(gpu={"count": 2, "min_free_gib": 4}), CheckContext())
+    f = only(findings, Severity.FAIL)
+    assert f.affects == ("gpu:0",)
+    assert f.title == "GPU 0: 1.6 GiB free, the job needs 4.0 GiB (gpu.min_free_gib in job)"
+    assert "PID 100477" in f.detail
+    assert only(findings, Severity.OK).title.startswith("GPU 1: at least 6.7 GiB free")
+
+
+def test_the_estimate_wins_when_larger_and_is_named():
+    findings = check_free_memory(snap(T4), profile(gpu={"min_free_gib": 2}), CheckContext(estimate=Est(14 * 2**30)))
+    f = only(findings, Severity.FAIL)
+    assert "needs 14.0 GiB (gpudoc estimate (formula))" in f.title
+    # 15 GiB card, 13.6 GiB free: the card could hold it, a process is in the way.
+    assert f.remedy == "on that machine: ps -o user,pid,ppid,cmd -p 5762"
+
+
+def test_a_card_too_small_says_to_shrink_the_job():
+    findings = check_free_memory(snap(T4), profile(gpu={"min_free_gib": 20}), CheckContext())
+    f = only(findings, Severity.FAIL)
+    assert "the card holds 15.0 GiB" in f.remedy and "gpudoc estimate -p job" in f.remedy
+
+
+def test_tight_margin_warns():
+    free = snap(T4).gpus[0].memory_free_bytes
+    findings = check_free_memory(snap(T4), EMPTY, CheckContext(estimate=Est(int(free * 0.97))))
+    assert only(findings, Severity.WARN).affects == ("gpu:0",)
+
+
+def test_busy_gpus_suggest_free_ones_instead():
+    # 8x GTX 1080: the job runs 2 ranks on GPU 0 and 1 (10.5 GiB used each); GPU 4 has 5.1 GiB free.
+    findings = check_free_memory(snap(EIGHT_1080), profile(launch={"nproc_per_node": 1}, gpu={"min_free_gib": 5}),
+                                 CheckContext())
+    f = only(findings, Severity.FAIL)
+    assert f.remedy.startswith("export CUDA_VISIBLE_DEVICES=4")
+
+
+def test_without_a_need_a_mostly_used_gpu_warns():
+    findings = check_free_memory(snap(A5000), EMPTY, CheckContext())
+    assert [f.affects for f in sev(findings, Severity.WARN)] == [("gpu:0",), ("gpu:1",)]
+
+
+def test_container_memory_without_processes_is_named():
+    findings = check_free_memory(snap(DOCKER), profile(gpu={"min_free_gib": 2}), CheckContext(gpus=(0,)))
+    f = only(findings, Severity.FAIL)
+    assert "no visible process" in f.detail
+
+
+def test_mig_counts_the_largest_instance():
+    findings = check_free_memory(snap(A100_MIG), profile(gpu={"min_free_gib": 30}), CheckContext())
+    f = only(findings, Severity.FAIL)
+    assert "19.5 GiB free (largest MIG instance)" in f.title
+
+
+def test_gpus_switch_selects_the_gpus():
+    findings = check_free_memory(snap(A5000), profile(gpu={"min_free_gib": 4}), CheckContext(gpus=(1,)))
+    assert [f.severity for f in findings] == [Severity.OK]

@@ -1,0 +1,74 @@
+"""proc.stray over real captures; the classification of live PIDs is tested in tests/procs/."""
+
+from dataclasses import replace
+
+from gpudoc.checks._common import CheckContext
+from gpudoc.checks.processes import check_stray
+from gpudoc.facts.model import ProcessInfo
+from gpudoc.findings import Severity
+from gpudoc.profiles.model import EMPTY
+from gpudoc.runs.store import RunRecord
+from tests.checks._real import A5000, DOCKER, H100_MIG_CSV, RTX3080, T4, only, sev, snap
+
+
+def test_snapshot_processes_are_info_grouped_per_gpu():
+    findings = check_stray(snap(A5000), EMPTY, CheckContext())
+    assert [f.severity for f in findings] == [Severity.INFO, Severity.INFO]
+    assert findings[0].title == "GPU 0: 1 process(es) of the snapshot's machine hold 21.9 GiB"
+    assert "ps -o user,pid,ppid,cmd -p 100477" in findings[0].remedy
+
+
+def test_container_memory_with_no_process_is_invisible():
+    findings = check_stray(snap(DOCKER), EMPTY, CheckContext())
+    f = only(findings, Severity.WARN)
+    assert f.title == "GPU 0: a PID not visible from this namespace holds 10.7 GiB"
+    assert "outside this container" in f.remedy
+    assert f.affects == ("gpu:0",)
+
+
+def test_desktop_processes_are_not_worth_a_warning():
+    findings = check_stray(snap(RTX3080, live=True), EMPTY, CheckContext())
+    # Xorg (550 MiB) and firefox (541 MiB) are PIDs this namespace cannot see: flagged; the
+    # small ones (gnome-shell 18 MiB, edge 79 MiB, code 159 MiB) are invisible too and still listed.
+    assert all(f.severity is Severity.WARN for f in findings)
+    assert {f.affects[1] for f in findings} == {"pid:835", "pid:4044", "pid:1481", "pid:2214", "pid:42416"}
+
+
+def test_another_users_job_is_never_killed_and_names_the_owner():
+    facts = snap(T4, live=True)
+    facts = replace(facts, processes=(
+        ProcessInfo(pid=5762, visible=True, user="alice", uid=1001, name="python", ppid=5000, create_time=1.0),
+        ProcessInfo(pid=675, visible=True, user="root", uid=0, name="Xorg", ppid=1, create_time=1.0),
+    ))
+    findings = check_stray(facts, EMPTY, CheckContext())
+    f = only(findings, Severity.WARN)  # Xorg's 22 MiB is ignored
+    assert f.title == "GPU 0: alice's process holds 1005.0 MiB"
+    assert f.remedy.startswith("ask alice to stop PID 5762") and "kill" not in f.remedy.split("(")[0]
+
+
+def test_leftover_of_a_gpudoc_run_points_at_clean():
+    facts = snap(T4, live=True)
+    facts = replace(facts, processes=(
+        ProcessInfo(pid=5762, visible=True, user="me", uid=1000, name="python", ppid=1, pgid=5700,
+                    create_time=1_700_000_100.0, orphaned=True),
+    ))
+    record = RunRecord(id="20240101-000000-abcdef", command=["torchrun"], cwd="/", status="failed",
+                       started_at="2023-11-14T22:13:00+0000", ended_at="2023-11-14T23:00:00+0000",
+                       process_group=5700, pids=[{"pid": 5762, "create_time": 1_700_000_100.0}])
+    findings = check_stray(facts, EMPTY, CheckContext(runs=[record]))
+    f = [x for x in findings if "pid:5762" in x.affects][0]
+    assert f.severity is Severity.WARN
+    assert f.title == "GPU 0: leftover of gpudoc run 20240101-000000-abcdef holds 1005.0 MiB"
+    assert f.remedy == "gpudoc clean --gpus 0"
+
+
+def test_zombie_remedy_signals_the_parent():
+    facts = replace(snap(T4, live=True), processes=(
+        ProcessInfo(pid=5762, visible=True, user="me", uid=1000, ppid=4242, status="zombie", zombie=True),))
+    f = [x for x in check_stray(facts, EMPTY, CheckContext()) if "pid:5762" in x.affects][0]
+    assert f.remedy.startswith("kill -TERM 4242")
+
+
+def test_source_without_processes_skips():
+    [f] = check_stray(snap(H100_MIG_CSV), EMPTY, CheckContext())
+    assert f.severity is Severity.SKIP and "--query-compute-apps" in f.remedy
