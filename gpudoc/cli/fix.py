@@ -6,6 +6,9 @@ from plumbum import cli
 
 from gpudoc.cli.base import Command
 
+# plumbum reads a lone "-" as a switch; argv can never hold a NUL, so this stands in for it.
+_STDIN = "\0-"
+
 
 class FixCommand(Command):
     """Diagnose the latest run (or RUN_IDs, or --log files, or - for stdin) and propose the next
@@ -23,14 +26,17 @@ gpudoc fix --log train.log -p gpudoc.toml --apply
     allow_semantic = cli.Flag(["--allow-semantic"], help="also propose rungs that change the experiment (shorter sequences, smaller LoRA rank, user rungs)")
     json = cli.Flag(["--json"], help="one JSON object: diagnosis and suggestions")
 
+    def _parse_args(self, argv):  # noqa: D401 - plumbum hook
+        return super()._parse_args([_STDIN if arg == "-" else arg for arg in argv])
+
     def main(self, *targets: str) -> int:
         from gpudoc.commands.fix import fix
         from gpudoc.output import default_console
 
         return fix(
             default_console(),
-            targets=targets,
-            logs=tuple(self.logs),
+            targets=tuple("-" if t == _STDIN else t for t in targets),
+            logs=tuple("-" if log == _STDIN else log for log in self.logs),
             profile_name=self.profile,
             apply=self.apply,
             rerun=self.rerun,

@@ -57,9 +57,11 @@ def fix(
     """Diagnose, propose, and with ``apply``/``rerun`` act. 0 with a suggestion, 1 without."""
     from gpudoc.runs.store import RunStore
 
-    store = store or RunStore()
     cwd = Path(cwd or Path.cwd())
-    sources = _sources(targets, logs, store, stdin or sys.stdin)
+    if store is None:
+        home = os.environ.get("GPUDOC_HOME")
+        store = RunStore(Path(home) if home else cwd / ".gpudoc")
+    sources = _sources(targets, logs, store, stdin or sys.stdin, cwd)
     diagnoses = [_diagnose(s, store) for s in sources]
     chosen_index, diag = _first_failure(sources, diagnoses, store)
     source = sources[chosen_index]
@@ -132,7 +134,7 @@ def fix(
 
 # -- sources ----------------------------------------------------------------------------------
 
-def _sources(targets: Sequence[str], logs: Sequence[str], store: Any, stdin: TextIO) -> list[Source]:
+def _sources(targets: Sequence[str], logs: Sequence[str], store: Any, stdin: TextIO, cwd: Path) -> list[Source]:
     sources: list[Source] = []
     for target in targets:
         if target == "-":
@@ -144,7 +146,7 @@ def _sources(targets: Sequence[str], logs: Sequence[str], store: Any, stdin: Tex
         if log == "-":
             sources.append(Source("<stdin>", text=stdin.read()))
             continue
-        path = Path(log)
+        path = cwd / log
         try:
             data = path.read_bytes()
         except OSError as exc:
