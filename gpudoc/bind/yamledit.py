@@ -201,7 +201,10 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "YAML")
     except ValueError:
         raise InputError(f"{name}: line {line_no + 1}: '{dotted}' is not a one-line value gpudoc can edit") from None
     old_token = line[col:end]
-    lines[line_no] = line[:col] + render_scalar(value, old_token) + line[end:]
+    new_token = render_scalar(value, old_token)
+    if not old_token and line[col - 1:col] == ":":
+        new_token = " " + new_token  # ``key:  # comment`` (null): keep ``key: value``
+    lines[line_no] = line[:col] + new_token + line[end:]
     return "".join(lines)
 
 
