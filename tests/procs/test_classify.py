@@ -1,0 +1,91 @@
+"""Classification of real processes: leftovers of a recorded gpudoc run, live jobs, other users."""
+
+import os
+
+import psutil
+import pytest
+
+from gpudoc.procs.classify import classify_gpu_processes
+from gpudoc.runs.store import RunStore
+from tests.procs._spawn import ONE_GIB, gpu_facts, record_run, spawn, stop
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = RunStore(tmp_path / ".gpudoc")
+    s.ensure()
+    return s
+
+
+def test_a_finished_runs_process_is_an_orphan_of_that_run(store):
+    proc = spawn("sleep", "300")
+    try:
+        record = record_run(store, [proc], pgid=proc.pid)
+        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}, store), store)
+        assert holder.kind == "orphan_of_run" and holder.run_id == record.id
+        assert holder.remedy() == "gpudoc clean --gpus 0"
+    finally:
+        stop(proc)
+
+
+def test_a_running_runs_process_is_a_live_job(store):
+    proc = spawn("sleep", "300")
+    try:
+        record = record_run(store, [proc], status="running", pgid=proc.pid)
+        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}, store), store)
+        assert holder.kind == "own_live_job" and holder.run_id == record.id
+    finally:
+        stop(proc)
+
+
+def test_a_recorded_pid_with_another_create_time_is_not_the_runs(store):
+    # PID reuse: the record names this PID, but the process there now started at another time,
+    # and its process group is not the run's.
+    proc = spawn("sleep", "300")
+    try:
+        real = psutil.Process(proc.pid).create_time()
+        record_run(store, [proc], pgid=None, create_times={proc.pid: real - 3600})
+        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}, store), store)
+        assert holder.kind == "own_live_job" and holder.run_id is None
+    finally:
+        stop(proc)
+
+
+def test_another_users_process_is_other_user():
+    if os.getuid() == 0:
+        proc = spawn("sleep", "300", user=65534)
+        pid, owner = proc.pid, 65534
+    else:
+        proc, pid, owner = None, 1, psutil.Process(1).uids().real
+    try:
+        [holder] = classify_gpu_processes(gpu_facts({pid: ONE_GIB}), None)
+        assert holder.kind == "other_user" and holder.uid == owner
+        assert holder.remedy().startswith(f"ask {holder.user} to stop PID {pid}")
+    finally:
+        if proc:
+            stop(proc)
+
+
+def test_a_vanished_pid_is_invisible():
+    proc = spawn("sleep", "300")
+    pid = proc.pid
+    stop(proc)
+    [holder] = classify_gpu_processes(gpu_facts({pid: ONE_GIB}), None)
+    assert holder.kind == "invisible"
+
+
+def test_a_zombie_is_a_zombie():
+    proc = spawn("sleep", "300")
+    try:
+        os.kill(proc.pid, 9)
+        psutil.Process(proc.pid)  # still there: not reaped yet
+        import time
+
+        deadline = time.monotonic() + 5
+        while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}), None)
+        assert holder.kind == "zombie"
+        assert holder.remedy() == f"kill -TERM {os.getpid()}  # the parent that has not reaped it"
+    finally:
+        stop(proc)
