@@ -1,0 +1,412 @@
+"""What the memory model needs, read from a profile's ``[model]``/``[train]``/``[launch]`` tables or
+from a Hugging Face ``config.json``.
+
+Everything here is plain data; ``terms`` and ``model`` do the arithmetic. Missing inputs raise
+``ProfileError`` naming the table and key, because a silently defaulted hidden size is how
+calculators end up 10x off.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from gpudoc.errors import ProfileError
+
+# Names users and frameworks give to the linear layers LoRA can target, mapped onto the roles the
+# model knows. "mlp" and "all-linear" expand to several roles.
+_TARGET_ALIASES = {
+    "q": ("q",), "q_proj": ("q",), "query": ("q",), "wq": ("q",),
+    "k": ("k",), "k_proj": ("k",), "key": ("k",), "wk": ("k",),
+    "v": ("v",), "v_proj": ("v",), "value": ("v",), "wv": ("v",),
+    "o": ("o",), "o_proj": ("o",), "output_proj": ("o",), "out_proj": ("o",), "dense": ("o",),
+    "projection": ("o",), "proj": ("o",), "wo": ("o",),
+    "qkv": ("q", "k", "v"), "c_attn": ("q", "k", "v"), "query_key_value": ("q", "k", "v"),
+    "gate": ("gate",), "gate_proj": ("gate",), "w1": ("gate",),
+    "up": ("up",), "up_proj": ("up",), "w3": ("up",), "fc1": ("up",), "c_fc": ("up",),
+    "down": ("down",), "down_proj": ("down",), "w2": ("down",), "fc2": ("down",), "c_proj": ("down",),
+    "mlp": ("gate", "up", "down"),
+    "output": ("head",), "lm_head": ("head",), "head": ("head",),
+    "all-linear": ("q", "k", "v", "o", "gate", "up", "down"),
+    "all_linear": ("q", "k", "v", "o", "gate", "up", "down"),
+}
+# PEFT's default for Llama-family models when no target_modules are given.
+DEFAULT_LORA_TARGETS = ("q", "v")
+
+_PRECISIONS = {"fp32", "fp16", "bf16", "bf16-true", "fp16-true"}
+_OPTIMIZERS = {"adamw", "adam", "adamw_8bit", "adafactor", "sgd", "lion"}
+_QUANT = {"none", "nf4", "int8", "int4"}
+_ATTENTION = {"sdpa", "flash", "eager"}
+_LOSSES = {"lm", "chunked", "classification"}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A transformer's shapes. ``params`` is the total parameter count (given or derived)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    params: float
+    tied_embeddings: bool = False
+    gated_mlp: bool = True
+    norm: str = "rmsnorm"  # rmsnorm | layernorm
+    arch: str = "decoder"
+    encoder_layers: int = 0
+    decoder_layers: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+@dataclass(frozen=True)
+class TrainSetup:
+    """The knobs that move memory, normalised."""
+
+    micro_batch_size: int = 1
+    seq_len: int = 0
+    gradient_accumulation_steps: int = 1
+    gradient_checkpointing: str = "none"  # none | full | selective
+    precision: str = "fp32"
+    zero_stage: int = 0
+    fsdp: bool = False
+    world_size: int = 1
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    optimizer: str = "adamw"
+    momentum: float = 0.9
+    lora_rank: int = 0
+    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    lora_dropout: float = 0.0
+    quantization: str = "none"
+    attention: str = "sdpa"
+    dropout: float = 0.0
+    loss: str = "lm"
+    loss_upcast: bool = True
+    optimizer_in_backward: bool = False
+    expandable_segments: bool = False
+    micro_batch_defaulted: bool = False
+
+    @property
+    def sharding_stage(self) -> int:
+        """ZeRO stage, with FSDP (FULL_SHARD) counted as stage 3."""
+        if self.world_size <= 1:
+            return 0
+        if self.fsdp and self.zero_stage == 0:
+            return 3
+        return self.zero_stage
+
+
+@dataclass(frozen=True)
+class Inputs:
+    shape: ModelShape
+    setup: TrainSetup
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def with_micro_batch(self, micro_batch_size: int) -> "Inputs":
+        return replace(self, setup=replace(self.setup, micro_batch_size=micro_batch_size))
+
+
+# --- Hugging Face config.json -------------------------------------------------------------------
+
+_HF_KEYS = {
+    "hidden": ("hidden_size", "n_embd", "d_model", "dim"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
+    "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"),
+    "ffn": ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "ffn_hidden_size"),
+    "vocab": ("vocab_size", "padded_vocab_size"),
+}
+
+
+def model_from_hf_config(config: Mapping[str, Any], source: str = "config.json") -> dict:
+    """Map a Hugging Face ``config.json`` onto ``[model]`` keys (only those it states)."""
+    if "text_config" in config and "hidden_size" not in config:
+        config = {**config, **config["text_config"]}  # multimodal wrappers keep the LM inside
+    out: dict[str, Any] = {}
+    for key, names in _HF_KEYS.items():
+        for name in names:
+            value = config.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[key] = int(value)
+                break
+    if "tie_word_embeddings" in config:
+        out["tied_embeddings"] = bool(config["tie_word_embeddings"])
+    elif config.get("model_type") in ("gpt2", "bert", "roberta", "gpt_neo", "opt", "bloom", "t5"):
+        out["tied_embeddings"] = config.get("model_type") != "t5" or bool(config.get("tie_word_embeddings", True))
+    if config.get("is_encoder_decoder"):
+        out["arch"] = "encoder-decoder"
+        out["encoder_layers"] = int(config.get("num_layers") or config.get("encoder_layers") or out.get("layers", 0))
+        out["decoder_layers"] = int(config.get("num_decoder_layers") or config.get("decoder_layers")
+                                    or out["encoder_layers"])
+    elif config.get("model_type") in ("bert", "roberta", "deberta", "deberta-v2", "electra", "xlm-roberta"):
+        out["arch"] = "encoder"
+    act = str(config.get("hidden_act") or config.get("activation_function") or config.get("feed_forward_proj") or "")
+    # Gated MLPs (SwiGLU/GeGLU) use three matrices; the config names the activation, and Llama-style
+    # families name "silu" with an intermediate_size that is not 4x hidden.
+    if "gated" in act or config.get("model_type") in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma",
+                                                       "gemma2", "phi3", "olmo", "olmo2", "cohere"):
+        out["_gated"] = True
+    elif act in ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "gelu_fast", "quick_gelu"):
+        out["_gated"] = False
+    for name in ("attention_probs_dropout_prob", "attn_pdrop", "attention_dropout", "dropout_rate",
+                 "hidden_dropout_prob", "resid_pdrop", "hidden_dropout"):
+        value = config.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            out["_dropout"] = float(value)
+            break
+    if "rms_norm_eps" in config:
+        out["_norm"] = "rmsnorm"
+    elif "layer_norm_eps" in config or "layer_norm_epsilon" in config:
+        out["_norm"] = "layernorm"
+    return out
+
+
+def _read_hf_config(profile: Any, name: str) -> dict:
+    path = Path(name).expanduser()
+    candidates = [path] if path.is_absolute() else [p.parent / path for p in (getattr(profile, "chain", ()) or ())]
+    if not path.is_absolute() and getattr(profile, "path", None) is not None:
+        candidates.insert(0, Path(profile.path).parent / path)
+    if not path.is_absolute():
+        candidates.append(Path.cwd() / path)
+    for candidate in candidates:
+        if candidate.is_file():
+            try:
+                return json.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ProfileError(f"[model] hf_config = \"{name}\": cannot read {candidate}: {exc}") from None
+    where = getattr(profile, "path", None)
+    raise ProfileError(
+        f"[model] hf_config = \"{name}\": file not found"
+        + (f" (looked beside {where})" if where else "")
+    )
+
+
+# --- parameter counts from shapes ----------------------------------------------------------------
+
+def layer_matrix_shapes(shape: ModelShape, *, cross_attention: bool = False) -> dict[str, tuple[int, int]]:
+    """(in_features, out_features) of each linear layer in one transformer block."""
+    h, kv_dim = shape.hidden, shape.kv_heads * shape.head_dim
+    mats = {"q": (h, h), "k": (h, kv_dim), "v": (h, kv_dim), "o": (h, h)}
+    if shape.gated_mlp:
+        mats.update({"gate": (h, shape.ffn), "up": (h, shape.ffn), "down": (shape.ffn, h)})
+    else:
+        mats.update({"up": (h, shape.ffn), "down": (shape.ffn, h)})
+    if cross_attention:
+        mats.update({"xq": (h, h), "xk": (h, h), "xv": (h, h), "xo": (h, h)})
+    return mats
+
+
+def layer_params(shape: ModelShape, *, cross_attention: bool = False) -> int:
+    """Weights of one block: its linear layers plus two norms (biases are noise at this scale)."""
+    mats = layer_matrix_shapes(shape, cross_attention=cross_attention)
+    return sum(i * o for i, o in mats.values()) + 2 * shape.hidden
+
+
+def n_blocks(shape: ModelShape) -> tuple[int, int]:
+    """(self-attention-only blocks, blocks with cross-attention)."""
+    if shape.arch == "encoder-decoder" and shape.decoder_layers:
+        return shape.encoder_layers or (shape.layers - shape.decoder_layers), shape.decoder_layers
+    return shape.layers, 0
+
+
+def block_params(shape: ModelShape) -> int:
+    plain, cross = n_blocks(shape)
+    return plain * layer_params(shape) + cross * layer_params(shape, cross_attention=True)
+
+
+def embedding_params(shape: ModelShape) -> int:
+    return shape.vocab * shape.hidden * (1 if shape.tied_embeddings else 2)
+
+
+def params_from_shapes(shape: ModelShape) -> int:
+    return block_params(shape) + embedding_params(shape) + shape.hidden
+
+
+# --- profile -> Inputs ---------------------------------------------------------------------------
+
+def _missing(table: str, key: str) -> ProfileError:
+    if table == "model":
+        return ProfileError(f"[model] {key} is missing: set it or hf_config = \"config.json\"")
+    return ProfileError(f"[{table}] {key} is missing: set it in the profile")
+
+
+def _positive_int(table: str, key: str, value: Any) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ProfileError(f"[{table}] {key} = {value!r}: expected a whole number") from None
+    if number < 0 or (number == 0 and key not in ("kv_heads", "lora_rank", "zero_stage")):
+        raise ProfileError(f"[{table}] {key} = {value!r}: expected a positive number")
+    return number
+
+
+def _choice(table: str, key: str, value: Any, allowed: set[str], default: str) -> str:
+    if value is None:
+        return default
+    text = str(value).strip().lower()
+    if text not in allowed:
+        raise ProfileError(f"[{table}] {key} = {value!r}: expected one of {', '.join(sorted(allowed))}")
+    return text
+
+
+def _gated_guess(model: Mapping[str, Any], shape_wo_gate: dict) -> tuple[bool, str]:
+    """Gated (3-matrix) or plain (2-matrix) MLP: pick the one whose parameter count matches
+    ``params`` when given; otherwise gated unless ffn == 4 * hidden (the GPT/BERT shape)."""
+    if "_gated" in model:
+        return bool(model["_gated"]), "config"
+    params = model.get("params")
+    if params:
+        best = None
+        for gated in (True, False):
+            for tied in ((model["tied_embeddings"],) if "tied_embeddings" in model else (True, False)):
+                trial = ModelShape(**{**shape_wo_gate, "gated_mlp": gated, "tied_embeddings": tied})
+                err = abs(params_from_shapes(trial) - float(params)) / float(params)
+                if best is None or err < best[0]:
+                    best = (err, gated)
+        return best[1], "params"
+    return shape_wo_gate["ffn"] != 4 * shape_wo_gate["hidden"], "ffn"
+
+
+def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
+    """The ``[model]`` table (merged over ``hf_config`` when given) as a ``ModelShape``."""
+    notes: list[str] = []
+    model: dict[str, Any] = {}
+    hf_name = profile.model.get("hf_config")
+    if hf_name:
+        model.update(model_from_hf_config(_read_hf_config(profile, str(hf_name))))
+    model.update({k: v for k, v in profile.model.items() if k != "hf_config"})
+    if not model.get("layers") and model.get("encoder_layers") and model.get("decoder_layers"):
+        model["layers"] = int(model["encoder_layers"]) + int(model["decoder_layers"])
+    for key in ("hidden", "layers", "heads", "vocab"):
+        if not model.get(key):
+            raise _missing("model", key)
+    hidden = _positive_int("model", "hidden", model["hidden"])
+    heads = _positive_int("model", "heads", model["heads"])
+    if hidden % heads:
+        raise ProfileError(f"[model] hidden = {hidden} is not a multiple of heads = {heads}")
+    kv_heads = _positive_int("model", "kv_heads", model.get("kv_heads") or heads) or heads
+    ffn = model.get("ffn")
+    if not ffn:
+        ffn = 4 * hidden
+        notes.append("[model] ffn not given: assumed 4 x hidden")
+    arch = _choice("model", "arch", model.get("arch"), {"decoder", "encoder", "encoder-decoder"}, "decoder")
+    base = {
+        "layers": _positive_int("model", "layers", model["layers"]),
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "ffn": _positive_int("model", "ffn", ffn),
+        "vocab": _positive_int("model", "vocab", model["vocab"]),
+        "params": 0.0,
+        "tied_embeddings": bool(model.get("tied_embeddings", False)),
+        "arch": arch,
+        "encoder_layers": int(model.get("encoder_layers") or 0),
+        "decoder_layers": int(model.get("decoder_layers") or 0),
+    }
+    if arch == "encoder-decoder" and not (base["encoder_layers"] and base["decoder_layers"]):
+        base["decoder_layers"] = base["layers"] // 2
+        base["encoder_layers"] = base["layers"] - base["decoder_layers"]
+    gated, _why = _gated_guess(model, base)
+    norm = model.get("_norm") or ("rmsnorm" if gated else "layernorm")
+    shape = ModelShape(**{**base, "gated_mlp": gated, "norm": norm})
+    if model.get("params"):
+        shape = replace(shape, params=float(model["params"]))
+        derived = params_from_shapes(shape)
+        if abs(derived - shape.params) > 0.15 * shape.params:
+            notes.append(
+                f"[model] params = {shape.params:.3g} but the shapes give {derived:.3g}: "
+                "the given count is used for weights, gradients and optimizer states"
+            )
+    else:
+        shape = replace(shape, params=float(params_from_shapes(shape)))
+    extras = {"dropout": model["_dropout"]} if "_dropout" in model else {}
+    return shape, notes, extras
+
+
+def _checkpointing(value: Any) -> str:
+    if value is None or value is False:
+        return "none"
+    if value is True:
+        return "full"
+    text = str(value).strip().lower()
+    if text in ("true", "full", "yes", "on", "1"):
+        return "full"
+    if text in ("false", "none", "no", "off", "0", ""):
+        return "none"
+    if text == "selective":
+        return "selective"
+    raise ProfileError(f"[train] gradient_checkpointing = {value!r}: expected true, false or \"selective\"")
+
+
+def _lora_targets(profile: Any) -> tuple[str, ...]:
+    raw = profile.model.get("lora_targets") or profile.train.get("lora_targets")
+    if not raw:
+        return DEFAULT_LORA_TARGETS
+    if isinstance(raw, str):
+        raw = [part.strip() for part in raw.split(",")]
+    roles: list[str] = []
+    for name in raw:
+        key = str(name).strip().lower()
+        if key not in _TARGET_ALIASES:
+            raise ProfileError(
+                f"[model] lora_targets: unknown layer {name!r} (use q, k, v, o, gate, up, down, mlp, "
+                "output or all-linear)"
+            )
+        for role in _TARGET_ALIASES[key]:
+            if role not in roles:
+                roles.append(role)
+    return tuple(roles)
+
+
+def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None = None) -> TrainSetup:
+    train = profile.train
+    extras = extras or {}
+    seq = train.get("max_seq_len")
+    if not seq:
+        raise _missing("train", "max_seq_len")
+    mbs = train.get("micro_batch_size")
+    defaulted = mbs is None
+    if defaulted:
+        notes.append("[train] micro_batch_size not set: estimated for 1")
+    precision = _choice("train", "precision", train.get("precision"), _PRECISIONS, "fp32")
+    env = {k: str(v) for k, v in (getattr(profile, "env", {}) or {}).items()}
+    alloc = env.get("PYTORCH_ALLOC_CONF", "") + "," + env.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    return TrainSetup(
+        micro_batch_size=_positive_int("train", "micro_batch_size", mbs if mbs is not None else 1),
+        seq_len=_positive_int("train", "max_seq_len", seq),
+        gradient_accumulation_steps=_positive_int(
+            "train", "gradient_accumulation_steps", train.get("gradient_accumulation_steps") or 1),
+        gradient_checkpointing=_checkpointing(train.get("gradient_checkpointing")),
+        precision=precision,
+        zero_stage=min(3, _positive_int("train", "zero_stage", train.get("zero_stage") or 0)),
+        fsdp=bool(train.get("fsdp", False)),
+        world_size=max(1, int(profile.world_size)),
+        offload_optimizer=bool(train.get("offload_optimizer", False)),
+        offload_params=bool(train.get("offload_params", False)),
+        optimizer=_choice("train", "optimizer", train.get("optimizer"), _OPTIMIZERS, "adamw"),
+        momentum=float(train.get("momentum", 0.9) or 0.0),
+        lora_rank=_positive_int("train", "lora_rank", train.get("lora_rank") or 0),
+        lora_targets=_lora_targets(profile),
+        lora_dropout=float(train.get("lora_dropout", 0.0) or 0.0),
+        quantization=_choice("train", "quantization", train.get("quantization"), _QUANT, "none"),
+        attention=_choice("train", "attention", train.get("attention"), _ATTENTION, "sdpa"),
+        dropout=float(train.get("dropout", extras.get("dropout", 0.0)) or 0.0),
+        loss=_choice("train", "loss", train.get("loss"), _LOSSES, "lm"),
+        loss_upcast=bool(train.get("loss_upcast", True)),
+        optimizer_in_backward=bool(train.get("optimizer_in_backward", False)),
+        expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
+        micro_batch_defaulted=defaulted,
+    )
+
+
+def inputs_from_profile(profile: Any) -> Inputs:
+    shape, notes, extras = model_shape(profile)
+    setup = train_setup(profile, notes, extras)
+    return Inputs(shape=shape, setup=setup, notes=tuple(notes))

@@ -1,0 +1,309 @@
+"""Compose the terms into per-GPU phases: forward/backward and the optimizer step.
+
+``peak_bytes`` predicts ``torch.cuda.max_memory_allocated()`` in steady state (after the first
+optimizer step, when the optimizer states exist). The CUDA context and the allocator's slack are
+reported beside it, never inside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpudoc.estimate import terms
+from gpudoc.estimate.inputs import (
+    Inputs,
+    ModelShape,
+    TrainSetup,
+    layer_matrix_shapes,
+    layer_params,
+    n_blocks,
+)
+
+BREAKDOWN_KEYS = ("weights", "gradients", "optimizer", "activations", "logits", "workspace")
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Bytes per GPU of each component in each phase; ``linear`` splits forward/backward into a part
+    that does not grow with the micro batch and one that does (for corrections from runs)."""
+
+    forward_backward: dict[str, float]
+    optimizer_step: dict[str, float]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def fb_total(self) -> float:
+        return sum(self.forward_backward.values())
+
+    @property
+    def step_total(self) -> float:
+        return sum(self.optimizer_step.values())
+
+    @property
+    def peak(self) -> float:
+        return max(self.fb_total, self.step_total)
+
+    @property
+    def peak_phase(self) -> str:
+        return "forward_backward" if self.fb_total >= self.step_total else "optimizer_step"
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        return self.forward_backward if self.peak_phase == "forward_backward" else self.optimizer_step
+
+
+def _sharded_engine(setup: TrainSetup) -> bool:
+    return setup.sharding_stage > 0 or setup.fsdp
+
+
+def _saving_roles(setup: TrainSetup) -> set[str]:
+    """Linear layers whose input autograd keeps: trainable weights (full fine-tune) or LoRA-targeted
+    ones; bitsandbytes' 4/8-bit matmul functions keep their input whenever any input needs grad."""
+    all_roles = {"q", "k", "v", "o", "gate", "up", "down", "head"}
+    if setup.lora_rank == 0 and setup.quantization == "none":
+        return all_roles
+    roles = set(setup.lora_targets) if setup.lora_rank else set()
+    if setup.quantization != "none":
+        roles |= all_roles - {"head"}
+    return roles
+
+
+def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: float, batch: int,
+                           cross_attention: bool = False) -> tuple[float, float, float]:
+    """Bytes one transformer block saves for backward: (total, attention-score part, matmul outputs
+    for op-level selective checkpointing). Per-term derivation in ``terms``; Korthikanti's
+    34sbh + 5as^2b is the special case fp16, GELU, ffn = 4h, dropout, eager, full fine-tune."""
+    h, f, s = shape.hidden, shape.ffn, setup.seq_len
+    e = 4.0 if setup.precision == "fp32" else 2.0
+    amp = terms.uses_autocast(setup.precision, _sharded_engine(setup))
+    residual = 4.0 if (amp or setup.precision == "fp32") else e
+    full_ft = setup.lora_rank == 0 and setup.quantization == "none"
+    roles = _saving_roles(setup)
+    score = 4.0 if (setup.precision == "fp32" or amp) else 2.0
+
+    norm = terms.norm_saved_bytes(tokens, h, norm=shape.norm, act_bytes=e, residual_bytes=residual,
+                                  weight_trainable=full_ft)
+    total = 0.0
+    scores = 0.0
+    blocks = 2 if cross_attention else 1
+    for _ in range(blocks):
+        total += norm
+        if roles & {"q", "k", "v"}:
+            total += tokens * h * e
+        sbh, s2 = terms.attention_saved_bytes(
+            tokens=tokens, batch=batch, seq=s, hidden=h, heads=shape.heads, kv_heads=shape.kv_heads,
+            act_bytes=e, attention=setup.attention, dropout=setup.dropout, score_bytes=score, amp_cast=amp)
+        total += sbh + s2
+        scores += s2
+        if "o" in roles and setup.attention == "eager":
+            # SDPA/flash return (b, s, heads, head_dim) memory, so the projection's input after
+            # transpose(1, 2).contiguous() is the attention output itself; eager needs a copy.
+            total += tokens * h * e
+        if setup.dropout > 0:
+            total += terms.dropout_mask_bytes(tokens, h)
+    total += norm
+    if roles & {"gate", "up"}:
+        total += tokens * h * e
+    total += terms.mlp_saved_bytes(tokens, h, f, gated=shape.gated_mlp, act_bytes=e,
+                                   down_input_saved="down" in roles)
+    if setup.dropout > 0:
+        total += terms.dropout_mask_bytes(tokens, h)
+    if setup.lora_rank:
+        mats = layer_matrix_shapes(shape)
+        for role in setup.lora_targets:
+            if role not in mats:
+                continue
+            fan_in = mats[role][0]
+            total += tokens * setup.lora_rank * e  # A's output, saved by B
+            if setup.lora_dropout > 0:
+                total += tokens * fan_in * (1 + e)  # each adapter's own dropout mask and output
+    kv = shape.kv_heads / shape.heads
+    mm_outputs = tokens * e * (h * (2 + 2 * kv) + (2 * f if shape.gated_mlp else f) + h)
+    return total, scores, mm_outputs
+
+
+def activation_bytes(shape: ModelShape, setup: TrainSetup) -> tuple[float, list[str]]:
+    """Saved activations of the whole model at the start of backward, with checkpointing applied."""
+    notes: list[str] = []
+    b, s = setup.micro_batch_size, setup.seq_len
+    tokens = float(b * s)
+    h = shape.hidden
+    e = 4.0 if setup.precision == "fp32" else 2.0
+    amp = terms.uses_autocast(setup.precision, _sharded_engine(setup))
+    plain, cross = n_blocks(shape)
+    layer, layer_scores, mm_out = layer_activation_bytes(shape, setup, tokens=tokens, batch=b)
+    xlayer = layer
+    if cross:
+        xlayer, _, _ = layer_activation_bytes(shape, setup, tokens=tokens, batch=b, cross_attention=True)
+    blocks = plain * layer + cross * xlayer
+    largest = max(layer, xlayer)
+
+    residual = 4.0 if (amp or setup.precision == "fp32") else e
+    full_ft = setup.lora_rank == 0 and setup.quantization == "none"
+    outside = terms.norm_saved_bytes(tokens, h, norm=shape.norm, act_bytes=e, residual_bytes=residual,
+                                     weight_trainable=full_ft)
+    if setup.dropout > 0:
+        outside += terms.dropout_mask_bytes(tokens, h)
+    if "head" in _saving_roles(setup) and setup.loss != "classification":
+        outside += tokens * h * e
+    if cross:
+        outside += tokens * h * e  # encoder output, read by every cross-attention
+
+    mode = setup.gradient_checkpointing
+    if mode == "full":
+        kept = terms.checkpointed_bytes(plain + cross, tokens, h, residual)
+        return kept + largest + outside, notes
+    if mode == "selective":
+        if setup.attention == "eager":
+            # Korthikanti sec. 4.3: recompute only the attention core, drop the a*s^2 terms.
+            per_layer = layer - layer_scores
+            return (plain + cross) * per_layer + layer_scores + outside, notes
+        # With SDPA there is no s^2 term to drop; op-level selective checkpointing (PyTorch
+        # ``create_selective_checkpoint_contexts``, torchtitan's "op" policy) keeps the layer input,
+        # the attention outputs and every other matmul output, and recomputes the rest.
+        per_layer = tokens * h * residual + tokens * h * e + tokens * shape.heads * 4.0 + mm_out / 2
+        notes.append("selective checkpointing with SDPA: modelled as op-level selective checkpointing "
+                     "(attention outputs and every other matmul output kept)")
+        return (plain + cross) * min(per_layer, layer) + largest + outside, notes
+    return blocks + outside, notes
+
+
+def per_sample_activation_bytes_for(inputs: Inputs) -> float:
+    """Activations + logits of one sequence (micro batch 1): the slope the ladder works with."""
+    one = inputs.with_micro_batch(1)
+    acts, _ = activation_bytes(one.shape, one.setup)
+    return acts + _logits(one.shape, one.setup)
+
+
+def _logits(shape: ModelShape, setup: TrainSetup) -> float:
+    tokens = float(setup.micro_batch_size * setup.seq_len)
+    e = 4.0 if setup.precision == "fp32" else 2.0
+    return terms.logits_bytes(tokens, shape.vocab, logits_dtype_bytes=e, loss=setup.loss,
+                              upcast=setup.loss_upcast)
+
+
+def compute_phases(inputs: Inputs) -> Phases:
+    shape, setup = inputs.shape, inputs.setup
+    notes: list[str] = []
+    engine = _sharded_engine(setup)
+    stage = setup.sharding_stage
+    world = setup.world_size
+    amp = terms.uses_autocast(setup.precision, engine)
+    true_half = setup.precision in terms.TRUE_HALF
+
+    plain, cross = n_blocks(shape)
+    mats = layer_matrix_shapes(shape)
+    block_linear = float(plain * sum(i * o for i, o in mats.values())
+                         + cross * sum(i * o for i, o in layer_matrix_shapes(shape, cross_attention=True).values()))
+    emb = float(shape.vocab * shape.hidden)
+    head = 0.0 if shape.tied_embeddings else emb
+    total = float(shape.params)
+    other = max(0.0, total - block_linear - emb - head)
+    block_linear = min(block_linear, total)
+
+    # --- what trains -------------------------------------------------------------------------
+    quantized = block_linear if setup.quantization != "none" else 0.0
+    if setup.lora_rank:
+        targeted = [mats[r] for r in setup.lora_targets if r in mats]
+        trainable = float(plain + cross) * terms.lora_params(targeted, setup.lora_rank)
+        if "head" in setup.lora_targets:
+            trainable += terms.lora_params([(shape.hidden, shape.vocab)], setup.lora_rank)
+        frozen = total
+    elif setup.quantization != "none":
+        notes.append(f"quantization = {setup.quantization} without LoRA: quantized weights cannot train; "
+                     "only the other parameters are counted as trainable")
+        trainable = total - quantized
+        frozen = quantized
+    else:
+        trainable = total
+        frozen = 0.0
+
+    pbytes = terms.param_bytes(setup.precision, engine)
+    if setup.lora_rank:
+        # Frozen bases are loaded in the compute dtype (fp32 only when training in fp32); adapters
+        # follow the parameter dtype (fp32 under autocast).
+        base_bytes = 4.0 if setup.precision == "fp32" else 2.0
+    else:
+        base_bytes = pbytes
+    weights = (quantized * terms.quantized_weight_bytes(setup.quantization, shape.hidden) if quantized else 0.0)
+    weights += (frozen - quantized) * base_bytes if setup.lora_rank or quantized else 0.0
+    weights += trainable * pbytes
+    grad_b = terms.gradient_bytes(setup.precision, engine)
+    grads = trainable * grad_b
+    state_dtype = 2.0 if true_half else 4.0
+    if setup.optimizer == "adafactor":
+        if setup.lora_rank:
+            per_layer = [(setup.lora_rank, m[0]) for r, m in mats.items() if r in setup.lora_targets]
+            per_layer += [(m[1], setup.lora_rank) for r, m in mats.items() if r in setup.lora_targets]
+            matrices = per_layer * (plain + cross)
+            vectors = 0.0
+        else:
+            matrices = list(mats.values()) * (plain + cross) + [(shape.vocab, shape.hidden)] * (1 if head == 0 else 2)
+            vectors = other
+        optimizer = terms.adafactor_state_bytes(matrices, vectors) * (state_dtype / 4.0)
+    else:
+        optimizer = trainable * terms.optimizer_state_bytes(setup.optimizer, state_dtype, momentum=setup.momentum)
+    master = trainable * terms.master_weight_bytes(setup.precision, engine)
+    largest_matrix = float(max([i * o for i, o in mats.values()] + [emb]))
+    step_temp = terms.optimizer_step_temp_bytes(setup.optimizer, trainable, state_dtype, largest_matrix)
+
+    # --- sharding and offload ----------------------------------------------------------------
+    workspace_fb = 0.0
+    workspace_step = 0.0
+    compute_bytes = 4.0 if setup.precision == "fp32" else 2.0
+    unit = max(float(layer_params(shape, cross_attention=bool(cross))), emb)
+    if stage >= 1:
+        optimizer = terms.zero_shard(optimizer, world)
+        master = terms.zero_shard(master, world)
+        step_temp = terms.zero_shard(step_temp, world)
+    if stage >= 2:
+        full_grads = grads
+        grads = terms.zero_shard(grads, world)
+        # Unsharded gradients of the units being reduced (FSDP) / the reduce bucket (DeepSpeed).
+        workspace_fb += min(full_grads, 2 * unit * grad_b)
+    if stage >= 3:
+        weights = terms.zero_shard(weights, world)
+        workspace_fb += terms.gathered_working_set_bytes(unit, compute_bytes)
+    elif world > 1 and stage == 0:
+        workspace_fb += terms.ddp_bucket_bytes(grads)
+        workspace_step += terms.ddp_bucket_bytes(grads)
+    if setup.offload_optimizer:
+        optimizer = master = step_temp = 0.0
+    if setup.offload_params:
+        if stage < 3:
+            notes.append("offload_params needs ZeRO-3/FSDP; counted as offloaded anyway")
+        weights = 0.0
+        if stage < 3:
+            workspace_fb += terms.gathered_working_set_bytes(unit, compute_bytes)
+    if setup.zero_stage and world <= 1:
+        notes.append("zero_stage > 0 with a world size of 1 shards nothing")
+
+    # --- activations and friends -------------------------------------------------------------
+    acts, act_notes = activation_bytes(shape, setup)
+    notes.extend(act_notes)
+    logits = _logits(shape, setup)
+    if amp:
+        matmul_weights = (block_linear + (head or emb)) if not setup.lora_rank else trainable
+        workspace_fb += terms.amp_cast_bytes(matmul_weights)
+    if setup.quantization != "none":
+        # One matrix is dequantized to the compute dtype at a time (bitsandbytes / torchao NF4).
+        workspace_fb += float(max(i * o for i, o in mats.values())) * compute_bytes
+
+    if setup.optimizer_in_backward:
+        # The optimizer runs per parameter inside backward and frees that gradient at once.
+        grads_fb = float(max(i * o for i, o in mats.values())) * grad_b
+        fb = {"weights": weights, "gradients": grads_fb, "optimizer": optimizer + master,
+              "activations": acts, "logits": logits, "workspace": workspace_fb}
+        step = {"weights": weights, "gradients": grads_fb, "optimizer": optimizer + master + step_temp,
+                "activations": 0.0, "logits": 0.0, "workspace": 0.0}
+        return Phases(fb, step, tuple(notes))
+
+    # With gradient accumulation the gradients of earlier micro batches stay through the next
+    # forward; with one micro batch, zero_grad(set_to_none=True) (the default since PyTorch 2.0)
+    # frees them and they come back as the activations are released.
+    grads_fb = grads if setup.gradient_accumulation_steps > 1 else 0.0
+    fb = {"weights": weights, "gradients": grads_fb, "optimizer": optimizer + master,
+          "activations": acts, "logits": logits, "workspace": workspace_fb}
+    step = {"weights": weights, "gradients": grads, "optimizer": optimizer + master + step_temp,
+            "activations": 0.0, "logits": 0.0, "workspace": workspace_step}
+    return Phases(fb, step, tuple(notes))

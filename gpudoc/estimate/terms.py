@@ -1,0 +1,280 @@
+"""The memory model's terms: small pure functions, each with the source it follows.
+
+Units: bytes, element counts and parameter counts as floats (a 405B model times 16 B overflows
+nothing in Python, but fractional bytes per parameter — NF4's 0.516 — need floats). Callers round.
+
+Sources cited below:
+- ZeRO: Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+  Models", arXiv:1910.02054 (sec. 3.1 model states, 2+2+12 = 16 B/param; sec. 5 stages 1-3).
+- Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+  arXiv:2205.05198 (sec. 4.1: sbh(34 + 5as/h) bytes per layer; sec. 4.3 selective recomputation).
+- QLoRA: Dettmers et al. 2023, arXiv:2305.14314 (sec. 3: NF4, double quantization).
+- LoRA: Hu et al. 2021, arXiv:2106.09685 (sec. 4.1: W + BA, B in R^{d x r}, A in R^{r x k}).
+- Adafactor: Shazeer & Stern 2018, arXiv:1804.04235 (sec. 3: factored second moments).
+- 8-bit optimizers: Dettmers et al. 2021, arXiv:2110.02861 (block-wise 8-bit states).
+- PyTorch AMP docs ("Automatic Mixed Precision package - torch.amp": ops that autocast to float32,
+  e.g. softmax, layer_norm; the weight-cast cache of ``torch.autocast(cache_enabled=True)``).
+- PyTorch DDP docs (``DistributedDataParallel(gradient_as_bucket_view=...)``: buckets hold a copy
+  of the gradients unless they are views).
+- PyTorch ``torch.optim.AdamW`` (``foreach`` implementation, the default on CUDA: ``_foreach_sqrt``
+  of the second moments allocates one state-sized temporary per step).
+- FlashAttention: Dao et al. 2022, arXiv:2205.14135 (no s x s matrix is stored; the backward
+  recomputes it from Q, K, V, the output and the softmax log-sum-exp).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+MIB = 1024**2
+
+# --- bytes per parameter ---------------------------------------------------------------------------
+
+HALF = ("fp16", "bf16")
+TRUE_HALF = ("bf16-true", "fp16-true")
+
+
+def uses_autocast(precision: str, sharded_engine: bool) -> bool:
+    """torch.autocast mixed precision: fp32 parameters, half-precision matmuls (PyTorch AMP docs).
+
+    Under DeepSpeed/FSDP mixed precision the engine keeps half-precision parameters instead
+    (ZeRO sec. 3.1), so autocast's casts do not apply.
+    """
+    return precision in HALF and not sharded_engine
+
+
+def param_bytes(precision: str, sharded_engine: bool) -> float:
+    """Bytes of one trainable parameter as stored on the GPU for compute.
+
+    fp32: 4. torch.autocast (fp16/bf16 mixed, no engine): the parameters ARE fp32 (4) and autocast
+    casts them per op; there is no separate master copy (PyTorch AMP docs). DeepSpeed ZeRO /
+    FSDP mixed precision: half-precision parameters (2) plus an fp32 master copy held by the
+    optimizer (ZeRO sec. 3.1). ``bf16-true``/``fp16-true``: half parameters, no master (2).
+    """
+    if precision == "fp32":
+        return 4.0
+    if precision in HALF:
+        return 2.0 if sharded_engine else 4.0
+    return 2.0
+
+
+def master_weight_bytes(precision: str, sharded_engine: bool) -> float:
+    """fp32 master copy per trainable parameter: 4 B under engine mixed precision (ZeRO's
+    "fp32 parameters" in K = 12), 0 under torch.autocast (the parameters are already fp32) and
+    under pure half or fp32 training."""
+    return 4.0 if precision in HALF and sharded_engine else 0.0
+
+
+def gradient_bytes(precision: str, sharded_engine: bool) -> float:
+    """A gradient has its parameter's dtype (PyTorch autograd accumulates into ``param.grad`` of
+    the same dtype); under ZeRO mixed precision the gradients are fp16/bf16 (ZeRO sec. 3.1: 2 B)."""
+    return param_bytes(precision, sharded_engine)
+
+
+def quantized_weight_bytes(quantization: str, in_features: int = 4096) -> float:
+    """Bytes per frozen quantized weight.
+
+    NF4/4-bit: 0.5 B for the 4-bit code plus quantization constants; QLoRA (sec. 3, "Double
+    Quantization") puts the constants at 32/64 = 0.5 bit/param with block size 64, and 8/64 +
+    32/(64*256) = 0.127 bit/param with double quantization (the common setting): 0.5 + 0.127/8.
+    int8 (LLM.int8(), Dettmers et al. 2022, arXiv:2208.07339): 1 B plus one fp32 scale per row.
+    """
+    if quantization in ("nf4", "int4"):
+        return 0.5 + 0.127 / 8
+    if quantization == "int8":
+        return 1.0 + 4.0 / max(1, in_features)
+    raise ValueError(f"not a quantization: {quantization}")
+
+
+def optimizer_state_bytes(optimizer: str, state_dtype_bytes: float, *, momentum: float = 0.9) -> float:
+    """Optimizer state per trainable parameter (not counting an fp32 master copy).
+
+    AdamW/Adam: two moments (exp_avg, exp_avg_sq) in the state dtype — 8 B in fp32 (ZeRO sec. 3.1),
+    4 B when torch keeps them in the bf16 parameter dtype. 8-bit AdamW: two 1-byte block-wise
+    quantized states (arXiv:2110.02861), 2 B plus one fp32 absmax per 2048-element block. Lion:
+    one moment. SGD: one momentum buffer, none with momentum = 0. Adafactor is shape-dependent:
+    see ``adafactor_state_bytes``.
+    """
+    if optimizer in ("adamw", "adam"):
+        return 2 * state_dtype_bytes
+    if optimizer == "adamw_8bit":
+        return 2.0 + 2 * 4.0 / 2048
+    if optimizer == "lion":
+        return state_dtype_bytes
+    if optimizer == "sgd":
+        return state_dtype_bytes if momentum else 0.0
+    raise ValueError(f"per-parameter state of {optimizer} depends on shapes")
+
+
+def adafactor_state_bytes(matrices: Iterable[tuple[int, int]], vectors: float = 0) -> float:
+    """Adafactor without first moment (HF/T5 default ``beta1=None``): a row and a column
+    second-moment accumulator per weight matrix, 4 B each -> 4 * (rows + cols); full second moment
+    for vectors (Shazeer & Stern 2018, sec. 3 and Alg. 4)."""
+    return sum(4.0 * (rows + cols) for rows, cols in matrices) + 4.0 * vectors
+
+
+def optimizer_step_temp_bytes(optimizer: str, trainable_params: float, state_dtype_bytes: float,
+                              largest_matrix: float = 0.0) -> float:
+    """Temporaries of one optimizer step, on top of parameters, gradients and states.
+
+    torch AdamW/Adam (``foreach``, the CUDA default): ``_foreach_sqrt(exp_avg_sqs)`` materialises
+    one state-sized tensor list for all parameters at once -> 1 x state bytes per parameter.
+    Lion (foreach): one update-sized temporary. Adafactor (HF): the update ``grad**2 + eps`` for one
+    parameter at a time, fp32 -> 2 x the largest matrix x 4 B. SGD and 8-bit AdamW update in place.
+    """
+    if optimizer in ("adamw", "adam", "lion"):
+        return trainable_params * state_dtype_bytes
+    if optimizer == "adafactor":
+        return 2 * 4.0 * largest_matrix
+    return 0.0
+
+
+def lora_params(matrices: Iterable[tuple[int, int]], rank: int) -> int:
+    """Trainable LoRA parameters: A (r x in) + B (out x r) per targeted matrix = r * (in + out)
+    (Hu et al. 2021, sec. 4.1). Llama-2-7B, r=8 on q and v: 32 * 2 * 8 * (4096 + 4096) = 4,194,304."""
+    return sum(rank * (i + o) for i, o in matrices)
+
+
+def amp_cast_bytes(matmul_params: float) -> float:
+    """torch.autocast keeps a half-precision copy of every fp32 weight used by a matmul: cached for
+    the autocast region (leaf weights that require grad) and saved for the backward pass
+    (PyTorch AMP docs, ``cache_enabled``). 2 B per matmul weight during forward/backward."""
+    return 2.0 * matmul_params
+
+
+def zero_shard(total_bytes: float, world_size: int) -> float:
+    """ZeRO partitions a model state evenly over the data-parallel ranks (ZeRO sec. 5):
+    stage 1 the optimizer states, stage 2 also the gradients, stage 3 also the parameters.
+    FSDP FULL_SHARD is stage 3 (PyTorch FSDP docs)."""
+    return total_bytes / max(1, world_size)
+
+
+def gathered_working_set_bytes(largest_unit_params: float, compute_bytes: float, prefetch: int = 2) -> float:
+    """ZeRO-3/FSDP all-gather the parameters of the unit being computed (one transformer block, or
+    the embedding/LM head) and prefetch the next: ~``prefetch`` unsharded units in the compute
+    dtype (FSDP docs: ``forward_prefetch``/``backward_prefetch``; DeepSpeed's
+    ``stage3_max_live_parameters``)."""
+    return prefetch * largest_unit_params * compute_bytes
+
+
+def ddp_bucket_bytes(gradient_bytes_total: float) -> float:
+    """DDP's reducer copies gradients into communication buckets that together hold every
+    gradient (PyTorch DDP docs: ``gradient_as_bucket_view=True`` saves "the total gradients
+    size"); the default keeps the copy."""
+    return gradient_bytes_total
+
+
+# --- activations ------------------------------------------------------------------------------------
+
+def korthikanti_layer_bytes(s: int, b: int, h: int, a: int) -> float:
+    """Closed form of Korthikanti et al. 2022, eq. (1): sbh(34 + 5as/h) bytes per transformer
+    layer, fp16 activations, GELU MLP with ffn = 4h, dropout, no recomputation, eager attention."""
+    return s * b * h * (34 + 5 * a * s / h)
+
+
+def norm_saved_bytes(tokens: float, hidden: int, *, norm: str, act_bytes: float, residual_bytes: float,
+                     weight_trainable: bool) -> float:
+    """What one normalisation layer keeps for backward.
+
+    LayerNorm (fused ATen kernel) saves its input — the residual stream, fp32 under autocast since
+    ``layer_norm`` autocasts to fp32 and the residual add promotes — plus per-token mean/rstd.
+    RMSNorm as written in HF/torchtune/LitGPT upcasts to fp32 first, so its saved input is an fp32
+    copy (4 B), and the weight multiply also saves the normalised half tensor when the weight
+    trains.
+    """
+    stats = tokens * 8.0
+    if norm == "layernorm":
+        return tokens * hidden * residual_bytes + stats
+    saved = tokens * hidden * 4.0 + tokens * 4.0
+    if weight_trainable:
+        saved += tokens * hidden * act_bytes
+    return saved
+
+
+def attention_saved_bytes(*, tokens: float, batch: int, seq: int, hidden: int, heads: int, kv_heads: int,
+                          act_bytes: float, attention: str, dropout: float, score_bytes: float,
+                          amp_cast: bool) -> tuple[float, float]:
+    """Tensors saved by the attention core: (sbh terms, a*s^2 terms), bytes.
+
+    Eager (Korthikanti sec. 4.1): Q and K for QK^T (HF ``repeat_kv`` materialises K/V at full width),
+    the softmax output, the dropout mask (1 B) and dropout output, and V: 11sbh + 5as^2b in fp16.
+    The softmax is fp32 under autocast (PyTorch AMP op list) and its input is cast back to half for
+    the PV matmul (an extra 2 B copy). SDPA/FlashAttention (Dao et al. 2022) stores no s x s matrix:
+    Q, K, V at their own widths (GQA shrinks K/V by kv_heads/heads), the output and the fp32
+    log-sum-exp per row.
+    """
+    kv_frac = kv_heads / heads
+    if attention == "eager":
+        sbh = tokens * hidden * act_bytes * 3  # Q, K and V (K/V repeated to all heads)
+        per_score = score_bytes + (1 + score_bytes if dropout > 0 else 0.0) + (2.0 if amp_cast else 0.0)
+        return sbh, batch * heads * float(seq) * seq * per_score
+    sbh = tokens * hidden * act_bytes * (2 + 2 * kv_frac) + tokens * heads * 4.0
+    return sbh, 0.0
+
+
+def mlp_saved_bytes(tokens: float, hidden: int, ffn: int, *, gated: bool, act_bytes: float,
+                    down_input_saved: bool) -> float:
+    """The MLP's saved tensors beyond its input (counted with the linear inputs).
+
+    GELU MLP (Korthikanti sec. 4.1): the activation's input (its backward needs it) and, for the
+    second linear's weight gradient, its output: 2 x s*b*ffn. SwiGLU (``down(silu(gate(x)) *
+    up(x))``): SiLU's input, and both factors of the product, plus the product for ``down``'s
+    weight gradient: 4 x s*b*ffn. A frozen ``down`` (LoRA) does not keep its input: autograd
+    saves a matmul operand only for the gradient that is needed.
+    """
+    per = tokens * ffn * act_bytes
+    if gated:
+        return per * (3 + (1 if down_input_saved else 0))
+    return per * (1 + (1 if down_input_saved else 0))
+
+
+def dropout_mask_bytes(tokens: float, width: int) -> float:
+    """A dropout mask is 1 byte per element (Korthikanti sec. 4.1)."""
+    return tokens * width * 1.0
+
+
+def checkpointed_bytes(layers: int, tokens: float, hidden: int, input_bytes: float) -> float:
+    """Full activation checkpointing keeps only each layer's input, 2sbh per layer in fp16
+    (Korthikanti sec. 4.2, "full activation recomputation"); the residual stream is fp32 under
+    autocast. One layer's full activations come back during its recomputation (added by the
+    caller)."""
+    return layers * tokens * hidden * input_bytes
+
+
+def logits_bytes(tokens: float, vocab: int, *, logits_dtype_bytes: float, loss: str, upcast: bool,
+                 chunks: int = 8) -> float:
+    """The LM head output and the cross-entropy working set at its peak.
+
+    Hugging Face causal-LM loss (``ForCausalLMLoss``), torchtune and torchtitan upcast the logits to
+    fp32 before ``F.cross_entropy``: the logits in the compute dtype (held by the model output) plus
+    three fp32 b*s*V buffers at the loss's peak (the upcast copy / log-softmax output, its gradient,
+    the gradient of the input). fp32 training: 4 fp32 buffers (16 B per token per vocab entry). No
+    upcast: four buffers in the logits dtype. Chunked loss (torchtune ``CEWithChunkedOutputLoss``):
+    the fp32 buffers exist for one chunk at a time. Classification heads: nothing vocabulary-sized.
+    """
+    if loss == "classification":
+        return 0.0
+    n = tokens * vocab
+    if logits_dtype_bytes >= 4:
+        return n * 16.0 if loss != "chunked" else n * (4.0 + 12.0 / chunks)
+    if loss == "chunked":
+        return n * (logits_dtype_bytes + 12.0 / chunks)
+    if upcast:
+        return n * (logits_dtype_bytes + 12.0)
+    return n * logits_dtype_bytes * 4
+
+
+# --- outside max_memory_allocated ---------------------------------------------------------------------
+
+def cuda_context_bytes() -> int:
+    """The CUDA context and loaded kernels: ~300-500 MiB with lazy module loading (CUDA >= 11.7,
+    ``CUDA_MODULE_LOADING=LAZY``, PyTorch CUDA semantics docs); 1-1.5 GiB on older stacks. Counted
+    by nvidia-smi, never by ``torch.cuda.max_memory_allocated``."""
+    return 500 * MIB
+
+
+def allocator_slack_bytes(peak_allocated: float, *, expandable_segments: bool) -> float:
+    """Memory the caching allocator reserves beyond what tensors use: block rounding and
+    fragmentation (PyTorch CUDA semantics, "Memory management"). Typically ~10% of the peak;
+    ``expandable_segments:True`` lets segments grow in place and cuts it to a few percent."""
+    return peak_allocated * (0.04 if expandable_segments else 0.10)
