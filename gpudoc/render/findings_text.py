@@ -26,10 +26,9 @@ def line_width() -> int:
 
 
 def dot_line(title: str, marker: str, width: int, console: Console, styles: tuple[str, ...]) -> str:
-    """``  title ........ ok``: the marker column lines up, a long title still gets three dots."""
+    """``  title ........ ok``: the marker column lines up; a long title is never cut (it carries the
+    numbers), it only pushes its marker past the column."""
     room = width - 2 - 1 - MARKER_WIDTH - 1
-    if len(title) > room - 3:
-        title = title[: max(room - 4, 10)] + "…"
     dots = "." * max(room - len(title), 3)
     return f"  {title} {console.style(dots, 'dim')} {console.style(marker.rjust(MARKER_WIDTH), *styles)}"
 

@@ -1,0 +1,146 @@
+"""`gpudoc check` through the real CLI (fresh interpreter), on the real nvidia-smi captures."""
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import NVIDIA_SMI, REPO, gpudoc_cli
+
+A5000 = str(NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__dual_a5000-v13.xml")
+T4 = str(NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__tesla-t4.xml")
+H100_GPU = str(NVIDIA_SMI / "nvidia_gpu_exporter__internal__captures__linux-x86_64__nvidia-h100-mig__590.48.01__load__query-gpu.csv")
+H100_APPS = str(NVIDIA_SMI / "nvidia_gpu_exporter__internal__captures__linux-x86_64__nvidia-h100-mig__590.48.01__load__query-compute-apps.csv")
+CLEAN_ENV = {"TOKENIZERS_PARALLELISM": "false", "PYTORCH_ALLOC_CONF": "expandable_segments:True",
+             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "CUDA_VISIBLE_DEVICES": "0,1"}
+
+ENVELOPE_KEYS = ["schema_version", "gpudoc_version", "command", "status", "exit_code", "facts", "findings", "summary"]
+GPU_KEYS = {"index", "name", "uuid", "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "mig", "processes"}
+
+
+def test_json_envelope_contract():
+    result = gpudoc_cli("check", "--snapshot", A5000, "--json", env=CLEAN_ENV)
+    doc = json.loads(result.stdout)
+    assert list(doc)[:8] == ENVELOPE_KEYS
+    assert doc["schema_version"] == 1 and doc["command"] == "check"
+    assert doc["status"] == "warn" and doc["exit_code"] == 0 == result.returncode
+    gpu = doc["facts"]["gpus"][0]
+    assert GPU_KEYS <= set(gpu)
+    assert gpu["memory_total_bytes"] == 25757220864
+    assert set(gpu["processes"][0]) >= {"pid", "used_memory_bytes", "name"}
+    assert doc["facts"]["driver_version"] == "590.44.01" and doc["facts"]["cuda_driver_version"] == "13.1"
+    for f in doc["findings"]:
+        assert list(f) == ["id", "severity", "title", "detail", "remedy", "affects"]
+    assert set(doc["summary"]) == {"ok", "info", "skip", "warn", "fail", "error"}
+    assert sum(doc["summary"].values()) == len(doc["findings"])
+
+
+def test_json_output_reads_back_as_a_snapshot(tmp_path):
+    first = gpudoc_cli("check", "--snapshot", A5000, "--json")
+    saved = tmp_path / "facts.json"
+    saved.write_text(first.stdout)
+    second = json.loads(gpudoc_cli("check", "--snapshot", str(saved), "--json").stdout)
+    assert second["facts"]["gpus"] == json.loads(first.stdout)["facts"]["gpus"]
+
+
+def test_text_output_groups_markers_and_verdict():
+    result = gpudoc_cli("check", "--snapshot", A5000, env=CLEAN_ENV)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    for heading in ("Driver", "GPUs", "Processes", "Environment", "Host"):
+        assert f"\n{heading}\n" in f"\n{out}"
+    assert "driver 590.44.01, CUDA 13.1, 2 GPUs ..." in out
+    assert out.rstrip().splitlines()[-1].startswith("READY, with warnings:")
+    assert "\x1b[" not in out  # not a terminal (and NO_COLOR): no colour
+
+
+def test_fail_exits_1_and_strict_makes_warnings_fail():
+    profile = "gpudoc.toml"
+    fail = gpudoc_cli("check", "--snapshot", A5000, "--only", "gpu.free-memory", env={"GPUDOC_PROFILE": ""},
+                      input=None)
+    assert fail.returncode == 0  # warnings only
+    assert gpudoc_cli("check", "--snapshot", A5000, "--only", "gpu.free-memory", "--strict").returncode == 1
+
+
+def test_profile_need_fails(tmp_path):
+    (tmp_path / "gpudoc.toml").write_text('[gpu]\ncount = 2\nmin_free_gib = 4\n')
+    result = gpudoc_cli("check", "--snapshot", A5000, "--only", "gpu", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "GPU 0: 1.6 GiB free, the job needs 4.0 GiB (gpu.min_free_gib in gpudoc.toml)" in result.stdout
+    assert result.stdout.rstrip().splitlines()[-1].startswith("NOT READY")
+
+
+def test_only_skip_and_list_checks():
+    listed = gpudoc_cli("check", "--list-checks")
+    assert listed.returncode == 0
+    ids = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert ids[0] == "driver.nvml" and "proc.stray" in ids and len(ids) == 18
+    only = json.loads(gpudoc_cli("check", "--snapshot", T4, "--only", "gpu.ecc,host", "--json").stdout)
+    assert {f["id"] for f in only["findings"]} == {"gpu.ecc", "host.shm", "host.ram-offload", "host.disk"}
+    skipped = json.loads(gpudoc_cli("check", "--snapshot", T4, "--skip", "env", "--json").stdout)
+    assert not [f for f in skipped["findings"] if f["id"].startswith("env.")]
+
+
+def test_unknown_check_id_is_a_usage_error():
+    result = gpudoc_cli("check", "--only", "gpu.free-mem")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("gpudoc: --only: unknown check 'gpu.free-mem' (did you mean 'gpu.free-memory'?); "
+                                     "`gpudoc check --list-checks` lists them")
+
+
+def test_gpus_switch_and_bad_index():
+    result = json.loads(gpudoc_cli("check", "--snapshot", A5000, "--gpus", "1", "--only", "gpu.free-memory",
+                                   "--json").stdout)
+    assert [f["affects"] for f in result["findings"]] == [["gpu:1"]]
+    bad = gpudoc_cli("check", "--snapshot", A5000, "--gpus", "7")
+    assert bad.returncode == 2 and "no GPU 7 here (GPUs: 0, 1)" in bad.stderr
+
+
+def test_two_snapshot_files_combine_gpus_and_processes():
+    doc = json.loads(gpudoc_cli("check", "--snapshot", H100_GPU, "--snapshot", H100_APPS, "--only", "proc", "--json").stdout)
+    [f] = doc["findings"]
+    assert f["title"] == "GPU 0: 3 process(es) of the snapshot's machine hold 10.8 GiB"
+
+
+def test_missing_driver_is_a_fail_not_a_crash():
+    result = gpudoc_cli("check", "--json")  # this test machine has no NVIDIA driver
+    doc = json.loads(result.stdout)
+    nvml = [f for f in doc["findings"] if f["id"] == "driver.nvml"][0]
+    if doc["facts"]["nvml_error"]:
+        assert nvml["severity"] == "fail" and result.returncode == 1
+        assert all(f["severity"] == "skip" for f in doc["findings"] if f["id"].startswith(("gpu.", "proc.")))
+    else:  # a machine with a GPU
+        assert nvml["severity"] == "ok"
+
+
+def test_bad_snapshot_and_bad_profile_are_exit_2(tmp_path):
+    junk = tmp_path / "junk.txt"
+    junk.write_text("hello\n")
+    result = gpudoc_cli("check", "--snapshot", str(junk))
+    assert result.returncode == 2 and "junk.txt" in result.stderr and "Traceback" not in result.stderr
+    result = gpudoc_cli("check", "-p", "no-such-profile")
+    assert result.returncode == 2 and "unknown profile 'no-such-profile'" in result.stderr
+
+
+def _modules_after(args: list[str]) -> set[str]:
+    code = (
+        "import sys, runpy\n"
+        f"sys.argv = ['gpudoc', *{args!r}]\n"
+        "try:\n    runpy.run_module('gpudoc', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "sys.stderr.write('\\nMODULES ' + ' '.join(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "NO_COLOR": "1"}, timeout=60)
+    return set(done.stderr.rsplit("MODULES ", 1)[1].split())
+
+
+def test_check_and_help_never_import_torch():
+    for args in (["check"], ["check", "--snapshot", A5000], ["--help"], ["check", "--list-checks"]):
+        modules = _modules_after(args)
+        assert "gpudoc.checks" in modules or args == ["--help"]
+        assert not {m for m in modules if m == "torch" or m.startswith("torch.")}, args
+
+
+def test_help_does_not_import_the_checks():
+    modules = _modules_after(["--help"])
+    assert not {"gpudoc.checks", "psutil", "pynvml"} & modules
