@@ -52,6 +52,12 @@ class RunRecord:
     process_group: int | None = None
     pids: list[dict] = field(default_factory=list)  # {"pid", "create_time"} of the job's processes
     user: str | None = None
+    # The launcher's account of the run (beyond the SPEC's keys):
+    argv: list[str] = field(default_factory=list)  # what was launched: command after bindings
+    ended_by: str | None = None  # set when gpudoc ended the job itself, e.g. "gpu_oom" (fail-fast)
+    terminal_lost: bool = False  # the terminal went away mid-run (the log is still complete)
+    log_error: str | None = None  # why output.log is incomplete, when it is
+    survivors: list[int] = field(default_factory=list)  # PIDs that outlived even SIGKILL
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,0 +1,634 @@
+"""`gpudoc run`: gate, clean, apply the profile, launch, watch, record, summarise (and retry).
+
+The launcher itself lives in ``gpudoc.launch``; this module wires it to profiles, checks, bindings,
+diagnosis, the ladder and the run records, and owns the exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from gpudoc.errors import ExitStatus, GpudocError, LaunchError
+from gpudoc.output import Console
+
+# The diagnosis reads the end of the log: a failure is near the end, and a 12-hour log can be huge.
+TAIL_BYTES = 2 * 1024 * 1024
+DEFAULT_OOM_GRACE_S = 5.0
+DEFAULT_SAMPLE_INTERVAL_S = 1.0
+DEFAULT_TERM_GRACE_S = 10.0
+_KEEP_EVENT_LINES = 20
+
+
+@dataclass
+class RunOptions:
+    command: list[str]
+    profile: str | None = None
+    no_check: bool = False
+    force: bool = False
+    clean: bool = False
+    yes: bool = False
+    retry_oom: int = 0
+    allow_semantic: bool = False
+    tmux: str | None = None
+    dry_run: bool = False
+    json: bool = False
+
+
+def run(options: RunOptions, *, console: Console | None = None, environ: Mapping[str, str] | None = None,
+        cwd: Path | None = None, nvml_backend: Any = None) -> int:
+    """The whole of `gpudoc run`; returns the exit status (the job's, or 125/126/127/130)."""
+    console = console or Console()
+    environ = dict(os.environ if environ is None else environ)
+    cwd = Path(cwd or Path.cwd())
+    if not options.command:
+        raise LaunchError("nothing to run: gpudoc run [SWITCHES] -- COMMAND [ARGS...]")
+    if options.tmux:
+        return start_in_tmux(options, console=console, environ=environ, cwd=cwd)
+    if options.retry_oom < 0:
+        raise LaunchError("--retry-oom: expected a number of retries >= 0")
+
+    profile = _refusing(lambda: _load_profile(options.profile, cwd))
+    store = _store(cwd, environ)
+    parent: str | None = None
+    attempt = 0
+    while True:
+        status, record = launch_once(options, profile, console=console, environ=environ, cwd=cwd,
+                                     store=store, parent=parent, nvml_backend=nvml_backend)
+        if record is None or options.dry_run:
+            return status
+        if record.cause != "gpu_oom" or attempt >= options.retry_oom:
+            return status
+        attempt += 1
+        new_profile, rung = _next_attempt(record, profile, options, store, cwd)
+        if new_profile is None:
+            console.error("gpudoc: --retry-oom: no rung of the ladder is left to try "
+                          f"(see `gpudoc fix {record.id}`)")
+            return status
+        console.error(f"gpudoc: --retry-oom {attempt}/{options.retry_oom}: {_describe_rung(rung)}; "
+                      "relaunching")
+        profile, parent = new_profile, record.id
+
+
+def _refusing(func):
+    """Anything that stops `run` before launch exits 125, so it cannot be mistaken for the job's."""
+    try:
+        return func()
+    except LaunchError:
+        raise
+    except GpudocError as exc:
+        raise LaunchError(str(exc).removeprefix("gpudoc: ")) from None
+
+
+def _load_profile(name: str | None, cwd: Path):
+    from gpudoc.profiles import load_profile
+
+    return load_profile(name, cwd)
+
+
+def _store(cwd: Path, environ: Mapping[str, str]):
+    from gpudoc.runs.store import RunStore
+
+    home = environ.get("GPUDOC_HOME")
+    return RunStore(Path(home) if home else cwd / ".gpudoc")
+
+
+# -- resolving the command ---------------------------------------------------------------------
+
+def resolve_command(profile, command: Sequence[str], *, cwd: Path, environ: Mapping[str, str]):
+    """Profile + bindings -> the ResolvedCommand (pure apart from reading the job's config files)."""
+    from gpudoc.launch.command import ALLOC_NAMES, resolve
+    from gpudoc.launch.interpreter import target_python
+
+    plan = None
+    try:
+        from gpudoc.bind import plan_bindings
+    except ImportError:
+        plan_bindings = None
+    if plan_bindings is not None:
+        plan = plan_bindings(profile, list(command), cwd=cwd)
+    python = target_python(command, environ)
+    alloc = None
+    wanted = dict(profile.env or {})
+    if plan is not None:
+        wanted.update(plan.env)
+    if any(name in wanted for name in ALLOC_NAMES):
+        alloc = _alloc_env_name(python)
+    return resolve(profile, command, alloc_name=alloc, plan=plan), python
+
+
+def _alloc_env_name(python: str | None) -> str | None:
+    try:
+        from gpudoc.facts.torch_probe import alloc_env_name
+    except ImportError:
+        return None
+    return alloc_env_name(python)
+
+
+# -- one attempt -------------------------------------------------------------------------------
+
+def launch_once(options: RunOptions, profile, *, console: Console, environ: dict, cwd: Path, store,
+                parent: str | None, nvml_backend: Any = None):
+    """Gate, clean, bind, launch and record one attempt. Returns (status, record or None)."""
+    resolved, python = _refusing(lambda: resolve_command(profile, options.command, cwd=cwd, environ=environ))
+    if options.dry_run:
+        _print_dry_run(resolved, console, as_json=options.json)
+        return 0, None
+    child_env = resolved.child_env(environ)
+    facts = None
+    if not options.no_check:
+        facts = _refusing(lambda: _gate(profile, python, child_env, store, console, force=options.force,
+                                        nvml_backend=nvml_backend))
+    if options.clean or bool(profile.run.get("clean", False)):
+        _refusing(lambda: _clean(facts, store, child_env, yes=options.yes, console=console,
+                                 nvml_backend=nvml_backend))
+    _check_executable(resolved.argv, child_env, cwd)
+    for note in (*resolved.conflicts, *resolved.notes):
+        console.error(f"gpudoc: note: {note}")
+    edits = _refusing(lambda: _apply_edits(resolved))
+    return _launch(options, profile, resolved, child_env, edits, console=console, cwd=cwd, store=store,
+                   parent=parent, nvml_backend=nvml_backend)
+
+
+def _print_dry_run(resolved, console: Console, *, as_json: bool) -> None:
+    doc = resolved.to_dict()
+    if as_json:
+        console.print(json.dumps(doc, indent=2))
+        return
+    import shlex
+
+    console.print(console.style("command:", "bold") + " " + shlex.join(doc["command"]))
+    console.print(console.style("environment:", "bold") + ("" if doc["env_set"] else " (nothing set)"))
+    for key, value in doc["env_set"].items():
+        console.print(f"  {key}={shlex.quote(value)}")
+    console.print(console.style("file edits:", "bold") + ("" if doc["file_edits"] else " (none)"))
+    for edit in doc["file_edits"]:
+        console.print(edit["diff"].rstrip("\n"))
+    console.print("(dry run: nothing launched, nothing changed)")
+
+
+def _gate(profile, python, child_env, store, console: Console, *, force: bool, nvml_backend: Any = None):
+    from gpudoc.checks import run_checks
+    from gpudoc.facts.gather import gather_facts
+    from gpudoc.findings import Severity
+
+    facts = gather_facts(python=python, runs=store, environ=child_env, nvml_backend=nvml_backend)
+    alloc = _alloc_env_name(python)
+    findings = run_checks(facts, profile, runs=store, alloc_env_name=alloc,
+                          profile_label=getattr(profile, "name", None))
+    failed = [f for f in findings if f.severity is Severity.FAIL]
+    shown = [f for f in findings if f.severity in (Severity.FAIL, Severity.WARN, Severity.ERROR)]
+    if shown:
+        err = Console(out=console.err, err=console.err, colour=console.colour)
+        try:
+            from gpudoc.render.findings_text import render_findings
+
+            render_findings(shown, err)
+        except ImportError:
+            for f in shown:
+                err.print(f"  {f.severity.value.upper():5} {f.id}: {f.title}" + (f"\n        fix: {f.remedy}" if f.remedy else ""))
+        console.err.flush()
+    if failed and not force:
+        raise LaunchError(f"pre-flight checks failed ({', '.join(f.id for f in failed)}): not launching "
+                          "(--force launches anyway, --no-check skips the checks)")
+    if failed:
+        console.error("gpudoc: --force: launching despite the failed checks")
+    return facts
+
+
+def _clean(facts, store, child_env, *, yes: bool, console: Console, nvml_backend: Any = None) -> None:
+    """`--clean`: the `gpudoc clean` flow on the job's GPUs, talking on stderr (stdout is the job's)."""
+    from gpudoc.commands.clean import clean
+    from gpudoc.facts.gather import gather_facts
+    from gpudoc.launch.watch import visible_selection
+
+    def gather(**kwargs):
+        return gather_facts(nvml_backend=nvml_backend, **kwargs)
+
+    current = facts if facts is not None else gather(runs=store)
+    if current.nvml_error or not current.gpus:
+        console.error(f"gpudoc: --clean: no GPU processes to look at ({current.nvml_error or 'no GPU visible'})")
+        return
+    indices, _ = visible_selection(child_env)
+    err = Console(out=console.err, err=console.err, colour=console.colour)
+    status = clean(err, gpus=",".join(map(str, sorted(indices))) if indices else None, yes=yes, runs=store,
+                   gather=gather, stdin=sys.stdin)
+    if status != 0:
+        raise LaunchError("--clean did not finish (see above): not launching")
+
+
+def _check_executable(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> None:
+    """127/126 with the command's name before anything is recorded (Popen would say the same,
+    less clearly)."""
+    first = argv[0]
+    if os.sep in first:
+        path = first if os.path.isabs(first) else str(cwd / first)
+        if not os.path.exists(path):
+            raise LaunchError(f"command not found: {first}", exit_status=ExitStatus.NOT_FOUND)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise LaunchError(f"command not executable: {first} (permission denied)",
+                              exit_status=ExitStatus.NOT_EXECUTABLE)
+        return
+    if shutil.which(first, path=env.get("PATH", os.defpath)) is None:
+        # which() skips files without the execute bit: tell "missing" from "not executable".
+        for directory in env.get("PATH", os.defpath).split(os.pathsep):
+            candidate = os.path.join(directory or ".", first)
+            if os.path.isfile(candidate):
+                raise LaunchError(f"command not executable: {candidate} (permission denied)",
+                                  exit_status=ExitStatus.NOT_EXECUTABLE)
+        raise LaunchError(f"command not found: {first}", exit_status=ExitStatus.NOT_FOUND)
+
+
+def _apply_edits(resolved) -> list[dict]:
+    if not resolved.file_edits:
+        return []
+    from gpudoc.bind import apply_file_edits
+
+    return list(apply_file_edits(resolved.plan))
+
+
+# -- the launch itself ------------------------------------------------------------------------
+
+@dataclass
+class _Watch:
+    """What the output stream told us while the job ran (bounded)."""
+
+    multi_process: bool
+    oom_grace_s: float
+    scanner: Any = None
+    first_oom: Any = None
+    event_lines: list[str] = field(default_factory=list)
+    ranks: set = field(default_factory=set)
+
+
+def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list[dict], *, console: Console,
+            cwd: Path, store, parent: str | None, nvml_backend: Any = None):
+    from gpudoc.launch.command import is_multi_process, job_identity
+    from gpudoc.launch.spawn import LaunchOptions, Launcher
+    from gpudoc.launch.watch import GpuSampler, SamplerThread, nvml_reader
+    from gpudoc.runs.store import RunRecord, new_run_id, now_iso
+
+    run_id = new_run_id()
+    identity = job_identity(resolved.argv, child_env)
+    record = RunRecord(
+        id=run_id, command=list(options.command), cwd=str(cwd), profile=_profile_doc(profile),
+        env_set=dict(resolved.env_set), file_edits=edits, started_at=now_iso(), parent=parent,
+        job_id=identity.job_id, launcher_pid=os.getpid(), user=_user(),
+    )
+    record.argv = list(resolved.argv)
+    child_env = dict(child_env, GPUDOC_RUN_ID=run_id)
+    run_dir = _refusing(lambda: store.create(record))
+    log_path = store.log_path(run_id)
+
+    watch = _Watch(multi_process=is_multi_process(resolved.argv, profile),
+                   oom_grace_s=float(profile.run.get("oom_grace_s", DEFAULT_OOM_GRACE_S)))
+    watch.scanner = _scanner()
+    sampler = GpuSampler(store.samples_path(run_id), reader=nvml_reader(nvml_backend), environ=child_env)
+    thread = SamplerThread(sampler, float(profile.run.get("sample_interval_s", DEFAULT_SAMPLE_INTERVAL_S)))
+    state = {"pids": {}}
+
+    def on_start(pid: int, pgid: int) -> None:
+        record.process_group = pgid
+        _merge_pids(record, state, [(pid, None)])
+        store.save(record)
+        sampler.job_pids = lambda: list(state["pids"])
+        thread.start()
+
+    launcher: Launcher | None = None
+
+    def on_data(data: bytes) -> None:
+        if watch.scanner is None:
+            return
+        for event in watch.scanner.feed(data):
+            if len(watch.event_lines) < _KEEP_EVENT_LINES:
+                watch.event_lines.append(getattr(event, "line", "") or "")
+            rank = getattr(event, "rank", None)
+            if rank is not None:
+                watch.ranks.add(rank)
+            if getattr(event, "cause", None) == "gpu_oom" and watch.first_oom is None:
+                watch.first_oom = event
+                multi = watch.multi_process or len(watch.ranks) > 1 or rank is not None
+                if multi and watch.oom_grace_s >= 0 and launcher is not None:
+                    where = f" on rank {rank}" if rank is not None else ""
+                    launcher.warn(f"GPU out of memory{where}: ending the whole job in "
+                                  f"{watch.oom_grace_s:g} s unless it ends by itself")
+                    launcher.request_end("gpu_oom", watch.oom_grace_s)
+
+    def on_tick(launch: Launcher) -> None:
+        procs = launch.processes()
+        if _merge_pids(record, state, [(p.pid, p.create_time) for p in procs]):
+            store.save(record)
+
+    term_grace = _env_float(child_env, "GPUDOC_TERM_GRACE_S", DEFAULT_TERM_GRACE_S)
+    launch_options = LaunchOptions(
+        argv=list(resolved.argv), env=child_env, cwd=cwd, log_path=log_path,
+        use_pty=_isatty(sys.stdout), term_fd=_fileno(sys.stdout), stdin_fd=_fileno(sys.stdin),
+        term_grace_s=term_grace, on_start=on_start, on_data=on_data, on_tick=on_tick,
+    )
+    launcher = Launcher(launch_options)
+    console.flush()
+    try:
+        outcome = launcher.run()
+    except LaunchError:
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: no record of it
+        raise
+    finally:
+        if thread.is_alive():
+            thread.stop()
+        else:
+            sampler.close()
+    _merge_pids(record, state, [(p.pid, p.create_time) for p in outcome.processes])
+    _finish_record(record, outcome, watch, sampler, log_path)
+    store.save(record)
+    _summary(record, outcome, console, log_path, as_json=options.json)
+    return outcome.status, record
+
+
+def _scanner():
+    try:
+        from gpudoc.diagnose.stream import SignatureScanner
+    except ImportError:
+        return None
+    return SignatureScanner()
+
+
+def _merge_pids(record, state: dict, procs) -> bool:
+    changed = False
+    seen = state["pids"]
+    for pid, create_time in procs:
+        if pid not in seen or (seen[pid] is None and create_time is not None):
+            seen[pid] = create_time
+            changed = True
+    if changed:
+        record.pids = [{"pid": pid, "create_time": ct} for pid, ct in sorted(seen.items())]
+    return changed
+
+
+def _finish_record(record, outcome, watch: _Watch, sampler, log_path: Path) -> None:
+    from gpudoc.runs.store import now_iso
+
+    record.ended_at = now_iso()
+    record.duration_s = round(outcome.ended - outcome.started, 3)
+    record.exit_code = outcome.status
+    record.signal = outcome.signal if outcome.signal is not None else outcome.interrupted_by
+    record.peak_memory_bytes = dict(sampler.peaks)
+    record.gpus = [dict(g) for g in sampler.gpus]
+    own_code = -outcome.signal if outcome.signal is not None else outcome.exit_code
+    diagnosis = _diagnose(log_path, own_code, watch, [p["pid"] for p in record.pids])
+    cause = diagnosis.get("cause") if diagnosis else None
+    if outcome.interrupted_by is not None and outcome.status != 0 and cause in (None, "ok", "error", "signal"):
+        cause = "signal"
+        if diagnosis is not None:
+            diagnosis = dict(diagnosis, cause="signal", summary=(
+                f"Stopped by the user ({_signame(outcome.interrupted_by)} to gpudoc); "
+                + str(diagnosis.get("summary") or "")).strip())
+    if outcome.status == 0 and cause in (None, "error"):
+        cause = "ok"
+    record.cause = cause
+    record.diagnosis = diagnosis
+    if outcome.status == 0:
+        record.status = "ok"
+    elif outcome.interrupted_by is not None:
+        record.status = "interrupted"
+    else:
+        record.status = "failed"
+    record.ended_by = outcome.ended_by
+    record.terminal_lost = outcome.terminal_lost
+    record.log_error = outcome.log_error
+    record.survivors = list(outcome.survivors)
+
+
+def _diagnose(log_path: Path, exit_code: int | None, watch: _Watch, pids) -> dict | None:
+    try:
+        from gpudoc.diagnose import diagnose_text
+    except ImportError:
+        return None
+    text = read_tail(log_path, TAIL_BYTES)
+    missing = [line for line in watch.event_lines if line and line not in text]
+    if missing:
+        # The first failure scrolled out of the tail (a flood of output after it): keep its lines.
+        text = "\n".join(missing) + "\n" + text
+    return diagnose_text(text, exit_code=exit_code, own_pids=pids).to_dict()
+
+
+def read_tail(path: Path, limit: int) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            data = handle.read(limit)
+    except OSError:
+        return ""
+    if size > limit:
+        newline = data.find(b"\n")
+        if 0 <= newline < 4096:
+            data = data[newline + 1:]  # start on a whole line
+    return data.decode("utf-8", "replace")
+
+
+def _profile_doc(profile) -> dict | None:
+    try:
+        doc = profile.to_dict()
+    except AttributeError:
+        return None
+    return {"name": doc.get("name"), "path": doc.get("path"), "knobs": doc.get("knobs", {}),
+            **{k: v for k, v in doc.items() if k not in ("name", "path", "knobs")}}
+
+
+# -- the summary ------------------------------------------------------------------------------
+
+def _summary(record, outcome, console: Console, log_path: Path, *, as_json: bool) -> None:
+    if as_json:
+        console.err.write(json.dumps(record_dict(record)) + "\n")
+        console.err.flush()
+        return
+    err = console.error
+    style = console.style
+    status_text = {"ok": style("finished", "green", "bold"), "failed": style("FAILED", "red", "bold"),
+                   "interrupted": style("interrupted", "yellow", "bold")}.get(record.status, record.status)
+    how = f"exit {outcome.status}"
+    if outcome.signal is not None:
+        how += f" (killed by {_signame(outcome.signal)})"
+    elif outcome.interrupted_by is not None and outcome.status != 0:
+        how += f" ({_signame(outcome.interrupted_by)} from the user)"
+    err("")
+    err(f"gpudoc: run {record.id} {status_text} after {_duration(record.duration_s or 0)}: {how}")
+    if record.peak_memory_bytes:
+        err("  peak GPU memory: " + ", ".join(_peak_text(record)))
+    if record.cause and record.cause != "ok":
+        summary = (record.diagnosis or {}).get("summary") or ""
+        err(f"  cause: {style(record.cause, 'bold')}" + (f" — {summary}" if summary else ""))
+    if outcome.ended_by:
+        err(f"  gpudoc ended the job early ({outcome.ended_by}) instead of waiting for a timeout")
+    if outcome.terminal_lost:
+        err("  the terminal went away during the run; the log is complete")
+    if outcome.log_error:
+        err(f"  the log is incomplete: {outcome.log_error}")
+    err(f"  log: {log_path}")
+    if record.status != "ok":
+        err(f"  next: gpudoc fix {record.id}")
+    elif _unused_share(record) is not None and _unused_share(record) > 0.4:
+        err(f"  next: gpudoc fix {record.id}   (memory was left unused: it can propose a bigger batch)")
+
+
+def _unused_share(record) -> float | None:
+    shares = []
+    totals = {str(g.get("index")): g.get("total_bytes") for g in record.gpus}
+    for key, peak in record.peak_memory_bytes.items():
+        total = totals.get(key)
+        if total:
+            shares.append(1 - peak / total)
+    return min(shares) if shares else None
+
+
+def _peak_text(record) -> list[str]:
+    from gpudoc.units import format_bytes
+
+    totals = {str(g.get("index")): g.get("total_bytes") for g in record.gpus}
+    out = []
+    for key, peak in sorted(record.peak_memory_bytes.items(), key=lambda kv: int(kv[0])):
+        total = totals.get(key)
+        share = f" / {format_bytes(total)} ({100 * peak / total:.0f}%)" if total else ""
+        out.append(f"GPU {key} {format_bytes(peak)}{share}")
+    return out
+
+
+def record_dict(record) -> dict:
+    return record.to_dict()
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _signame(sig: int | None) -> str:
+    from gpudoc.launch.signals import signal_name
+
+    return signal_name(sig)
+
+
+def _describe_rung(rung) -> str:
+    if rung is None:
+        return "next rung"
+    name = getattr(rung, "rung", "rung")
+    changes = getattr(rung, "changes", {}) or {}
+    env = getattr(rung, "env", {}) or {}
+    parts = [f"{k} {old} -> {new}" for k, (old, new) in changes.items()] + [f"{k}={v}" for k, v in env.items()]
+    return f"{name}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _next_attempt(record, profile, options: RunOptions, store, cwd: Path):
+    try:
+        from gpudoc.ladder.retry import next_attempt
+    except ImportError:
+        return None, None
+    allow = options.allow_semantic or profile.allow_semantic
+    return _refusing(lambda: next_attempt(record, profile, allow_semantic=allow, store=store, cwd=cwd))
+
+
+def _user() -> str | None:
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except (KeyError, OSError, ImportError):
+        return None
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _fileno(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        return float(environ.get(name, default))
+    except ValueError:
+        return default
+
+
+# -- tmux -------------------------------------------------------------------------------------
+
+def gpudoc_run_argv(options: RunOptions) -> list[str]:
+    """The same `gpudoc run`, minus --tmux, as switches (the job's own argv after ``--``)."""
+    args = ["run"]
+    if options.profile:
+        args += ["-p", options.profile]
+    for flag, on in (("--no-check", options.no_check), ("--force", options.force), ("--clean", options.clean),
+                     ("--yes", options.yes), ("--allow-semantic", options.allow_semantic),
+                     ("--json", options.json)):
+        if on:
+            args.append(flag)
+    if options.retry_oom:
+        args += ["--retry-oom", str(options.retry_oom)]
+    return args + ["--", *options.command]
+
+
+def start_in_tmux(options: RunOptions, *, console: Console, environ: Mapping[str, str], cwd: Path) -> int:
+    import subprocess
+
+    name = options.tmux
+    if not name or any(c in name for c in ".:") or name.startswith("-"):
+        raise LaunchError(f"--tmux: '{name}' is not a usable tmux session name (no '.', ':' or leading '-')")
+    tmux = shutil.which("tmux", path=environ.get("PATH", os.defpath))
+    if tmux is None:
+        raise LaunchError("--tmux: tmux is not installed (apt-get install tmux, or brew install tmux)")
+    env = {k: v for k, v in environ.items() if k not in ("TMUX", "TMUX_PANE")}
+    probe = subprocess.run([tmux, "has-session", "-t", f"={name}"], env=env, capture_output=True, text=True)
+    if probe.returncode == 0:
+        raise LaunchError(f"--tmux: a tmux session named '{name}' already exists "
+                          f"(attach: tmux attach -t {name}, or pick another name)")
+    inner = [sys.executable, "-m", "gpudoc", *gpudoc_run_argv(options)]
+    # A running tmux server gives new sessions its own environment, not ours: pass ours along
+    # (only what differs, to stay far below tmux's command size limit).
+    env_args = _tmux_env_args(tmux, env)
+    cmd = [tmux, "new-session", "-d", "-s", name, "-c", str(cwd), *env_args, "--", *inner]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LaunchError(f"--tmux: tmux could not start the session: {done.stderr.strip() or done.returncode}")
+    console.error(f"gpudoc: started in tmux session '{name}'\n"
+                  f"  attach:  tmux attach -t {name}\n"
+                  f"  follow:  gpudoc logs -f   (from any pane, in {cwd})")
+    return 0
+
+
+def _tmux_env_args(tmux: str, env: Mapping[str, str]) -> list[str]:
+    import subprocess
+
+    shown = subprocess.run([tmux, "show-environment", "-g"], env=env, capture_output=True, text=True)
+    if shown.returncode != 0:
+        return []  # no server yet: the new server is started from our environment
+    server: dict[str, str | None] = {}
+    for line in shown.stdout.splitlines():
+        if line.startswith("-"):
+            server[line[1:]] = None
+        elif "=" in line:
+            key, _, value = line.partition("=")
+            server[key] = value
+    args = []
+    for key, value in env.items():
+        if key in ("TERM", "SHLVL", "_", "PWD", "OLDPWD"):
+            continue
+        if server.get(key) != value:
+            args += ["-e", f"{key}={value}"]
+    return args

@@ -1,0 +1,581 @@
+"""The launcher: start the job without a shell in its own session, tee its output, route signals,
+and make sure nothing of it outlives gpudoc.
+
+Output: when gpudoc's stdout is a terminal the job gets a pseudo-terminal (progress bars, colour
+and window size keep working); otherwise one pipe carries the job's stdout and stderr together,
+in the order the job wrote them, to gpudoc's stdout and the log. One merged stream keeps the log
+byte-exact and ordered; a pty merges them the same way. gpudoc's own messages go to stderr.
+
+The job runs in its own session: the terminal's Ctrl-C reaches gpudoc, which decides what the
+job gets (SIGINT, then SIGTERM, then SIGKILL). A hang-up of the terminal ends neither gpudoc nor
+the job: the log goes on. gpudoc is a child subreaper, so workers orphaned by a killed torchrun
+come back to it and are ended with the rest.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import select
+import signal
+import subprocess
+import termios
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from gpudoc.errors import ExitStatus, LaunchError
+from gpudoc.launch import reaper
+from gpudoc.launch.reaper import JobProcess
+from gpudoc.launch.signals import decode_wait_status, exit_status, interrupt_signal, signal_name
+from gpudoc.launch.tee import Tee, write_all
+
+CHUNK = 1 << 18  # one read: large enough for throughput, small enough to stay bounded
+PIPE_SIZE = 1 << 20  # ask the kernel for a 1 MiB pipe: fewer wake-ups under heavy output
+F_SETPIPE_SZ = 1031
+TICK_S = 1.0
+FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)  # e.g. Slurm's --signal before the time limit
+
+
+@dataclass
+class LaunchOptions:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    log_path: Path | None
+    use_pty: bool = False
+    term_fd: int | None = 1
+    stdin_fd: int | None = 0
+    term_grace_s: float = 10.0  # SIGTERM to gpudoc: forward, SIGKILL after this long
+    end_grace_s: float = 3.0  # ending the job ourselves (fail-fast, leftovers): TERM -> KILL
+    linger_s: float = 0.5  # after the first process exits, how long the rest may take on their own
+    drain_s: float = 2.0  # after every process is gone, how long to wait for the output's end
+    on_start: Callable[[int, int], None] | None = None
+    on_data: Callable[[bytes], None] | None = None
+    on_tick: Callable[["Launcher"], None] | None = None
+    warn: Callable[[str], None] | None = None
+
+
+@dataclass
+class Outcome:
+    pid: int
+    pgid: int
+    exit_code: int | None  # the first process's own exit code, when it exited
+    signal: int | None  # the signal that ended the first process, when one did
+    status: int  # gpudoc's exit status for this job (SPEC)
+    interrupted_by: int | None  # SIGINT/SIGTERM the user (or a supervisor) sent to gpudoc
+    ended_by: str | None  # why gpudoc ended the job itself ("gpu_oom", ...), None when it did not
+    started: float
+    ended: float
+    terminal_lost: bool
+    log_error: str | None
+    survivors: list[int] = field(default_factory=list)  # PIDs even SIGKILL did not end
+    processes: list[JobProcess] = field(default_factory=list)  # every process seen in the job
+
+
+def _safe_warn(message: str) -> None:
+    try:
+        os.write(2, f"gpudoc: {message}\n".encode())
+    except OSError:
+        pass  # stderr is gone with the terminal
+
+
+def spawn_error(argv0: str, exc: OSError) -> LaunchError:
+    """The SPEC's 127/126/125 for a command that could not be started, with a message naming it."""
+    if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT:
+        return LaunchError(f"command not found: {argv0}", exit_status=ExitStatus.NOT_FOUND)
+    if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EPERM):
+        reason = "exec format error" if exc.errno == errno.ENOEXEC else "permission denied"
+        return LaunchError(f"command not executable: {argv0} ({reason})",
+                           exit_status=ExitStatus.NOT_EXECUTABLE)
+    return LaunchError(f"cannot start {argv0}: {os.strerror(exc.errno or 0) or exc}")
+
+
+def _pty_child_setup() -> None:
+    # Runs in the child between fork and exec: it is already a session leader (setsid); make the
+    # pty on fd 0 its controlling terminal so job control and SIGWINCH reach it.
+    try:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    except OSError:
+        pass
+    _pipe_child_setup()
+
+
+def _pipe_child_setup() -> None:
+    # If gpudoc is SIGKILLed (the one signal it cannot handle), the job's first process gets
+    # SIGTERM: torchrun then ends its own workers, a plain script dies.
+    reaper.set_parent_death_signal(signal.SIGTERM)
+
+
+def _winsize(fd: int) -> bytes | None:
+    try:
+        return fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8)
+    except OSError:
+        return None
+
+
+class Launcher:
+    def __init__(self, options: LaunchOptions) -> None:
+        self.o = options
+        self.warn = options.warn or _safe_warn
+        self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self.pgid: int | None = None
+        self.interrupts = 0
+        self.terms = 0
+        self.interrupted_by: int | None = None
+        self.ended_by: str | None = None
+        self._end_at: float | None = None  # monotonic: start ending the job (fail-fast)
+        self._kill_at: float | None = None  # monotonic: SIGKILL whatever is left
+        self._ending_since: float | None = None
+        self._main_status: int | None = None
+        self._main_exited_at: float | None = None
+        self._seen: dict[int, JobProcess] = {}
+        self._exclude: set[int] = set()
+        self._master: int | None = None
+        self._out: int | None = None
+        self._log_fd: int | None = None
+        self._tee: Tee | None = None
+        self._old_handlers: dict[int, object] = {}
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
+        self._old_wakeup: int = -1
+        self._next_ending_check = 0.0
+
+    # -- public ---------------------------------------------------------------------------
+
+    def request_end(self, reason: str, after_s: float = 0.0) -> None:
+        """End the whole job ``after_s`` seconds from now unless it ends by itself first."""
+        if self._end_at is None:
+            self.ended_by = reason
+            self._end_at = time.monotonic() + max(after_s, 0.0)
+
+    def processes(self) -> list[JobProcess]:
+        """The job's live processes now (also remembered for PID-reuse-safe cleanup)."""
+        procs = reaper.job_processes(self.pid, self.pgid, exclude=self._exclude,
+                                     known=self._seen.values())
+        for p in procs:
+            self._seen.setdefault(p.pid, p)
+        return procs
+
+    @property
+    def seen(self) -> list[JobProcess]:
+        return sorted(self._seen.values(), key=lambda p: p.pid)
+
+    def run(self) -> Outcome:
+        reaper.become_subreaper()
+        self._exclude = self._current_children()
+        started = time.time()
+        try:
+            self._spawn()
+            self._install_signals()
+            if self.o.on_start is not None:
+                self.o.on_start(self.pid, self.pgid)
+            self._open_log()
+            self._loop()
+        finally:
+            survivors = self._finish()
+        exit_code, term_sig = (None, None)
+        if self._main_status is not None:
+            exit_code, term_sig = decode_wait_status(self._main_status)
+        status = exit_status(exit_code, term_sig, interrupted_by=self.interrupted_by)
+        return Outcome(
+            pid=self.pid, pgid=self.pgid, exit_code=exit_code, signal=term_sig, status=status,
+            interrupted_by=self.interrupted_by, ended_by=self.ended_by, started=started,
+            ended=time.time(), terminal_lost=bool(self._tee and self._tee.terminal_lost),
+            log_error=self._tee.log_error if self._tee else None,
+            survivors=[p.pid for p in survivors], processes=self.seen,
+        )
+
+    # -- start ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _current_children() -> set[int]:
+        import psutil
+
+        try:
+            return {p.pid for p in psutil.Process().children()}
+        except psutil.Error:
+            return set()
+
+    def _spawn(self) -> None:
+        o = self.o
+        argv0 = o.argv[0]
+        if o.use_pty:
+            master, slave = os.openpty()
+            self._setup_slave(slave)
+            io = dict(stdin=slave, stdout=slave, stderr=slave)
+            setup = _pty_child_setup
+            self._master = master
+            self._out = master
+        else:
+            r, w = os.pipe()
+            try:
+                fcntl.fcntl(r, F_SETPIPE_SZ, PIPE_SIZE)
+            except OSError:
+                pass  # above the system's pipe-max-size: the default size still works
+            io = dict(stdin=None, stdout=w, stderr=w)
+            setup = _pipe_child_setup
+            self._out = r
+            slave = w
+        try:
+            self.proc = subprocess.Popen(
+                o.argv, env=o.env, cwd=str(o.cwd), start_new_session=True,
+                preexec_fn=setup, close_fds=True, **io,
+            )
+        except OSError as exc:
+            os.close(slave)
+            os.close(self._out)
+            self._out = self._master = None
+            raise spawn_error(argv0, exc) from None
+        os.close(slave)  # only the job holds the writing end now: EOF/EIO when it is done
+        self.pid = self.proc.pid
+        self.pgid = self.proc.pid  # start_new_session: the child leads its own session and group
+        self._seen[self.pid] = JobProcess(self.pid, _create_time_or_none(self.pid))
+
+    def _setup_slave(self, slave: int) -> None:
+        # Start from the user's terminal settings (control characters), then: no echo (the
+        # user's terminal already echoes what is typed) and no "\n" -> "\r\n" translation, so the
+        # log holds exactly the bytes the job wrote; the user's terminal translates on display.
+        source = next((fd for fd in (self.o.stdin_fd, self.o.term_fd)
+                       if fd is not None and os.isatty(fd)), None)
+        try:
+            attrs = termios.tcgetattr(source if source is not None else slave)
+            attrs[1] &= ~termios.ONLCR
+            attrs[3] &= ~(termios.ECHO | termios.ECHONL)
+            termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        except (termios.error, OSError):
+            pass
+        self._copy_winsize(slave)
+
+    def _copy_winsize(self, target: int) -> None:
+        for fd in (self.o.term_fd, self.o.stdin_fd):
+            if fd is not None and os.isatty(fd):
+                size = _winsize(fd)
+                if size is not None and size != b"\0" * 8:
+                    try:
+                        fcntl.ioctl(target, termios.TIOCSWINSZ, size)
+                    except OSError:
+                        pass
+                    return
+
+    def _open_log(self) -> None:
+        if self.o.log_path is not None:
+            self._log_fd = os.open(self.o.log_path,
+                                   os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self._tee = Tee(self._log_fd, self.o.term_fd, on_data=self.o.on_data, warn=self.warn)
+
+    # -- signals --------------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        handlers = {
+            signal.SIGINT: self._on_interrupt,
+            signal.SIGTERM: self._on_terminate,
+            signal.SIGQUIT: self._on_terminate,
+            signal.SIGHUP: self._on_hangup,
+            signal.SIGCHLD: _noop,
+            signal.SIGWINCH: self._on_winch,
+        }
+        for sig in FORWARDED:
+            handlers[sig] = self._on_forward
+        for sig, handler in handlers.items():
+            self._old_handlers[sig] = signal.signal(sig, handler)
+        self._old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+
+    def _restore_signals(self) -> None:
+        if self._wake_w is None:
+            return
+        signal.set_wakeup_fd(self._old_wakeup)
+        for sig, handler in self._old_handlers.items():
+            try:
+                signal.signal(sig, handler)
+            except (TypeError, ValueError, OSError):
+                pass
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+        self._wake_r = self._wake_w = None
+
+    def _on_interrupt(self, signum, frame) -> None:
+        self.interrupts += 1
+        self.interrupted_by = signal.SIGINT
+        sig = interrupt_signal(self.interrupts)
+        self._signal_job(sig)
+        hint = {signal.SIGINT: "press Ctrl-C again to send SIGTERM",
+                signal.SIGTERM: "press Ctrl-C again to send SIGKILL"}.get(sig, "")
+        self.warn(f"Ctrl-C: {signal_name(sig)} sent to the job" + (f" ({hint})" if hint else ""))
+
+    def _on_terminate(self, signum, frame) -> None:
+        self.terms += 1
+        if self.interrupted_by is None:
+            self.interrupted_by = signum
+        if self.terms == 1:
+            self._signal_job(signum)
+            self._kill_at = time.monotonic() + self.o.term_grace_s
+            self.warn(f"{signal_name(signum)} received: forwarded to the job; "
+                      f"SIGKILL in {self.o.term_grace_s:g} s if it is still running")
+        else:
+            self._signal_job(signal.SIGKILL)
+
+    def _on_hangup(self, signum, frame) -> None:
+        # The terminal is gone: keep the job and the log; stop writing to a dead terminal.
+        if self._tee is not None and self.o.term_fd is not None and os.isatty(self.o.term_fd):
+            self._tee.lose_terminal()
+        self.o.stdin_fd = None
+
+    def _on_winch(self, signum, frame) -> None:
+        if self._master is not None:
+            self._copy_winsize(self._master)
+
+    def _on_forward(self, signum, frame) -> None:
+        reaper.signal_group(self.pgid, signum)
+
+    def _signal_job(self, sig: int) -> None:
+        """Signal the job's process group; SIGKILL reaches every process of the job."""
+        reaper.signal_group(self.pgid, sig)
+        if sig == signal.SIGKILL:
+            try:
+                reaper.signal_processes(self.processes(), sig)
+            except Exception:  # noqa: BLE001 - a handler must not raise into the tee loop
+                pass
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        poller = select.poll()
+        poller.register(self._out, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        stdin_on: int | None = None
+        out_open = True
+        next_tick = time.monotonic() + TICK_S
+        next_reap = 0.0
+        tee_write = self._tee.write
+        out = self._out
+        want_stdin = self._stdin_wanted()
+        while True:
+            now = time.monotonic()
+            if want_stdin and self.o.stdin_fd is None:
+                want_stdin = False
+            if want_stdin and stdin_on is None:
+                stdin_on = self.o.stdin_fd
+                poller.register(stdin_on, select.POLLIN)
+            elif not want_stdin and stdin_on is not None:
+                poller.unregister(stdin_on)
+                stdin_on = None
+            deadline = min(d for d in (next_tick, self._end_at, self._kill_at, next_reap or None,
+                                       self._ending_deadline()) if d is not None)
+            timeout_ms = max(0, int((deadline - now) * 1000) + 1)
+            for fd, event in poller.poll(timeout_ms):
+                if fd == out:
+                    try:
+                        data = os.read(out, CHUNK)
+                    except OSError as exc:
+                        if exc.errno != errno.EIO:  # EIO: the pty's last writer closed
+                            raise
+                        data = b""
+                    if data:
+                        tee_write(data)
+                    else:
+                        poller.unregister(out)
+                        out_open = False
+                elif fd == self._wake_r:
+                    try:
+                        os.read(self._wake_r, 512)
+                    except BlockingIOError:
+                        pass
+                    next_reap = time.monotonic()
+                elif fd == stdin_on:
+                    if not self._stdin_wanted():  # gone to the background meanwhile
+                        want_stdin = False
+                    elif not self._forward_stdin():
+                        self.o.stdin_fd = None
+                        want_stdin = False
+                    if not want_stdin:
+                        poller.unregister(fd)
+                        stdin_on = None
+            now = time.monotonic()
+            if next_reap and now >= next_reap or now >= next_tick:
+                self._reap()
+                next_reap = 0.0
+            if now >= next_tick:
+                next_tick = now + TICK_S
+                want_stdin = self._stdin_wanted()
+                if self.o.on_tick is not None:
+                    try:
+                        self.o.on_tick(self)
+                    except Exception as exc:  # noqa: BLE001 - bookkeeping must not kill the job
+                        self.warn(f"internal error while watching the job: {exc!r}")
+            if self._end_at is not None and now >= self._end_at and self._ending_since is None:
+                self.warn(f"ending the job ({self.ended_by})")
+                self._begin_ending(now)
+            if self._kill_at is not None and now >= self._kill_at:
+                self._kill_at = None
+                self._signal_job(signal.SIGKILL)
+            if self._main_status is not None and self._ending_since is None:
+                if not out_open or now - self._main_exited_at >= self.o.linger_s:
+                    self._begin_ending(now)
+            if self._ending_since is not None:
+                if self._ending_done(now, out_open):
+                    if out_open:
+                        self._drain_rest()
+                    return
+
+    def _stdin_wanted(self) -> bool:
+        # Only in pty mode (in pipe mode the job reads gpudoc's stdin itself), and only while
+        # gpudoc is in the terminal's foreground: reading from the background would stop it.
+        fd = self.o.stdin_fd
+        if self._master is None or fd is None:
+            return False
+        try:
+            if os.isatty(fd) and os.tcgetpgrp(fd) != os.getpgrp():
+                return False
+        except OSError:
+            return False
+        return True
+
+    def _forward_stdin(self) -> bool:
+        try:
+            data = os.read(self.o.stdin_fd, 4096)
+        except OSError:
+            data = b""
+        if not data:
+            # End of input: the job reads end-of-file too (VEOF on an empty canonical line).
+            data = b"\x04"
+            self._write_master(data)
+            return False
+        self._write_master(data)
+        return True
+
+    def _write_master(self, data: bytes) -> None:
+        try:
+            write_all(self._master, data)
+        except OSError:
+            pass
+
+    def _reap(self) -> None:
+        for pid, status in reaper.reap_children():
+            self._reaped(pid, status)
+
+    def _reaped(self, pid: int, status: int) -> None:
+        if pid == self.pid and self._main_status is None:
+            self._main_status = status
+            self._main_exited_at = time.monotonic()
+            if self.proc is not None:
+                # Popen must not wait for a PID we already collected.
+                code, sig = decode_wait_status(status)
+                self.proc.returncode = -sig if sig is not None else code
+
+    def _ending_deadline(self) -> float | None:
+        if self._ending_since is not None:
+            return time.monotonic() + 0.1
+        if self._main_exited_at is not None:
+            return self._main_exited_at + self.o.linger_s
+        return None
+
+    def _begin_ending(self, now: float) -> None:
+        self._ending_since = now
+        procs = self.processes()
+        if procs:
+            reaper.signal_group(self.pgid, signal.SIGTERM)
+            reaper.signal_processes(procs, signal.SIGTERM)
+            if self._kill_at is None or self._kill_at > now + self.o.end_grace_s:
+                self._kill_at = now + self.o.end_grace_s
+
+    def _ending_done(self, now: float, out_open: bool) -> bool:
+        # A /proc scan is not free: at most every 0.1 s, however fast output arrives.
+        if now < self._next_ending_check:
+            return False
+        self._next_ending_check = now + 0.1
+        self._reap()
+        if self.processes():
+            return False
+        self._kill_at = None
+        return True
+
+    def _drain_rest(self) -> None:
+        """Every process is gone; read what is still buffered until EOF (bounded in time)."""
+        deadline = time.monotonic() + self.o.drain_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            ready, _, _ = select.select([self._out], [], [], left)
+            if not ready:
+                return
+            try:
+                data = os.read(self._out, CHUNK)
+            except OSError:
+                return
+            if not data:
+                return
+            self._tee.write(data)
+
+    # -- the end --------------------------------------------------------------------------
+
+    def _finish(self) -> list[JobProcess]:
+        """Whatever happened (even an exception in gpudoc): no process of the job survives."""
+        survivors: list[JobProcess] = []
+        try:
+            if self.pid is not None:
+                procs = self.processes()
+                if procs:
+                    survivors = reaper.terminate(procs, self.pgid, grace_s=self.o.end_grace_s,
+                                                 on_reaped=self._reaped)
+                self._reap()
+                if self._main_status is None and self.proc is not None:
+                    try:
+                        _, status = os.waitpid(self.pid, 0)
+                        self._reaped(self.pid, status)
+                    except ChildProcessError:
+                        pass
+                if self._out is not None and self._tee is not None:
+                    self._drain_nonblocking()
+        finally:
+            self._restore_signals()
+            for fd in (self._out, self._log_fd):
+                if fd is not None:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self._out = self._master = self._log_fd = None
+        if survivors:
+            self.warn("processes of the job did not end even after SIGKILL: "
+                      + ", ".join(str(p.pid) for p in survivors))
+        return survivors
+
+    def _drain_nonblocking(self) -> None:
+        os.set_blocking(self._out, False)
+        while True:
+            try:
+                data = os.read(self._out, CHUNK)
+            except OSError:
+                return
+            if not data:
+                return
+            self._tee.write(data)
+
+
+def _noop(signum, frame) -> None:
+    """SIGCHLD only needs to wake the loop (through the wakeup fd)."""
+
+
+def _create_time_or_none(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def describe_status(status: int, *, interrupted_by: int | None = None) -> str:
+    if status == 0:
+        return "exit 0"
+    if status > 128 and status - 128 < 65:
+        return f"exit {status} ({signal_name(status - 128)})"
+    return f"exit {status}"
+
+

@@ -1,0 +1,158 @@
+"""GPU memory and utilisation while the job runs: one row per GPU per interval into ``gpu.csv``,
+the peak per GPU for the run record.
+
+The sampler runs in its own thread so a slow NVML call never delays the tee. GPU facts come from
+the facts layer's NVML reader (``gpudoc.facts.nvml.read_gpus``); tests pass a fake backend or a
+reader. Where NVML is missing (no driver, no GPU) the sampler stops quietly: the job is what
+matters, and ``gpudoc check`` is where a missing driver is reported.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+HEADER = ("time,gpu_index,memory_used_bytes,memory_total_bytes,utilization_gpu_percent,"
+          "job_memory_bytes\n")
+
+Reader = Callable[[], tuple]  # () -> (driver, cuda_driver, nvml_version, gpus, error)
+
+
+def nvml_reader(backend=None) -> Reader | None:
+    """The facts layer's NVML reader bound to ``backend``; None when it cannot be imported."""
+    try:
+        from gpudoc.facts.nvml import read_gpus
+    except ImportError:
+        return None
+    return lambda: read_gpus(backend)
+
+
+def visible_selection(environ: Mapping[str, str]) -> tuple[set[int] | None, set[str] | None]:
+    """GPUs the job can use, from its CUDA_VISIBLE_DEVICES: (indices, uuids); None = all."""
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None or value.strip() == "":
+        return None, None
+    indices, uuids = set(), set()
+    for item in value.split(","):
+        item = item.strip()
+        if item.isdigit():
+            indices.add(int(item))
+        elif item.startswith(("GPU-", "MIG-")):
+            uuids.add(item)
+        else:
+            break  # CUDA stops at the first invalid entry
+    return (indices or None), (uuids or None)
+
+
+class GpuSampler:
+    """Takes one sample per ``sample()`` call; ``peaks`` and ``gpus`` are the record's fields."""
+
+    def __init__(self, path: Path | None, *, reader: Reader | None,
+                 environ: Mapping[str, str] | None = None,
+                 job_pids: Callable[[], Iterable[int]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.reader = reader
+        self.indices, self.uuids = visible_selection(environ or {})
+        self.job_pids = job_pids
+        self.clock = clock
+        self.peaks: dict[str, int] = {}
+        self.gpus: list[dict] = []
+        self.samples = 0
+        self.disabled = reader is None
+        self.error: str | None = None
+        self._handle = None
+        self._lock = threading.Lock()
+
+    def _selected(self, gpu) -> bool:
+        if self.indices is None and self.uuids is None:
+            return True
+        return (self.indices is not None and gpu.index in self.indices) or (
+            self.uuids is not None and gpu.uuid in self.uuids)
+
+    def sample(self) -> bool:
+        """One row per selected GPU; False when there is nothing to sample (no NVML)."""
+        if self.disabled:
+            return False
+        try:
+            result = self.reader()
+            gpus, error = result[3], result[4]
+        except Exception as exc:  # noqa: BLE001 - NVML trouble must never reach the job
+            gpus, error = (), repr(exc)
+        if error is not None or not gpus:
+            if self.samples == 0:
+                self.disabled = True  # no driver, no GPU: stop asking every second
+            self.error = error
+            return False
+        pids = set(self.job_pids()) if self.job_pids is not None else set()
+        now = self.clock()
+        rows = []
+        with self._lock:
+            for gpu in gpus:
+                if not self._selected(gpu):
+                    continue
+                key = str(gpu.index)
+                used = gpu.memory_used_bytes
+                job = None
+                if gpu.processes is not None and pids:
+                    job = sum(p.used_memory_bytes or 0 for p in gpu.processes if p.pid in pids)
+                if used is not None:
+                    self.peaks[key] = max(self.peaks.get(key, 0), int(used))
+                if not any(g["index"] == gpu.index for g in self.gpus):
+                    self.gpus.append({"index": gpu.index, "name": gpu.name,
+                                      "total_bytes": gpu.memory_total_bytes, "uuid": gpu.uuid})
+                rows.append(",".join(_cell(v) for v in (
+                    f"{now:.3f}", gpu.index, used, gpu.memory_total_bytes,
+                    gpu.utilization_gpu_percent, job)) + "\n")
+            self.samples += 1
+            self._write(rows)
+        return True
+
+    def _write(self, rows: list[str]) -> None:
+        if self.path is None or not rows:
+            return
+        if self._handle is None:
+            new = not self.path.exists()
+            self._handle = open(self.path, "a", encoding="utf-8")
+            if new:
+                self._handle.write(HEADER)
+        self._handle.writelines(rows)
+        self._handle.flush()  # readable from another pane while the job runs
+
+    def close(self) -> None:
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+class SamplerThread(threading.Thread):
+    """Calls ``sampler.sample()`` every ``interval_s`` until stopped or NVML proves absent."""
+
+    def __init__(self, sampler: GpuSampler, interval_s: float = 1.0) -> None:
+        super().__init__(name="gpudoc-gpu-sampler", daemon=True)
+        self.sampler = sampler
+        self.interval_s = max(float(interval_s), 0.05)
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.sampler.sample()
+            if self.sampler.disabled:
+                return
+            self._halt.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5.0)
+        self.sampler.close()

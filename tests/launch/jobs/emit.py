@@ -1,0 +1,60 @@
+"""Single-process helper jobs: python emit.py MODE [ARGS]
+
+bytes N SEED   write N pseudo-random bytes (every byte value, no newlines guaranteed) to stdout
+lines N        print N numbered lines, sleeping a little between them (a long-running job)
+tty            report whether stdin/stdout are terminals and the window size, then on SIGWINCH again
+ignore_term    ignore SIGTERM, print ready, sleep (ignore_int_term: SIGINT too)
+stdin          echo what arrives on stdin until EOF
+"""
+
+import os
+import random
+import signal
+import sys
+import time
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    out = sys.stdout.buffer
+    if mode == "bytes":
+        n, seed = int(sys.argv[2]), int(sys.argv[3])
+        rng = random.Random(seed)
+        left = n
+        while left:
+            size = min(left, rng.randint(1, 70000))
+            out.write(rng.randbytes(size))
+            out.flush()
+            left -= size
+    elif mode == "lines":
+        n = int(sys.argv[2])
+        delay = float(sys.argv[3]) if len(sys.argv) > 3 else 0.05
+        for i in range(n):
+            print(f"line {i:05d}", flush=True)
+            time.sleep(delay)
+    elif mode == "tty":
+        def report(*_):
+            cols, rows = os.get_terminal_size(1)
+            print(f"size {cols}x{rows}", flush=True)
+
+        print(f"isatty {os.isatty(0)} {os.isatty(1)} {os.isatty(2)}", flush=True)
+        report()
+        signal.signal(signal.SIGWINCH, report)
+        print("ready", flush=True)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            time.sleep(0.05)
+    elif mode in ("ignore_term", "ignore_int_term"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if mode == "ignore_int_term":
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print("ready", flush=True)
+        time.sleep(600)
+    elif mode == "stdin":
+        for line in sys.stdin:
+            print(f"got {line.rstrip()}", flush=True)
+        print("eof", flush=True)
+
+
+if __name__ == "__main__":
+    main()
