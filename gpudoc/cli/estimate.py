@@ -1,13 +1,40 @@
-"""`gpudoc estimate` (placeholder until its issue lands)."""
+"""`gpudoc estimate`: switches only; the work is in ``gpudoc.commands.estimate``."""
 
 from __future__ import annotations
 
+from plumbum import cli
+
 from gpudoc.cli.base import Command
-from gpudoc.errors import GpudocError
 
 
 class EstimateCommand(Command):
-    """Not built yet."""
+    """Peak GPU memory per GPU for the profile's model and knobs, and the largest micro batch that fits"""
+
+    EXAMPLES = """
+gpudoc estimate -p gpudoc.toml --gpu-memory 24
+gpudoc estimate -p llama3-8b-lora --micro-batch-size 4 --json
+"""
+
+    profile = cli.SwitchAttr(["-p", "--profile"], str, argname="PROFILE",
+                             help="profile name or file (default: ./gpudoc.toml or $GPUDOC_PROFILE)")
+    json = cli.Flag("--json", help="emit one JSON document (peak_bytes, breakdown, max_micro_batch_size, ...)")
+    gpu_memory = cli.SwitchAttr("--gpu-memory", float, argname="GIB",
+                                help="GPU capacity in GiB (default: [gpu] memory_gib, else the visible GPU)")
+    micro_batch_size = cli.SwitchAttr("--micro-batch-size", int, argname="N",
+                                      help="estimate for this micro batch instead of the profile's")
 
     def main(self, *args: str) -> int:
-        raise GpudocError("gpudoc estimate: not built yet")
+        from gpudoc.errors import UsageError
+
+        if args:
+            raise UsageError(f"gpudoc estimate: unexpected argument '{args[0]}'")
+        from gpudoc.commands.estimate import estimate_command
+        from gpudoc.output import Console
+
+        return estimate_command(
+            Console(),
+            profile_name=self.profile,
+            as_json=self.json,
+            gpu_memory_gib=self.gpu_memory,
+            micro_batch_size=self.micro_batch_size,
+        )

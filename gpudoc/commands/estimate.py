@@ -1,0 +1,97 @@
+"""`gpudoc estimate`: the profile's peak memory per GPU, its breakdown and the largest micro batch."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Iterable
+
+from gpudoc import __version__
+from gpudoc.errors import ExitStatus, ProfileError, UsageError
+from gpudoc.output import Console
+from gpudoc.units import GIB
+
+
+def _detected_gpu_bytes(gather: Callable[..., Any] | None) -> tuple[int | None, str | None]:
+    """The smallest visible GPU's capacity via the facts layer; (None, None) when none is visible."""
+    try:
+        if gather is None:
+            from gpudoc.facts.gather import gather_facts as gather  # noqa: PLC0415 - NVML only when needed
+        facts = gather()
+    except Exception:  # noqa: BLE001 - no driver, no NVML, no GPU: the estimate still stands
+        return None, None
+    gpus = [g for g in getattr(facts, "gpus", ()) if getattr(g, "memory_total_bytes", None)]
+    if not gpus:
+        return None, None
+    smallest = min(gpus, key=lambda g: g.memory_total_bytes)
+    return int(smallest.memory_total_bytes), f"GPU {smallest.index} ({smallest.name or 'unknown'})"
+
+
+def _history(profile: Any, runs: Any) -> list:
+    if runs is None:
+        from gpudoc.runs.store import RunStore  # noqa: PLC0415
+
+        runs = RunStore()
+    path = str(profile.path) if getattr(profile, "path", None) else None
+    records = []
+    for record in runs.records():
+        recorded = record.profile or {}
+        if recorded.get("name") == profile.name and (path is None or recorded.get("path") in (None, path)):
+            records.append(record)
+    return records
+
+
+def estimate_command(
+    console: Console,
+    *,
+    profile_name: str | None = None,
+    as_json: bool = False,
+    gpu_memory_gib: float | None = None,
+    micro_batch_size: int | None = None,
+    gather: Callable[..., Any] | None = None,
+    runs: Any = None,
+) -> int:
+    """Exit 0 with an estimate; 1 when the configuration does not fit the known GPU capacity."""
+    from gpudoc.estimate import estimate  # noqa: PLC0415
+    from gpudoc.estimate.render import render_estimate  # noqa: PLC0415
+    from gpudoc.profiles import load_profile  # noqa: PLC0415
+
+    if gpu_memory_gib is not None and gpu_memory_gib <= 0:
+        raise UsageError(f"gpudoc estimate: --gpu-memory {gpu_memory_gib}: expected a positive size in GiB")
+    if micro_batch_size is not None and micro_batch_size <= 0:
+        raise UsageError(f"gpudoc estimate: --micro-batch-size {micro_batch_size}: expected a positive number")
+    profile = load_profile(profile_name)
+    if not profile.model:
+        where = profile.path or "the profile"
+        raise ProfileError(
+            f"{where}: no [model] table: set hidden, layers, heads, vocab (or hf_config = \"config.json\") "
+            "so gpudoc can estimate memory"
+        )
+    if micro_batch_size is not None:
+        profile = profile.with_train({"micro_batch_size": micro_batch_size})
+
+    gpu_bytes: int | None = None
+    gpu_from = None
+    if gpu_memory_gib is not None:
+        gpu_bytes, gpu_from = int(gpu_memory_gib * GIB), "--gpu-memory"
+    elif profile.gpu.get("memory_gib"):
+        gpu_bytes, gpu_from = int(float(profile.gpu["memory_gib"]) * GIB), "[gpu] memory_gib"
+    else:
+        gpu_bytes, gpu_from = _detected_gpu_bytes(gather)
+
+    result = estimate(profile, gpu_total_bytes=gpu_bytes, history=_history(profile, runs))
+    fits = result.fits
+    status = ExitStatus.NEGATIVE if fits is False else ExitStatus.OK
+    if as_json:
+        doc = {
+            "schema_version": 1,
+            "gpudoc_version": __version__,
+            "command": "estimate",
+            "profile": profile.name,
+            "exit_code": int(status),
+            **result.to_dict(),
+            "gpu_total_from": gpu_from,
+        }
+        console.print(json.dumps(doc, indent=2))
+    else:
+        render_estimate(result, console, profile_name=profile.name, gpu_from=gpu_from)
+    return int(status)
