@@ -1,0 +1,103 @@
+"""`gpudoc clean`: the command flow over real processes; only the GPU process list is faked."""
+
+import io
+import json
+
+import psutil
+import pytest
+
+from gpudoc.commands.clean import clean
+from gpudoc.output import Console
+from gpudoc.runs.store import RunStore
+from tests.conftest import gpudoc_cli
+from tests.procs._spawn import ONE_GIB, gpu_facts, record_run, spawn, stop
+
+
+class Gatherer:
+    """NVML as gpudoc sees it: the holders are listed until they have exited."""
+
+    def __init__(self, procs, store):
+        self.procs, self.store, self.calls = procs, store, 0
+
+    def __call__(self, **_kw):
+        self.calls += 1
+        living = {p.pid: 2 * ONE_GIB for p in self.procs if _alive(p.pid)}
+        facts = gpu_facts(living, self.store)
+        return facts
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = RunStore(tmp_path / ".gpudoc")
+    s.ensure()
+    return s
+
+
+def run_clean(store, procs, **kw):
+    out = io.StringIO()
+    status = clean(Console(out=out, err=io.StringIO(), colour=False), gather=Gatherer(procs, store), runs=store,
+                   stdin=io.StringIO(""), term_timeout=2, release_timeout=5, **kw)
+    return status, out.getvalue()
+
+
+def test_refuses_without_yes_when_not_a_terminal(store):
+    proc = spawn("sleep", "300")
+    try:
+        status, out = run_clean(store, [proc])
+        assert status == 1
+        assert "refusing to signal processes without confirmation" in out and "--yes" in out
+        assert _alive(proc.pid)
+    finally:
+        stop(proc)
+
+
+def test_dry_run_signals_nothing(store):
+    proc = spawn("sleep", "300")
+    try:
+        record = record_run(store, [proc], pgid=proc.pid)
+        status, out = run_clean(store, [proc], dry_run=True)
+        assert status == 0 and _alive(proc.pid)
+        assert f"left over from gpudoc run {record.id}" in out
+        assert "--dry-run: nothing signalled." in out
+    finally:
+        stop(proc)
+
+
+def test_yes_ends_the_leftover_and_reports_freed_memory(store):
+    proc = spawn("sleep", "300")
+    try:
+        record_run(store, [proc], pgid=proc.pid)
+        status, out = run_clean(store, [proc], yes=True)
+        assert status == 0
+        assert f"ended PID {proc.pid} (SIGTERM)" in out
+        assert "Freed 2.0 GiB on GPU 0 (released, per NVML)." in out
+        assert "torch.cuda.empty_cache() in a fresh process frees nothing another process holds" in out
+        assert not _alive(proc.pid)
+    finally:
+        stop(proc)
+
+
+def test_json_document(store):
+    proc = spawn("sleep", "300")
+    try:
+        status, out = run_clean(store, [proc], yes=True, as_json=True)
+        doc = json.loads(out)
+        assert doc["command"] == "clean" and doc["exit_code"] == status == 0
+        assert [t["pid"] for t in doc["targets"]] == [proc.pid]
+        assert doc["result"]["terminated"] == [proc.pid] and doc["result"]["freed_bytes"] == 2 * ONE_GIB
+    finally:
+        stop(proc)
+
+
+def test_without_a_driver_the_cli_says_so():
+    result = gpudoc_cli("clean", "--yes")
+    if "cannot see GPU processes" in result.stdout:
+        assert result.returncode == 1
+    assert "Traceback" not in result.stderr
