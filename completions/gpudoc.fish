@@ -62,13 +62,13 @@ function __gpudoc_argsw
         case 'check'
             echo '-p --profile --only --skip --gpus --snapshot --python --completions'
         case 'run'
-            echo '--completions'
+            echo '-p --profile --retry-oom --tmux --completions'
         case 'fix'
             echo '--log -p --profile --completions'
         case 'estimate'
             echo '--completions'
         case 'clean'
-            echo '--completions'
+            echo '--gpus --completions'
         case 'runs'
             echo '--completions'
         case 'logs'
@@ -152,6 +152,12 @@ end
 # __gpudoc_npos (positional words so far) and __gpudoc_cmd (where the job's command line starts,
 # 0 before it).
 function __gpudoc_parse
+    # fish asks every condition below on each TAB: parse the line once
+    set -l line (commandline -pc)
+    if set -q __gpudoc_parsed; and test "$__gpudoc_parsed" = "$line"
+        return
+    end
+    set -g __gpudoc_parsed $line
     set -l tokens (commandline -opc)
     set -g __gpudoc_path ''
     set -g __gpudoc_npos 0
@@ -223,10 +229,10 @@ end
 complete -c gpudoc -f
 complete -c gpudoc -n __gpudoc_in_command -x -a '(__gpudoc_complete_command)'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a check -d 'Pre-flight: is this machine ready for the training job, and if not, what exactly to do'
-complete -c gpudoc -n '__gpudoc_at \'\'' -a run -d 'Not built yet'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a run -d 'Launch a training command with pre-flight checks, the profile applied, a complete log,'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a fix -d 'Diagnose the latest run (or RUN_IDs, or --log files, or - for stdin) and propose the next'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a estimate -d 'Not built yet'
-complete -c gpudoc -n '__gpudoc_at \'\'' -a clean -d 'Not built yet'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a clean -d 'End your stray processes holding GPU memory (SIGTERM, then SIGKILL), then report what was freed'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a runs -d 'Not built yet'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a logs -d 'Not built yet'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a profile -d 'List, show and create profiles (GPU needs, environment and training knobs)'
@@ -249,6 +255,16 @@ complete -c gpudoc -n '__gpudoc_at \'check\'' -l help-all -d 'Prints help messag
 complete -c gpudoc -n '__gpudoc_at \'check\'' -s h -l help -d 'Prints this help message and quits'
 complete -c gpudoc -n '__gpudoc_at \'check\'' -s v -l version -d 'Prints the program\'s version and quits'
 complete -c gpudoc -n '__gpudoc_at \'check\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -s p -l profile -x -a '(__gpudoc_profiles)' -d 'Profile name or path (default: ./gpudoc.toml or $GPUDOC_PROFILE)'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l no-check -d 'Skip the pre-flight checks'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l force -d 'Launch even when a pre-flight check fails'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l clean -d 'First end this user\'s stray processes holding memory on the job\'s GPUs'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -s y -l yes -d 'Do not ask before ending processes (--clean)'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l retry-oom -x -d 'After a GPU OOM, apply the next ladder rung and relaunch, up to N times'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l allow-semantic -d 'Let --retry-oom use rungs that change the experiment (shorter sequences, ...)'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l tmux -x -d 'Start this run in a new detached tmux session NAME and print how to attach'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l dry-run -d 'Show the command, environment and file edits; launch nothing'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l json -d 'With --dry-run: one JSON object; otherwise the final record as JSON on stderr'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -s h -l help -d 'Prints this help message and quits'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -s v -l version -d 'Prints the program\'s version and quits'
@@ -269,6 +285,10 @@ complete -c gpudoc -n '__gpudoc_at \'estimate\'' -l help-all -d 'Prints help mes
 complete -c gpudoc -n '__gpudoc_at \'estimate\'' -s h -l help -d 'Prints this help message and quits'
 complete -c gpudoc -n '__gpudoc_at \'estimate\'' -s v -l version -d 'Prints the program\'s version and quits'
 complete -c gpudoc -n '__gpudoc_at \'estimate\'' -l completions -x -a 'bash fish' -d 'Prints shell completion script and quits'
+complete -c gpudoc -n '__gpudoc_at \'clean\'' -l gpus -x -d 'GPU indexes to clear, e.g. 0,1 or 0-3 (default: all)'
+complete -c gpudoc -n '__gpudoc_at \'clean\'' -s y -l yes -d 'do not ask for confirmation'
+complete -c gpudoc -n '__gpudoc_at \'clean\'' -l dry-run -d 'show what would be ended; signal nothing'
+complete -c gpudoc -n '__gpudoc_at \'clean\'' -l json -d 'emit one JSON document'
 complete -c gpudoc -n '__gpudoc_at \'clean\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
 complete -c gpudoc -n '__gpudoc_at \'clean\'' -s h -l help -d 'Prints this help message and quits'
 complete -c gpudoc -n '__gpudoc_at \'clean\'' -s v -l version -d 'Prints the program\'s version and quits'

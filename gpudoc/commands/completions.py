@@ -825,6 +825,12 @@ end
 # __gpudoc_npos (positional words so far) and __gpudoc_cmd (where the job's command line starts,
 # 0 before it).
 function __gpudoc_parse
+    # fish asks every condition below on each TAB: parse the line once
+    set -l line (commandline -pc)
+    if set -q __gpudoc_parsed; and test "$__gpudoc_parsed" = "$line"
+        return
+    end
+    set -g __gpudoc_parsed $line
     set -l tokens (commandline -opc)
     set -g __gpudoc_path ''
     set -g __gpudoc_npos 0

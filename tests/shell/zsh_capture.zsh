@@ -25,15 +25,15 @@ zpty -w z 'compadd () {
     return ret
 }'
 zpty -w z 'exec 2>/dev/tty'
-# after each TAB, ^U clears the line, then a marker tells the reader this completion is done
+# after each TAB, ^T (not a prefix key: no KEYTIMEOUT wait) prints a marker and clears the line
 zpty -w z 'finish () { print -r -- "<<END>>" >/dev/tty; zle kill-whole-line; }'
-zpty -w z 'zle -N finish; bindkey "^X" finish'
+zpty -w z 'zle -N finish; bindkey "^T" finish'
 zpty -w z 'print -r -- "<<READY>>"'
 zpty -r z line '*<<READY>>*'
 zpty -r z line '*<<READY>>*'
 
 for typed in "$@"; do
-    zpty -w -n z "$typed"$'\t'$'\x18'
+    zpty -w -n z "$typed"$'\t'$'\x14'
     while zpty -r z line; do
         line=${line//$'\r'/}; line=${line%$'\n'}
         if [[ $line == *'<<END>>'* ]]; then break; fi
