@@ -221,7 +221,8 @@ def plan_bindings(profile, command: list[str], *, cwd: Path) -> BindPlan:
         preset, mapping = _file_spec(path_text, spec)
         if st.fmt == "sh":
             res = _shell_file(st, preset, mapping, knobs, world)
-            results.append((f"{preset or 'flags'} ({st.label})", res))
+            if preset:
+                results.append((f"{preset} ({st.label})", res))
             explicit.update(mapping)
             for ds in res.deepspeed_files:
                 run_file_preset(state(ds), "deepspeed", True)

@@ -1,0 +1,237 @@
+"""plan_bindings / apply_file_edits: env, placeholders, explicit key paths, conflicts, atomicity."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from gpudoc.bind import apply_file_edits, plan_bindings
+from gpudoc.errors import InputError, ProfileError, UsageError
+from gpudoc.profiles.model import Profile
+from tests.conftest import CONFIGS
+
+KNOBS = {"micro_batch_size": 2, "gradient_accumulation_steps": 16, "gradient_checkpointing": True,
+         "precision": "bf16", "lora_rank": 0, "n_negatives": 7, "temperature": 0.05}
+
+
+def profile(**kw) -> Profile:
+    return Profile(name="t", **{"train": KNOBS, **kw})
+
+
+# -- env and placeholders --------------------------------------------------------------------------
+def test_env_exports_every_knob_with_documented_spelling(tmp_path):
+    plan = plan_bindings(profile(), ["python", "t.py"], cwd=tmp_path)
+    assert plan.env == {
+        "GPUDOC_MICRO_BATCH_SIZE": "2", "GPUDOC_GRADIENT_ACCUMULATION_STEPS": "16",
+        "GPUDOC_GRADIENT_CHECKPOINTING": "true", "GPUDOC_PRECISION": "bf16", "GPUDOC_LORA_RANK": "0",
+        "GPUDOC_N_NEGATIVES": "7", "GPUDOC_TEMPERATURE": "0.05",
+    }
+    assert plan.argv == ["python", "t.py"] and plan.file_edits == [] and plan.conflicts == []
+
+
+def test_env_off(tmp_path):
+    assert plan_bindings(profile(bind={"env": False}), ["python", "t.py"], cwd=tmp_path).env == {}
+
+
+def test_placeholders_replaced_literal_braces_untouched(tmp_path):
+    argv = ["python", "t.py", "--bs={micro_batch_size}", "--gc", "{gradient_checkpointing}",
+            "--json", '{"a": {"b": 1}}', "--fmt", "{{epoch}}", "--world", "{world_size}"]
+    plan = plan_bindings(profile(launch={"nproc_per_node": 2}), argv, cwd=tmp_path)
+    assert plan.argv == ["python", "t.py", "--bs=2", "--gc", "true", "--json", '{"a": {"b": 1}}',
+                         "--fmt", "{epoch}", "--world", "2"]
+
+
+def test_unknown_placeholder_is_a_usage_error_naming_it(tmp_path):
+    with pytest.raises(UsageError, match=r"unknown placeholder \{micro_bs\}"):
+        plan_bindings(profile(), ["python", "t.py", "--bs", "{micro_bs}"], cwd=tmp_path)
+
+
+# -- explicit key paths ----------------------------------------------------------------------------
+def test_explicit_mapping_json_yaml_toml(tmp_path):
+    (tmp_path / "c.json").write_text('{"train": {"bs": 8}}')
+    (tmp_path / "c.yaml").write_text("train:\n  bs: 8   # per device\n")
+    (tmp_path / "c.toml").write_text("[train]\nbs = 8 # per device\n")
+    files = {name: {"micro_batch_size": "train.bs", "gradient_accumulation_steps": "train.accum"}
+             for name in ("c.json", "c.yaml", "c.toml")}
+    plan = plan_bindings(profile(bind={"files": files}), ["python", "t.py"], cwd=tmp_path)
+    by_name = {Path(e.path).name: e for e in plan.file_edits}
+    assert json.loads(by_name["c.json"].new_text) == {"train": {"accum": 16, "bs": 2}}
+    assert by_name["c.yaml"].new_text == "train:\n  bs: 2   # per device\n  accum: 16\n"
+    assert tomllib.loads(by_name["c.toml"].new_text) == {"train": {"bs": 2, "accum": 16}}
+    assert "bs = 2 # per device" in by_name["c.toml"].new_text
+    assert by_name["c.json"].changes == [{"key": "train.bs", "old": 8, "new": 2},
+                                         {"key": "train.accum", "old": None, "new": 16}]
+
+
+def test_explicit_mapping_in_a_shell_script(tmp_path):
+    (tmp_path / "run.sh").write_text("python train.py \\\n  --bs 8 \\\n  --name 'my run'\n")
+    plan = plan_bindings(profile(bind={"files": {"run.sh": {"micro_batch_size": "--bs", "n_negatives": "--neg"}}}),
+                         ["bash", "run.sh"], cwd=tmp_path)
+    (edit,) = plan.file_edits
+    assert edit.new_text == "python train.py \\\n  --bs 2 \\\n  --neg 7 \\\n  --name 'my run'\n"
+
+
+def test_missing_bound_file_is_a_clear_error(tmp_path):
+    with pytest.raises(UsageError, match="nope.json: file not found"):
+        plan_bindings(profile(bind={"files": {"nope.json": "deepspeed"}}), ["python", "t.py"], cwd=tmp_path)
+
+
+def test_unknown_file_preset_and_bad_mapping(tmp_path):
+    (tmp_path / "a.json").write_text("{}")
+    with pytest.raises(ProfileError, match="unknown preset 'deepspeeed'"):
+        plan_bindings(profile(bind={"files": {"a.json": "deepspeeed"}}), ["python"], cwd=tmp_path)
+    with pytest.raises(ProfileError, match="expected a key path string"):
+        plan_bindings(profile(bind={"files": {"a.json": {"micro_batch_size": 3}}}), ["python"], cwd=tmp_path)
+
+
+def test_file_preset_that_cannot_carry_a_ladder_knob_is_an_error(tmp_path):
+    shutil.copy(CONFIGS / "axolotl__deepspeed_configs__zero2.json", tmp_path / "ds.json")
+    with pytest.raises(ProfileError, match="max_seq_len = 2048"):
+        plan_bindings(profile(train={"micro_batch_size": 2, "max_seq_len": 2048},
+                              bind={"files": {"ds.json": "deepspeed"}}), ["python", "t.py"], cwd=tmp_path)
+
+
+# -- conflicts -------------------------------------------------------------------------------------
+def test_torchrun_process_count_vs_launch(tmp_path):
+    plan = plan_bindings(profile(launch={"nproc_per_node": 4, "nnodes": 1}),
+                         ["torchrun", "--nproc-per-node=8", "--nnodes", "2", "t.py"], cwd=tmp_path)
+    assert any("8 processes per node" in c and "nproc_per_node = 4" in c for c in plan.conflicts)
+    assert any("2 node(s)" in c for c in plan.conflicts)
+    ok = plan_bindings(profile(launch={"nproc_per_node": 8}), ["torchrun", "--nproc_per_node=8", "t.py"], cwd=tmp_path)
+    assert ok.conflicts == []
+
+
+def test_deepspeed_train_batch_size_inconsistency(tmp_path):
+    shutil.copy(CONFIGS / "DeepSpeedExamples__Megatron-LM__scripts__ds_zero-offload_10B_config.json",
+                tmp_path / "ds.json")
+    plan = plan_bindings(profile(train={"micro_batch_size": 4, "gradient_accumulation_steps": 3},
+                                 launch={"nproc_per_node": 2}, bind={"files": {"ds.json": "deepspeed"}}),
+                         ["python", "t.py"], cwd=tmp_path)
+    assert plan.conflicts == ["ds.json: train_batch_size = 30 but micro_batch_size x gradient_accumulation_steps "
+                              "x world size = 4 x 3 x 2 = 24; set train_batch_size to 24 (or \"auto\") or change "
+                              "the profile"]
+
+
+def test_hard_coded_value_in_an_unbound_part_of_a_bound_file(tmp_path):
+    shutil.copy(CONFIGS / "axolotl__examples__llama-2__qlora.yml", tmp_path / "q.yml")
+    plan = plan_bindings(profile(train={"micro_batch_size": 4, "max_seq_len": 1024},
+                                 bind={"files": {"q.yml": {"micro_batch_size": "micro_batch_size"}}}),
+                         ["python", "t.py"], cwd=tmp_path)
+    assert plan.conflicts == ["q.yml hard-codes max_seq_len = 4096 but the profile says 1024 and does not bind "
+                              "it into that file"]
+
+
+def test_hard_coded_flag_and_deepspeed_file_when_nothing_binds_them(tmp_path):
+    shutil.copy(CONFIGS / "DeepSpeedExamples__Megatron-LM-v1.1.5-ZeRO3__examples__ds_zero_stage_3_config.json",
+                tmp_path / "ds.json")
+    plan = plan_bindings(profile(train={"micro_batch_size": 2, "zero_stage": 2}),
+                         ["python", "t.py", "--per_device_train_batch_size", "8", "--deepspeed", "ds.json"],
+                         cwd=tmp_path)
+    assert any("--per_device_train_batch_size 8" in c for c in plan.conflicts)
+    assert any("ds.json hard-codes zero_stage = 3" in c for c in plan.conflicts)
+    assert any("ds.json hard-codes micro_batch_size = 8" in c for c in plan.conflicts)
+    assert plan.file_edits == []
+
+
+# -- dry run and apply -----------------------------------------------------------------------------
+def _ds_plan(tmp_path):
+    shutil.copy(CONFIGS / "axolotl__deepspeed_configs__zero2.json", tmp_path / "ds.json")
+    (tmp_path / "cfg.yaml").write_text("bs: 8\n")
+    return plan_bindings(profile(train={"micro_batch_size": 2, "zero_stage": 3},
+                                 bind={"files": {"ds.json": "deepspeed", "cfg.yaml": {"micro_batch_size": "bs"}}}),
+                         ["python", "t.py"], cwd=tmp_path)
+
+
+def test_dry_run_diff_text(tmp_path):
+    plan = _ds_plan(tmp_path)
+    assert plan.diff_text() == (
+        '--- a/ds.json\n+++ b/ds.json\n@@ -1,6 +1,6 @@\n {\n   "zero_optimization": {\n-    "stage": 2,\n'
+        '+    "stage": 3,\n     "offload_optimizer": {\n       "device": "cpu"\n     },\n@@ -22,6 +22,6 @@\n'
+        '   "gradient_accumulation_steps": "auto",\n   "gradient_clipping": "auto",\n   "train_batch_size": "auto",\n'
+        '-  "train_micro_batch_size_per_gpu": "auto",\n+  "train_micro_batch_size_per_gpu": 2,\n'
+        '   "wall_clock_breakdown": false\n }\n'
+        '--- a/cfg.yaml\n+++ b/cfg.yaml\n@@ -1 +1 @@\n-bs: 8\n+bs: 2\n')
+    # Planning is pure: the dry run changed nothing on disk.
+    assert (tmp_path / "cfg.yaml").read_text() == "bs: 8\n"
+    assert [e.to_dict()["path"] for e in plan.file_edits] == [str(tmp_path / "ds.json"), str(tmp_path / "cfg.yaml")]
+
+
+def test_apply_writes_backups_and_records(tmp_path):
+    plan = _ds_plan(tmp_path)
+    records = apply_file_edits(plan)
+    assert [Path(r["path"]).name for r in records] == ["ds.json", "cfg.yaml"]
+    assert (tmp_path / "cfg.yaml").read_text() == "bs: 2\n"
+    assert Path(records[1]["backup"]).read_text() == "bs: 8\n"
+    assert records[1]["changes"] == [{"key": "bs", "old": 8, "new": 2}]
+    assert (tmp_path / "ds.json.gpudoc.bak").read_bytes() == (CONFIGS / "axolotl__deepspeed_configs__zero2.json").read_bytes()
+
+
+def test_failing_second_write_rolls_back_the_first(tmp_path):
+    plan = _ds_plan(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    calls = []
+
+    def flaky_writer(path, text):
+        calls.append(path.name)
+        if path.name == "cfg.yaml":
+            raise OSError(28, "No space left on device", str(path))
+        from gpudoc.atomic import atomic_write_text
+        atomic_write_text(path, text)
+
+    with pytest.raises(InputError, match="No space left on device.*no config file was changed"):
+        apply_file_edits(plan, writer=flaky_writer)
+    assert calls == ["ds.json", "cfg.yaml"]
+    for name, data in before.items():
+        assert (tmp_path / name).read_bytes() == data
+
+
+def test_write_failing_mid_file_leaves_the_original_intact(tmp_path):
+    """The real writer, made to fail after part of the data is on disk (file-size limit: works
+    for root too, unlike permissions)."""
+    shutil.copy(CONFIGS / "axolotl__deepspeed_configs__zero2.json", tmp_path / "ds.json")
+    plan = plan_bindings(profile(train={"zero_stage": 3, "offload_params": True},
+                                 bind={"files": {"ds.json": "deepspeed"}}), ["python", "t.py"], cwd=tmp_path)
+    original = (tmp_path / "ds.json").read_bytes()
+    limit = len(original) + 4  # room for the backup, not for the (longer) new text
+    assert len(plan.file_edits[0].new_text.encode()) > limit
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        with pytest.raises(InputError, match="no config file was changed"):
+            apply_file_edits(plan)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert (tmp_path / "ds.json").read_bytes() == original
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions (see the size-limit test)")
+def test_read_only_directory_leaves_the_original_intact(tmp_path):
+    plan = _ds_plan(tmp_path)
+    original = (tmp_path / "ds.json").read_bytes()
+    tmp_path.chmod(0o500)
+    try:
+        with pytest.raises(InputError, match="no config file was changed"):
+            apply_file_edits(plan)
+    finally:
+        tmp_path.chmod(0o700)
+    assert (tmp_path / "ds.json").read_bytes() == original
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "ds.json"]
+
+
+def test_file_changed_since_planning_is_refused(tmp_path):
+    plan = _ds_plan(tmp_path)
+    (tmp_path / "cfg.yaml").write_text("bs: 16\n")
+    with pytest.raises(InputError, match="changed since gpudoc planned"):
+        apply_file_edits(plan)
+    assert (tmp_path / "cfg.yaml").read_text() == "bs: 16\n"
+    assert not (tmp_path / "ds.json.gpudoc.bak").exists()
