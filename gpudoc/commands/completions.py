@@ -47,7 +47,7 @@ SWITCH_VALUES = {
 # "command" hands the rest of the line to the shell's own completion (gpudoc run -- COMMAND).
 POSITIONALS = {
     ("run",): ("command",),
-    ("fix",): ("runs",),
+    ("fix",): ("runs*",),  # several runs of one job (one per node)
     ("logs",): ("runs",),
     ("completions",): ("shells",),
     ("profile", "show"): ("profiles",),
@@ -150,8 +150,8 @@ def _switch(info, checks: tuple[str, ...]) -> Switch:
 def _positionals(path: tuple[str, ...], app_cls) -> tuple[tuple[str, ...], bool]:
     if path in POSITIONALS:
         kinds = POSITIONALS[path]
-        variadic = kinds[-1] == "command"
-        return kinds, variadic
+        variadic = kinds[-1] == "command" or kinds[-1].endswith("*")
+        return tuple(k.rstrip("*") for k in kinds), variadic
     try:
         params = list(inspect.signature(app_cls.main).parameters.values())[1:]
     except (TypeError, ValueError):

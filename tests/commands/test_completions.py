@@ -55,7 +55,7 @@ def test_tree_reads_switch_kinds_from_the_cli():
     assert profile_show.positionals == ("profiles",)
     run = tree.children["run"]
     assert run.takes_command
-    assert tree.children["fix"].positionals == ("runs",)
+    assert tree.children["fix"].positionals == ("runs",) and tree.children["fix"].variadic
     assert tree.children["logs"].positionals == ("runs",)
     snapshot = next(s for s in tree.children["profile"].children["new"].switches
                     if "--snapshot" in s.names)

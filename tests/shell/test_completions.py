@@ -169,3 +169,39 @@ def test_shipped_profiles_asked_of_the_console_scripts_python(shell, project, tm
     shipped = {p.stem for p in (REPO / "profiles").glob("*.toml")}
     assert shipped
     assert set(result) == {"my-box", "user-wide"} | shipped
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_switch_value_after_equals_sign(shell, project):
+    """--profile=my<TAB> completes the value in the same word."""
+    [result] = complete(shell, ["gpudoc profile new x --snapshot=nv"], project)
+    # fish offers the whole word, bash and zsh the value part
+    assert {r.split("=", 1)[-1] for r in result} == {"nvidia-smi.xml"}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_fix_takes_several_run_ids(shell, project):
+    [result] = complete(shell, ["gpudoc fix 20260101-090000-aaaaaa 2026"], project)
+    assert result == {"20260101-090000-aaaaaa", "20260102-100000-bbbbbb"}
+
+
+def test_bash_hands_the_command_to_bash_completions_command_offset(project):
+    """With bash-completion loaded, its _command_offset completes the job (e.g. torchrun's own
+    completion when the user has one); gpudoc passes the index where the command starts."""
+    from tests.shell.drivers import bash_complete
+
+    work, env = project
+    stub = '_command_offset() { COMPREPLY=("offset:$1:${COMP_WORDS[$1]}"); }'
+    results = bash_complete(["gpudoc run --json -- torchrun --nproc", "gpudoc run -p x python3 "],
+                            cwd=work, env=env, prelude=stub)
+    assert results == [["offset:4:torchrun"], ["offset:4:python3"]]
+
+
+def test_bash_profile_switch_also_takes_a_file(project):
+    from tests.shell.drivers import bash_complete
+
+    work, env = project
+    (work / "configs").mkdir()
+    (work / "configs" / "big.toml").write_text("")
+    [result] = bash_complete(["gpudoc profile show ./configs/"], cwd=work, env=env)
+    assert result == ["./configs/big.toml"]
