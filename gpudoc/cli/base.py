@@ -46,3 +46,8 @@ class Command(cli.Application):
             for line in self.EXAMPLES.strip("\n").splitlines():
                 print(f"    {line}")
             print()
+
+
+# plumbum's built-in `--completions {bash,fish}` prints a generic script that knows only the
+# top-level switches; `gpudoc completions bash|zsh|fish` prints the real one (completions/).
+Command.unbind_switches("completions")
