@@ -21,6 +21,15 @@ class Command(cli.Application):
     SUBCOMMAND_HELPMSG = False
     EXAMPLES = ""  # shown at the end of --help: two real invocations
 
+    def __init__(self, executable) -> None:
+        super().__init__(executable)
+        # Our -h/--help below replaces plumbum's; without this the replaced one is still listed
+        # in --help as a nameless line ("Prints this help message and quits").
+        self._switches_by_func = {
+            func: info for func, info in self._switches_by_func.items()
+            if any(self._switches_by_name.get(name) is info for name in info.names)
+        }
+
     def _parse_args(self, argv):  # noqa: D401 - plumbum hook
         try:
             return super()._parse_args(argv)

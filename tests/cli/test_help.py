@@ -79,7 +79,8 @@ def test_help_teaches(path, app_cls):
     assert 10 <= len(purpose) <= 100, f"{where}: purpose {purpose!r}"
     assert "not built yet" not in purpose.lower(), f"{where}: placeholder purpose"
 
-    # Every switch is listed.
+    # Every switch is listed, each line under its names (no nameless leftovers).
+    assert not re.search(r"^ {20,}Prints this help message", result.stdout, re.M), where
     inst = app_cls("gpudoc")
     for name in inst._switches_by_name:
         flag = ("-" if len(name) == 1 else "--") + name
