@@ -1,0 +1,209 @@
+"""The composed model: activation terms against what autograd really saves (real torch, CPU), and
+the phase/sharding logic against the physics it encodes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup
+from gpudoc.estimate.model import compute_phases, layer_activation_bytes
+
+
+def saved_bytes(module: nn.Module, x: torch.Tensor) -> int:
+    """Bytes of the distinct storages autograd saves for backward, parameters excluded."""
+    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(x)
+    return sum(seen.values())
+
+
+class RMSNorm(nn.Module):
+    """As Hugging Face / torchtune / LitGPT write it: upcast to fp32 first."""
+
+    def __init__(self, h):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(h))
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * x.to(dtype)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, h, a, kv, f):
+        super().__init__()
+        self.a, self.kv = a, kv
+        hd = h // a
+        self.n1, self.n2 = RMSNorm(h), RMSNorm(h)
+        self.q, self.o = nn.Linear(h, h, bias=False), nn.Linear(h, h, bias=False)
+        self.k, self.v = nn.Linear(h, kv * hd, bias=False), nn.Linear(h, kv * hd, bias=False)
+        self.gate, self.up = nn.Linear(h, f, bias=False), nn.Linear(h, f, bias=False)
+        self.down = nn.Linear(f, h, bias=False)
+
+    def forward(self, x):
+        b, t, h = x.shape
+        hd = h // self.a
+        y = self.n1(x)
+        q = self.q(y).view(b, t, self.a, hd).transpose(1, 2)
+        k = self.k(y).view(b, t, self.kv, hd).transpose(1, 2)
+        v = self.v(y).view(b, t, self.kv, hd).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o(out.transpose(1, 2).contiguous().view(b, t, h))
+        y = self.n2(x)
+        return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+
+class GPTBlock(nn.Module):
+    """GPT-2-style block with eager attention and no dropout (CPU dropout masks are float, not
+    the 1-byte masks CUDA keeps, so dropout is compared by formula only)."""
+
+    def __init__(self, h, a, f):
+        super().__init__()
+        self.a = a
+        self.n1, self.n2 = nn.LayerNorm(h), nn.LayerNorm(h)
+        self.qkv, self.o = nn.Linear(h, 3 * h), nn.Linear(h, h)
+        self.fc, self.proj = nn.Linear(h, f), nn.Linear(f, h)
+
+    def forward(self, x):
+        b, t, h = x.shape
+        hd = h // self.a
+        q, k, v = self.qkv(self.n1(x)).split(h, -1)
+        q, k, v = (z.view(b, t, self.a, hd).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-1, -2)) / hd**0.5
+        att = att.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, h)
+        x = x + self.o(y)
+        return x + self.proj(F.gelu(self.fc(self.n2(x))))
+
+
+B, T = 2, 128
+LLAMA = ModelShape(layers=1, hidden=256, heads=8, kv_heads=2, ffn=688, vocab=1, params=1, gated_mlp=True)
+GPT = ModelShape(layers=1, hidden=256, heads=4, kv_heads=4, ffn=1024, vocab=1, params=1, gated_mlp=False,
+                 norm="layernorm")
+
+
+def _predict(shape, **setup):
+    setup = TrainSetup(micro_batch_size=B, seq_len=T, **setup)
+    return layer_activation_bytes(shape, setup, tokens=B * T, batch=B)[0]
+
+
+def test_llama_block_full_finetune_bf16_matches_autograd():
+    block = LlamaBlock(256, 8, 2, 688).to(torch.bfloat16)
+    x = torch.randn(B, T, 256, dtype=torch.bfloat16, requires_grad=True)
+    assert _predict(LLAMA, precision="bf16-true", attention="sdpa") == saved_bytes(block, x)
+
+
+def test_llama_block_frozen_base_saves_only_what_backward_through_it_needs():
+    block = LlamaBlock(256, 8, 2, 688).to(torch.bfloat16).requires_grad_(False)
+    x = torch.randn(B, T, 256, dtype=torch.bfloat16, requires_grad=True)
+    predicted = _predict(LLAMA, precision="bf16-true", attention="sdpa", lora_rank=8, lora_targets=())
+    assert predicted == saved_bytes(block, x)
+
+
+def test_gpt_block_fp32_eager_matches_autograd_up_to_the_causal_mask():
+    block = GPTBlock(256, 4, 1024)
+    x = torch.randn(B, T, 256, requires_grad=True)
+    mask = T * T  # the bool causal mask, shared by all layers in real models
+    assert _predict(GPT, precision="fp32", attention="eager") == saved_bytes(block, x) - mask
+
+
+def _inputs(**setup) -> Inputs:
+    shape = ModelShape(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+                       params=8.03e9, gated_mlp=True)
+    base = dict(micro_batch_size=1, seq_len=2048, precision="bf16")
+    base.update(setup)
+    return Inputs(shape=shape, setup=TrainSetup(**base))
+
+
+def test_checkpointing_lowers_activations_and_selective_sits_between():
+    none = compute_phases(_inputs()).forward_backward["activations"]
+    full = compute_phases(_inputs(gradient_checkpointing="full")).forward_backward["activations"]
+    selective = compute_phases(_inputs(gradient_checkpointing="selective")).forward_backward["activations"]
+    assert full < selective < none
+
+
+def test_autocast_params_fp32_with_cast_copies_and_engine_bf16_with_master():
+    amp = compute_phases(_inputs())
+    assert amp.forward_backward["weights"] == pytest.approx(8.03e9 * 4)
+    assert amp.forward_backward["workspace"] > 2 * 6.9e9  # bf16 casts of the matmul weights
+    engine = compute_phases(_inputs(zero_stage=1, world_size=1, fsdp=True))
+    assert engine.forward_backward["weights"] == pytest.approx(8.03e9 * 2)
+    # master 4 + moments 8 per parameter, in the optimizer column
+    assert engine.forward_backward["optimizer"] == pytest.approx(8.03e9 * 12)
+
+
+def test_zero_stages_shard_optimizer_then_gradients_then_weights():
+    def step(stage):
+        return compute_phases(_inputs(zero_stage=stage, world_size=8, micro_batch_size=1)).optimizer_step
+
+    s1, s2, s3 = step(1), step(2), step(3)
+    assert s1["optimizer"] < compute_phases(_inputs(zero_stage=1, world_size=1)).optimizer_step["optimizer"]
+    assert s2["gradients"] == pytest.approx(s1["gradients"] / 8)
+    assert s3["weights"] == pytest.approx(s2["weights"] / 8)
+
+
+def test_offload_moves_optimizer_states_off_the_gpu():
+    on = compute_phases(_inputs(zero_stage=2, world_size=2))
+    off = compute_phases(_inputs(zero_stage=2, world_size=2, offload_optimizer=True))
+    assert off.optimizer_step["optimizer"] == 0 < on.optimizer_step["optimizer"]
+
+
+def test_lora_trains_only_adapters_and_qlora_shrinks_the_base():
+    lora = compute_phases(_inputs(precision="bf16-true", lora_rank=16))
+    assert lora.optimizer_step["gradients"] < 0.01 * 8.03e9
+    qlora = compute_phases(_inputs(precision="bf16-true", lora_rank=16, quantization="nf4"))
+    assert qlora.forward_backward["weights"] < 0.4 * lora.forward_backward["weights"]
+
+
+def test_gradient_accumulation_keeps_gradients_through_the_forward_pass():
+    one = compute_phases(_inputs(precision="bf16-true"))
+    accum = compute_phases(_inputs(precision="bf16-true", gradient_accumulation_steps=4))
+    assert one.forward_backward["gradients"] == 0
+    assert accum.forward_backward["gradients"] == pytest.approx(8.03e9 * 2)
+
+
+def test_peak_is_the_max_over_phases():
+    # No activations to speak of: the optimizer step (grads + foreach temporaries) is the peak.
+    tiny = compute_phases(_inputs(precision="fp32", seq_len=8))
+    assert tiny.peak_phase == "optimizer_step"
+    long = compute_phases(_inputs(precision="fp32", seq_len=8192))
+    assert long.peak_phase == "forward_backward"
+    assert long.peak == max(long.fb_total, long.step_total)
+
+
+def test_ddp_buckets_copy_the_gradients():
+    single = compute_phases(_inputs(precision="bf16-true"))
+    ddp = compute_phases(_inputs(precision="bf16-true", world_size=4))
+    assert ddp.optimizer_step["workspace"] - single.optimizer_step["workspace"] == pytest.approx(8.03e9 * 2)
+
+
+def test_optimizer_in_backward_never_holds_all_gradients():
+    # Short sequences: without the fusion the step (all gradients resident) is the peak.
+    normal = compute_phases(_inputs(precision="bf16-true", optimizer="adamw_8bit", seq_len=64))
+    fused = compute_phases(_inputs(precision="bf16-true", optimizer="adamw_8bit", seq_len=64,
+                                   optimizer_in_backward=True))
+    assert fused.peak < normal.peak
+    assert fused.optimizer_step["gradients"] < 0.02 * normal.optimizer_step["gradients"]
+
+
+def test_fp32_activations_are_twice_half():
+    half = _inputs(precision="bf16-true", attention="eager")
+    full = replace(half, setup=replace(half.setup, precision="fp32"))
+    a16 = compute_phases(half).forward_backward["activations"]
+    a32 = compute_phases(full).forward_backward["activations"]
+    assert 1.7 < a32 / a16 <= 2.0  # fp32 norm copies are the same size in both
