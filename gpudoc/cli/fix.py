@@ -11,8 +11,10 @@ _STDIN = "\0-"
 
 
 class FixCommand(Command):
-    """Diagnose the latest run (or RUN_IDs, or --log files, or - for stdin) and propose the next
-    rungs of the tuning ladder, with the exact knob changes and the expected memory effect."""
+    """After a failure: say what happened and propose the next rungs of the tuning ladder.
+
+    Reads the latest run (or RUN_IDs, or --log files, or - for stdin) and shows the exact knob
+    changes with the expected memory effect; --apply writes the first, --rerun also relaunches."""
 
     EXAMPLES = """
 gpudoc fix

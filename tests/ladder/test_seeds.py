@@ -170,7 +170,12 @@ def test_seed_003_never_shrinks_the_model_and_holds_back_sequence_length(tmp_pat
     touched = {k for s in out["suggestions"] for k in s["changes"]}
     assert not touched & {"lora_rank", "quantization", "max_seq_len"}
     held = rungs(out, "semantic_held_back")
-    assert held == ["shorter-sequences", "smaller-lora-rank"]
+    assert held[0] == "shorter-sequences"
+    # The LoRA rank (the author's "LAST RESORT") comes after, or not at all when its saving
+    # cannot cover what the run was short of.
+    if "smaller-lora-rank" not in held:
+        reason = next(s["reason"] for s in out["skipped"] if s["rung"] == "smaller-lora-rank")
+        assert "less than the" in reason
 
 
 def test_seed_003_with_allow_semantic_shortens_sequences_after_non_semantic_rungs(tmp_path):
