@@ -191,7 +191,7 @@ def visibility(facts: Facts, env: Mapping[str, str]) -> Visibility:
     count = len(seen)
     return Visibility(
         raw=raw,
-        gpus=tuple(dict.fromkeys(chosen)),
+        gpus=tuple({g.index: g for g in chosen}.values()),
         mig_entries=tuple(migs),
         problems=tuple(problems),
         hidden_all=count == 0,

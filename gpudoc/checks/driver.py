@@ -106,7 +106,8 @@ def check_torch_cuda(facts: Facts, profile: Profile, ctx: CheckContext) -> Findi
             severity,
             f"{label} is a CPU-only build: it cannot use the GPU",
             f"interpreter: {torch.python}",
-            _pip_remedy(driver_cuda),
+            # No driver to match: the current default CUDA wheel (a driver >= 570 runs it).
+            _pip_remedy(driver_cuda or (12, 8)),
             ("torch",),
         )
     build = _version(torch.cuda_build)
