@@ -153,7 +153,7 @@ def _sources(targets: Sequence[str], logs: Sequence[str], store: Any, stdin: Tex
             raise InputError(f"{log}: cannot read log: {exc.strerror}") from None
         sources.append(Source(str(log), text=data.decode("utf-8", errors="replace")))
     if not sources:
-        record = store.latest()
+        record = _latest(store)
         if record is None:
             raise InputError(
                 f"no run records in {store.root}: run the job with `gpudoc run`, or pass a log "
@@ -161,6 +161,26 @@ def _sources(targets: Sequence[str], logs: Sequence[str], store: Any, stdin: Tex
             )
         sources.append(Source(f"run {record.id}", record=record))
     return sources
+
+
+def _latest(store: Any) -> Any:
+    """The most recently started run.
+
+    Run ids sort by the second only (their suffix is random), so among runs started within the
+    newest second (a retry chain), a parent comes before its child, then the job's own start
+    time (its processes' create_time) decides.
+    """
+    ids = store.ids()
+    if not ids:
+        return None
+    newest = [store.load(run_id) for run_id in ids if run_id[:15] == ids[-1][:15]]
+    parents = {r.parent for r in newest}
+
+    def key(record):
+        starts = [p.get("create_time") or 0 for p in (record.pids or []) if isinstance(p, dict)]
+        return (record.id not in parents, min(starts) if starts else 0.0)
+
+    return max(newest, key=key)
 
 
 def _diagnose(source: Source, store: Any) -> dict:

@@ -219,3 +219,12 @@ def test_cli_exit_codes_and_errors(tmp_path):
     assert bad.returncode == 2
     helped = gpudoc_cli("fix", "--help", cwd=tmp_path)
     assert helped.returncode == 0 and "gpudoc fix --log train.log" in helped.stdout
+
+
+def test_latest_within_one_second_follows_the_retry_chain(tmp_path):
+    profile = write_profile(tmp_path)
+    # Same second; the child's random suffix sorts before its parent's.
+    make_record(tmp_path, "20250101-000000-ffffff", OOM, profile_path=profile)
+    make_record(tmp_path, "20250101-000000-000000", NCCL, profile_path=profile, parent="20250101-000000-ffffff")
+    status, out = call(as_json=True, cwd=tmp_path)
+    assert json.loads(out)["run_id"] == "20250101-000000-000000"
