@@ -27,15 +27,23 @@ def _detected_gpu_bytes(gather: Callable[..., Any] | None) -> tuple[int | None, 
 
 
 def _history(profile: Any, runs: Any) -> list:
+    """Run records of this profile: the same file when both know it, else the same name."""
+    from pathlib import Path  # noqa: PLC0415
+
     if runs is None:
         from gpudoc.runs.store import RunStore  # noqa: PLC0415
 
         runs = RunStore()
-    path = str(profile.path) if getattr(profile, "path", None) else None
+    mine = Path(profile.path).resolve() if getattr(profile, "path", None) else None
     records = []
     for record in runs.records():
         recorded = record.profile or {}
-        if recorded.get("name") == profile.name and (path is None or recorded.get("path") in (None, path)):
+        theirs = recorded.get("path")
+        if mine is not None and theirs:
+            same = Path(theirs).resolve() == mine
+        else:
+            same = recorded.get("name") == profile.name
+        if same:
             records.append(record)
     return records
 

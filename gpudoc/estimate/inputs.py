@@ -256,12 +256,14 @@ def _choice(table: str, key: str, value: Any, allowed: set[str], default: str) -
     return text
 
 
-def _gated_guess(model: Mapping[str, Any], shape_wo_gate: dict) -> tuple[bool, str]:
-    """Gated (3-matrix) or plain (2-matrix) MLP: pick the one whose parameter count matches
-    ``params`` when given; otherwise gated unless ffn == 4 * hidden (the GPT/BERT shape)."""
-    if "_gated" in model:
-        return bool(model["_gated"]), "config"
+def _gated_guess(model: Mapping[str, Any], shape_wo_gate: dict) -> tuple[bool, bool]:
+    """(gated MLP, tied embeddings). Gated (3-matrix) or plain (2-matrix) MLP, and tied or separate
+    LM head when unstated: the combination whose parameter count matches ``params`` when given;
+    otherwise gated unless ffn == 4 * hidden (the GPT/BERT shape)."""
+    tied = bool(shape_wo_gate["tied_embeddings"])
     params = model.get("params")
+    if "_gated" in model and not (params and "tied_embeddings" not in model):
+        return bool(model["_gated"]), tied
     if params:
         best = None
         for gated in (True, False):
@@ -269,9 +271,10 @@ def _gated_guess(model: Mapping[str, Any], shape_wo_gate: dict) -> tuple[bool, s
                 trial = ModelShape(**{**shape_wo_gate, "gated_mlp": gated, "tied_embeddings": tied})
                 err = abs(params_from_shapes(trial) - float(params)) / float(params)
                 if best is None or err < best[0]:
-                    best = (err, gated)
-        return best[1], "params"
-    return shape_wo_gate["ffn"] != 4 * shape_wo_gate["hidden"], "ffn"
+                    best = (err, gated, tied)
+        gated = bool(model["_gated"]) if "_gated" in model else best[1]
+        return gated, best[2]
+    return shape_wo_gate["ffn"] != 4 * shape_wo_gate["hidden"], tied
 
 
 def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
@@ -313,9 +316,9 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
     if arch == "encoder-decoder" and not (base["encoder_layers"] and base["decoder_layers"]):
         base["decoder_layers"] = base["layers"] // 2
         base["encoder_layers"] = base["layers"] - base["decoder_layers"]
-    gated, _why = _gated_guess(model, base)
+    gated, tied = _gated_guess(model, base)
     norm = model.get("_norm") or ("rmsnorm" if gated else "layernorm")
-    shape = ModelShape(**{**base, "gated_mlp": gated, "norm": norm})
+    shape = ModelShape(**{**base, "gated_mlp": gated, "tied_embeddings": tied, "norm": norm})
     if model.get("params"):
         shape = replace(shape, params=float(model["params"]))
         derived = params_from_shapes(shape)

@@ -1,0 +1,56 @@
+"""`gpudoc estimate` through the real CLI in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import gpudoc_cli
+
+PROFILE = """
+[gpu]
+memory_gib = 24
+
+[train]
+micro_batch_size = 1
+max_seq_len = 4096
+precision = "bf16"
+gradient_checkpointing = true
+lora_rank = 16
+quantization = "nf4"
+
+[model]
+hf_config = "config.json"
+"""
+CONFIG = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+          "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False}
+
+
+def test_table_and_json(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(PROFILE)
+    (isolated_home / "config.json").write_text(json.dumps(CONFIG))
+    text = gpudoc_cli("estimate", cwd=isolated_home)
+    assert text.returncode == 0, text.stderr
+    for row in ("weights", "gradients", "optimizer states", "activations", "logits + loss", "overhead",
+                "total on the GPU", "largest micro_batch_size that fits"):
+        assert row in text.stdout
+    doc = gpudoc_cli("estimate", "--json", "--micro-batch-size", "2", "--gpu-memory", "48", cwd=isolated_home)
+    assert doc.returncode == 0, doc.stderr
+    data = json.loads(doc.stdout)
+    assert data["micro_batch_size"] == 2 and data["gpu_total_bytes"] == 48 * 1024**3
+    assert isinstance(data["peak_bytes"], int) and isinstance(data["max_micro_batch_size"], int)
+    assert data["phases"]["forward_backward"] >= data["phases"]["optimizer_step"]
+    # QLoRA 8B: an NF4 base of ~4 GiB plus bf16 embeddings, far below a bf16 model's 15 GiB.
+    assert data["breakdown"]["weights"] < 7 * 1024**3
+
+
+def test_missing_key_is_one_line_and_exit_2(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text("[train]\nmax_seq_len = 512\n[model]\nlayers = 2\nheads = 2\nvocab = 10\n")
+    result = gpudoc_cli("estimate", cwd=isolated_home)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        'gpudoc: [model] hidden is missing: set it or hf_config = "config.json"']
+
+
+def test_usage_error(isolated_home):
+    result = gpudoc_cli("estimate", "--micro-batch-size", "zero", cwd=isolated_home)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
