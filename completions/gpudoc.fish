@@ -22,6 +22,9 @@ function __gpudoc_shipped_dir
         set dir $root/profiles
     else if test -d $root/share/gpudoc/profiles
         set dir $root/share/gpudoc/profiles
+    else if test -d (dirname $root)/profiles -a -d (dirname $root)/gpudoc
+        # the checkout's .venv that bin/gpudoc made (editable install)
+        set dir (dirname $root)/profiles
     else if test -f $real[1]
         read -l line <$real[1]
         if string match -q -- '#!*python*' $line
@@ -230,7 +233,7 @@ complete -c gpudoc -f
 complete -c gpudoc -n __gpudoc_in_command -x -a '(__gpudoc_complete_command)'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a check -d 'Pre-flight: is this machine ready for the training job, and if not, what exactly to do'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a run -d 'Launch a training command with pre-flight checks, the profile applied, a complete log,'
-complete -c gpudoc -n '__gpudoc_at \'\'' -a fix -d 'Diagnose the latest run (or RUN_IDs, or --log files, or - for stdin) and propose the next'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a fix -d 'After a failure: say what happened and propose the next rungs of the tuning ladder'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a estimate -d 'Peak GPU memory per GPU for the profile\'s model and knobs, and the largest micro batch that fits'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a clean -d 'End your stray processes holding GPU memory (SIGTERM, then SIGKILL), then report what was freed'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a runs -d 'Not built yet'

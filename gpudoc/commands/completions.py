@@ -494,6 +494,8 @@ _gpudoc_shipped_dir() {
         dir=$root/profiles
     elif [[ -d $root/share/gpudoc/profiles ]]; then
         dir=$root/share/gpudoc/profiles
+    elif [[ -d $root/../profiles && -d $root/../gpudoc ]]; then
+        dir=${root%/*}/profiles  # the checkout's .venv that bin/gpudoc made (editable install)
     elif [[ -f $real ]] && IFS= read -r line <"$real" && [[ $line == '#!'*python* ]]; then
         local -a py
         read -r -a py <<<"${line#'#!'}"
@@ -699,6 +701,8 @@ _gpudoc_shipped_dir() {
         dir=$root/profiles
     elif [[ -d $root/share/gpudoc/profiles ]]; then
         dir=$root/share/gpudoc/profiles
+    elif [[ -d $root:h/profiles && -d $root:h/gpudoc ]]; then
+        dir=$root:h/profiles  # the checkout's .venv that bin/gpudoc made (editable install)
     elif [[ -f $real ]] && IFS= read -r line <$real && [[ $line == '#!'*python* ]]; then
         dir=$(${=${line#\#!}} -m gpudoc.shellcomplete shipped-dir 2>/dev/null)
     fi
@@ -770,6 +774,9 @@ function __gpudoc_shipped_dir
         set dir $root/profiles
     else if test -d $root/share/gpudoc/profiles
         set dir $root/share/gpudoc/profiles
+    else if test -d (dirname $root)/profiles -a -d (dirname $root)/gpudoc
+        # the checkout's .venv that bin/gpudoc made (editable install)
+        set dir (dirname $root)/profiles
     else if test -f $real[1]
         read -l line <$real[1]
         if string match -q -- '#!*python*' $line

@@ -62,8 +62,14 @@ def test_bin_gpudoc_works_from_a_fresh_clone(fresh_clone, tmp_path):
     assert script.stdout == (fresh_clone / "completions" / "gpudoc").read_text()
 
     # The symlinked checkout's shipped profiles complete.
+    shipped = {p.stem for p in (fresh_clone / "profiles").glob("*.toml")}
     [names] = bash_complete(["gpudoc profile show "], cwd=tmp_path, env=env)
-    assert set(names) == {p.stem for p in (fresh_clone / "profiles").glob("*.toml")}
+    assert set(names) == shipped
+
+    # With the clone's .venv activated, `gpudoc` is its editable console script: same profiles.
+    env["PATH"] = f"{fresh_clone / '.venv' / 'bin'}{os.pathsep}{env['PATH']}"
+    [names] = bash_complete(["gpudoc profile show "], cwd=tmp_path, env=env)
+    assert set(names) == shipped
 
 
 def test_an_install_puts_scripts_and_profiles_where_the_shells_look(fresh_clone, tmp_path):
