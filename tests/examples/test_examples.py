@@ -1,0 +1,141 @@
+"""The shipped examples, run for real (CPU torch) with their own profiles bound by gpudoc.bind."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoc.bind import apply_file_edits, plan_bindings
+from gpudoc.diagnose import diagnose_text
+from gpudoc.profiles.loader import load_profile_file
+from gpudoc.units import parse_size
+from tests.conftest import REPO
+
+EXAMPLES = REPO / "examples"
+
+
+def _copy(name: str, dest: Path) -> Path:
+    target = dest / name
+    shutil.copytree(EXAMPLES / name, target)
+    return target
+
+
+def _run(argv, cwd, env=None, timeout=120):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPUDOC_", "FAKE_GPU_"))}
+    argv = [sys.executable if a == "python" else a for a in argv]
+    return subprocess.run(argv, cwd=cwd, env={**clean, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _knobs_line(stdout: str) -> dict:
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("knobs: "))
+    return dict(pair.split("=", 1) for pair in line[len("knobs: "):].split())
+
+
+def test_hf_style_example_gets_its_knobs_through_flags(isolated_home):
+    work = _copy("hf_style", isolated_home)
+    profile = load_profile_file(work / "gpudoc.toml")
+    command = ["python", "train.py", "--max_seq_length", "64", "--max_steps", "2", "--fp16"]
+    plan = plan_bindings(profile, command, cwd=work)
+    assert plan.argv == ["python", "train.py", "--max_seq_length", "16", "--max_steps", "2",
+                         "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
+                         "--gradient_checkpointing", "--bf16"]
+    result = _run(plan.argv, work, plan.env)
+    assert result.returncode == 0, result.stderr
+    assert _knobs_line(result.stdout) == {"micro_batch_size": "4", "gradient_accumulation_steps": "2",
+                                          "gradient_checkpointing": "true", "precision": "bf16",
+                                          "max_seq_len": "16", "world_size": "1"}
+    assert "step 2/2" in result.stdout and result.stdout.rstrip().endswith("done")
+
+
+def test_deepspeed_json_example_gets_its_knobs_through_the_file(isolated_home):
+    work = _copy("deepspeed_json", isolated_home)
+    original = (work / "ds_config.json").read_text()
+    profile = load_profile_file(work / "gpudoc.toml")
+    plan = plan_bindings(profile, ["python", "train.py", "--deepspeed_config", "ds_config.json", "--steps", "2"],
+                         cwd=work)
+    assert plan.conflicts == []
+    assert [c["key"] for c in plan.file_edits[0].changes] == [
+        "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "zero_optimization.stage", "bf16.enabled"]
+    records = apply_file_edits(plan)
+    assert Path(records[0]["backup"]).read_text() == original
+    assert '"reduce_bucket_size": 5e8' in (work / "ds_config.json").read_text()
+    result = _run(plan.argv, work, plan.env)
+    assert result.returncode == 0, result.stderr
+    assert _knobs_line(result.stdout) == {"micro_batch_size": "4", "gradient_accumulation_steps": "4",
+                                          "zero_stage": "2", "offload_optimizer": "false",
+                                          "offload_params": "false", "precision": "bf16", "world_size": "1"}
+
+
+def test_env_example_reads_gpudoc_variables(isolated_home):
+    work = _copy("env_knobs", isolated_home)
+    plan = plan_bindings(load_profile_file(work / "gpudoc.toml"), ["python", "train.py"], cwd=work)
+    assert plan.env["GPUDOC_MICRO_BATCH_SIZE"] == "16" and plan.argv == ["python", "train.py"]
+    result = _run(plan.argv, work, {**plan.env, "GPUDOC_STEPS": "2"})
+    assert result.returncode == 0, result.stderr
+    assert _knobs_line(result.stdout)["micro_batch_size"] == "16"
+    assert "step 2/2" in result.stdout
+
+
+_OOM = re.compile(
+    r"^torch\.OutOfMemoryError: CUDA out of memory\. Tried to allocate (?P<req>[\d.]+ \w+)\. GPU (?P<gpu>\d+) has a "
+    r"total capacity of (?P<total>[\d.]+ \w+) of which (?P<free>[\d.]+ \w+) is free\. Including non-PyTorch memory, "
+    r"this process has (?P<inuse>[\d.]+ \w+) memory in use\. Of the allocated memory (?P<alloc>[\d.]+ \w+) is "
+    r"allocated by PyTorch, and (?P<resv>[\d.]+ \w+) is reserved by PyTorch but unallocated\. If reserved but "
+    r"unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+    r"fragmentation\.  See documentation for Memory Management  "
+    r"\(https://pytorch\.org/docs/stable/notes/cuda\.html#environment-variables\)$", re.M)
+
+
+def test_env_example_simulated_oom_is_a_real_format_message_with_consistent_sizes(isolated_home):
+    work = _copy("env_knobs", isolated_home)
+    plan = plan_bindings(load_profile_file(work / "gpudoc.toml"), ["python", "train.py"], cwd=work)
+    result = _run(plan.argv, work, {**plan.env, "FAKE_GPU_BUDGET": "64"})  # 16 x 8 = 128 > 64
+    assert result.returncode == 1
+    assert "Traceback (most recent call last):" in result.stderr
+    m = _OOM.search(result.stderr)
+    assert m, result.stderr
+    size = {k: parse_size(v) for k, v in m.groupdict().items() if k != "gpu"}
+    mib = 1024 ** 2
+    assert size["total"] == 24 * 1024 ** 3
+    assert abs(size["free"] + size["inuse"] - size["total"]) <= 0.02 * 1024 ** 3
+    assert abs(size["alloc"] + size["resv"] + 512 * mib - size["inuse"]) <= 0.02 * 1024 ** 3
+    assert size["req"] > size["free"]
+    diagnosis = diagnose_text(result.stderr, exit_code=1)
+    assert diagnosis.cause == "gpu_oom" and diagnosis.gpu_index == 0
+    # Halving the micro batch fits the same budget: what the ladder's first batch rung does.
+    ok = _run(plan.argv, work, {**plan.env, "GPUDOC_MICRO_BATCH_SIZE": "8", "GPUDOC_STEPS": "1",
+                                "FAKE_GPU_BUDGET": "64"})
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("knob_env,fits", [
+    ({"GPUDOC_GRADIENT_CHECKPOINTING": "true"}, True),
+    ({"GPUDOC_PRECISION": "bf16"}, True),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, False),
+])
+def test_env_example_memory_levers(isolated_home, knob_env, fits):
+    work = _copy("env_knobs", isolated_home)
+    env = {"GPUDOC_MICRO_BATCH_SIZE": "16", "GPUDOC_MAX_SEQ_LEN": "8", "GPUDOC_STEPS": "1",
+           "FAKE_GPU_BUDGET": "64", **knob_env}
+    result = _run(["python", "train.py"], work, env)
+    assert (result.returncode == 0) is fits, result.stderr
+    if not fits:  # expandable segments: the OOM stays, fragmentation shrinks to a few MiB
+        m = _OOM.search(result.stderr)
+        assert parse_size(m["resv"]) <= 20 * 1024 ** 2
+
+
+def test_env_example_under_torchrun_two_ranks(isolated_home):
+    work = _copy("env_knobs", isolated_home)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    argv = [str(torchrun) if torchrun.exists() else "torchrun", "--standalone", "--nproc_per_node", "2", "train.py"]
+    result = _run(argv, work, {"GPUDOC_MICRO_BATCH_SIZE": "2", "GPUDOC_STEPS": "1", "OMP_NUM_THREADS": "1"},
+                  timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "step 1/1" in result.stdout
