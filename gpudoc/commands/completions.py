@@ -75,6 +75,7 @@ class Switch:
     help: str = ""
     repeat: bool = False
     csv: bool = False  # the value is a comma-separated list of choices (--only driver,env)
+    argname: str = ""  # what --help calls the value: N, NAME, FILE
 
     @property
     def long_names(self) -> tuple[str, ...]:
@@ -143,8 +144,9 @@ def _switch(info, checks: tuple[str, ...]) -> Switch:
             value = "free"
         if value == "checks":
             value, choices, csv = ("choice", checks, True) if checks else ("free", (), False)
+    argname = info.argname if info.argname and info.argname != "VALUE" else ""
     return Switch(names=names, value=value, choices=choices, help=_one_line(info.help),
-                  repeat=bool(info.list), csv=csv)
+                  repeat=bool(info.list), csv=csv, argname=argname)
 
 
 def _positionals(path: tuple[str, ...], app_cls) -> tuple[tuple[str, ...], bool]:
@@ -250,7 +252,7 @@ def _zsh_quote_desc(text: str) -> str:
 
 
 def _zsh_action(sw: Switch) -> str:
-    label = sw.long_names[0].lstrip("-") if sw.long_names else "value"
+    label = sw.argname or (sw.long_names[0].lstrip("-") if sw.long_names else "value")
     return {
         "profiles": ":profile:_gpudoc_profiles",
         "runs": ":run id:_gpudoc_runs",
