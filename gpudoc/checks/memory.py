@@ -23,7 +23,10 @@ def _need(profile: Profile, ctx: CheckContext) -> tuple[int | None, str]:
     est = ctx.estimate
     if est is not None and getattr(est, "peak_bytes", None):
         source = getattr(est, "source", None) or "estimate"
-        candidates.append((int(est.peak_bytes), f"gpudoc estimate ({source})"))
+        # peak_bytes predicts max_memory_allocated; the card must also hold the CUDA context and
+        # the allocator's slack, which total_bytes adds.
+        need = getattr(est, "total_bytes", None) or est.peak_bytes
+        candidates.append((int(need), f"gpudoc estimate ({source})"))
     if not candidates:
         return None, ""
     return max(candidates, key=lambda c: c[0])

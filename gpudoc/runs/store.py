@@ -73,8 +73,11 @@ def now_iso() -> str:
 
 
 def new_run_id() -> str:
-    """Sortable by start time, unique across nodes sharing one GPUDOC_HOME."""
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    """Sortable by start time to the millisecond (a retry starts within the same second as the
+    failed attempt ends), unique across nodes sharing one GPUDOC_HOME."""
+    now = time.time()
+    millis = int((now % 1) * 1000)
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f"{millis:03d}-" + secrets.token_hex(3)
 
 
 class RunStore:

@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 from dataclasses import dataclass
 
 from gpudoc.checks._common import CheckContext
@@ -11,6 +13,7 @@ from tests.checks._real import A100_MIG, A5000, DOCKER, EIGHT_1080, T4, only, pr
 class Est:
     peak_bytes: int
     source: str = "formula"
+    total_bytes: int | None = None
 
 
 def test_profile_need_fails_on_the_busy_gpu_and_names_the_source():
@@ -29,6 +32,13 @@ def test_the_estimate_wins_when_larger_and_is_named():
     assert "needs 14.0 GiB (gpudoc estimate (formula))" in f.title
     # 15 GiB card, 13.6 GiB free: the card could hold it, a process is in the way.
     assert f.remedy == "on that machine: ps -o user,pid,ppid,cmd -p 5762"
+
+
+def test_the_estimate_counts_context_and_slack_not_just_the_allocator_peak():
+    # peak 12 GiB fits the T4's 13.6 GiB free, but with context and slack (14 GiB) it does not.
+    est = Est(12 * 2**30, total_bytes=14 * 2**30)
+    f = only(check_free_memory(snap(T4), profile(gpu={"min_free_gib": 2}), CheckContext(estimate=est)), Severity.FAIL)
+    assert "needs 14.0 GiB" in f.title
 
 
 def test_a_card_too_small_says_to_shrink_the_job():
