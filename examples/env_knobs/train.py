@@ -13,10 +13,6 @@ stderr, with sizes derived from the knobs (FAKE_GPU_TOTAL_GIB, default 24), and 
 import os
 import sys
 
-import torch
-from torch import nn
-from torch.utils.checkpoint import checkpoint
-
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 
@@ -77,23 +73,10 @@ def oom_message(knobs, budget, device=0):
             f"(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
 
 
-class Block(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.layer = nn.TransformerEncoderLayer(dim, 4, dim * 2, dropout=0.0, batch_first=True)
-
-    def forward(self, x):
-        return self.layer(x)
-
-
-def forward_step(model, tokens, knobs, budget, rank):
+def check_memory(knobs, budget, rank):
+    """The simulated allocator: over budget, the activations of this micro batch do not fit."""
     if budget is not None and simulated_load(knobs) > budget:
         raise OutOfMemoryError(oom_message(knobs, budget, device=int(os.environ.get("LOCAL_RANK", rank))))
-    x = model["embed"](tokens[:, :-1])
-    for block in model["blocks"]:
-        x = checkpoint(block, x, use_reentrant=False) if knobs["gradient_checkpointing"] else block(x)
-    logits = model["head"](x).float()
-    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
 def main():
@@ -104,19 +87,29 @@ def main():
         "gradient_checkpointing": env_bool("GPUDOC_GRADIENT_CHECKPOINTING"),
         "precision": os.environ.get("GPUDOC_PRECISION", "fp32"),
     }
-    steps = env_int("GPUDOC_STEPS", 3)
     budget = float(os.environ["FAKE_GPU_BUDGET"]) if os.environ.get("FAKE_GPU_BUDGET") else None
-    world = env_int("WORLD_SIZE", 1)
     rank = env_int("RANK", 0)
-    if world > 1:
-        torch.distributed.init_process_group("gloo")
     if rank == 0:
         print("knobs: " + " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in knobs.items()),
               flush=True)
+    # Checked before torch is imported, so a simulated OOM costs milliseconds, not an import.
+    check_memory(knobs, budget, rank)
+    train(knobs, env_int("GPUDOC_STEPS", 3), env_int("WORLD_SIZE", 1), rank)
+    return 0
+
+
+def train(knobs, steps, world, rank):
+    import torch
+    from torch import nn
+    from torch.utils.checkpoint import checkpoint
+
+    if world > 1:
+        torch.distributed.init_process_group("gloo")
     torch.manual_seed(rank)
     dim, vocab = 32, 64
-    model = nn.ModuleDict({"embed": nn.Embedding(vocab, dim), "blocks": nn.ModuleList(Block(dim) for _ in range(2)),
-                           "head": nn.Linear(dim, vocab)})
+    blocks = nn.ModuleList(nn.TransformerEncoderLayer(dim, 4, dim * 2, dropout=0.0, batch_first=True)
+                           for _ in range(2))
+    model = nn.ModuleDict({"embed": nn.Embedding(vocab, dim), "blocks": blocks, "head": nn.Linear(dim, vocab)})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(knobs["precision"].split("-")[0])
     seq = knobs["max_seq_len"] or 16
@@ -124,7 +117,11 @@ def main():
         for _ in range(knobs["gradient_accumulation_steps"]):
             tokens = torch.randint(0, vocab, (knobs["micro_batch_size"], seq + 1))
             with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-                loss = forward_step(model, tokens, knobs, budget, rank)
+                x = model["embed"](tokens[:, :-1])
+                for block in model["blocks"]:
+                    x = checkpoint(block, x, use_reentrant=False) if knobs["gradient_checkpointing"] else block(x)
+                logits = model["head"](x).float()
+                loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
             (loss / knobs["gradient_accumulation_steps"]).backward()
         if world > 1:
             for p in model.parameters():
@@ -138,7 +135,6 @@ def main():
         torch.distributed.destroy_process_group()
     if rank == 0:
         print("done", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
