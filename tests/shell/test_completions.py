@@ -205,3 +205,22 @@ def test_bash_profile_switch_also_takes_a_file(project):
     (work / "configs" / "big.toml").write_text("")
     [result] = bash_complete(["gpudoc profile show ./configs/"], cwd=work, env=env)
     assert result == ["./configs/big.toml"]
+
+
+def test_bash_with_the_real_bash_completion_framework(project):
+    """Loaded the way a user's ~/.bashrc loads it (bin/test installs bash-completion)."""
+    from tests.shell.drivers import bash_complete
+
+    work, env = project
+    framework = Path("/usr/share/bash-completion/bash_completion")
+    assert framework.is_file(), "bash-completion is not installed (bin/test installs it)"
+    results = bash_complete([
+        "gpudoc run -- python",
+        "gpudoc run --json -- python3 train_s",
+        "gpudoc check -p my",
+        "gpudoc fix 20260102",
+    ], cwd=work, env=env, prelude=f"source {framework}")
+    assert "python3" in results[0]
+    assert results[1] == ["train_script.py"]
+    assert results[2] == ["my-box"]
+    assert results[3] == ["20260102-100000-bbbbbb"]
