@@ -24,7 +24,7 @@ gpudoc check --snapshot nvidia-smi-q.xml --snapshot apps.csv --json
     skip = cli.SwitchAttr("--skip", str, list=True, argname="IDS", help="skip these checks (ids or groups)")
     gpus = cli.SwitchAttr("--gpus", str, argname="LIST", help="GPU indexes to check, e.g. 0,1 or 0-3 (default: the job's)")
     snapshot = cli.SwitchAttr("--snapshot", str, list=True, argname="FILE",
-                              help="read GPU facts from a saved nvidia-smi output or gpudoc --json (repeatable)")
+                              help="read GPU facts from a saved nvidia-smi output or gpudoc --json")
     deep = cli.Flag("--deep", help="also start the job's Python to probe torch (slow)")
     list_checks = cli.Flag("--list-checks", help="list check ids and titles, then exit")
     python = cli.SwitchAttr("--python", str, argname="PATH", help="the job's interpreter (default: python3 on PATH)")

@@ -12,7 +12,7 @@ class EstimateCommand(Command):
 
     EXAMPLES = """
 gpudoc estimate -p gpudoc.toml --gpu-memory 24
-gpudoc estimate -p llama3-8b-lora --micro-batch-size 4 --json
+gpudoc estimate -p qwen2.5-7b-lora-24gb --micro-batch-size 4 --json
 """
 
     profile = cli.SwitchAttr(["-p", "--profile"], str, argname="PROFILE",

@@ -21,7 +21,7 @@ gpudoc fix
 gpudoc fix --log train.log -p gpudoc.toml --apply
 """
 
-    logs = cli.SwitchAttr(["--log"], str, list=True, argname="FILE", help="diagnose a log file (- for stdin); may be repeated")
+    logs = cli.SwitchAttr(["--log"], str, list=True, argname="FILE", help="diagnose a log file (- for stdin)")
     profile = cli.SwitchAttr(["-p", "--profile"], str, default=None, argname="PROFILE", help="profile name or file (default: the run's profile, else ./gpudoc.toml)")
     apply = cli.Flag(["--apply"], help="write the first suggestion into the profile (comments kept, backup made)")
     rerun = cli.Flag(["--rerun"], help="apply, then relaunch the recorded command with gpudoc run")
