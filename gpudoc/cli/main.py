@@ -18,6 +18,13 @@ def main(argv: list[str] | None = None) -> None:
 def run_cli(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     try:
+        if argv[1:2] == ["run"]:
+            # The launch path skips plumbum's import when it can (see gpudoc.cli.run).
+            from gpudoc.cli.run import fast_main
+
+            status = fast_main(argv[2:])
+            if status is not None:
+                return int(status)
         from gpudoc.cli.app import Gpudoc
 
         _, status = Gpudoc.run(argv, exit=False)

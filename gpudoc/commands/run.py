@@ -107,11 +107,9 @@ def resolve_command(profile, command: Sequence[str], *, cwd: Path, environ: Mapp
     from gpudoc.launch.interpreter import target_python
 
     plan = None
-    try:
+    if getattr(profile, "path", None) is not None:  # no profile: nothing to bind
         from gpudoc.bind import plan_bindings
-    except ImportError:
-        plan_bindings = None
-    if plan_bindings is not None:
+
         plan = plan_bindings(profile, list(command), cwd=cwd)
     python = target_python(command, environ)
     alloc = None
@@ -261,7 +259,6 @@ class _Watch:
 
     multi_process: bool
     oom_grace_s: float
-    scanner: Any = None
     first_oom: Any = None
     event_lines: list[str] = field(default_factory=list)
     ranks: set = field(default_factory=set)
@@ -270,6 +267,7 @@ class _Watch:
 def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list[dict], *, console: Console,
             cwd: Path, store, parent: str | None, nvml_backend: Any = None):
     from gpudoc.launch.command import is_multi_process, job_identity
+    from gpudoc.launch.scan import LiveScan
     from gpudoc.launch.spawn import LaunchOptions, Launcher
     from gpudoc.launch.watch import GpuSampler, SamplerThread, nvml_reader
     from gpudoc.runs.store import RunRecord, new_run_id, now_iso
@@ -283,29 +281,32 @@ def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list
     )
     record.argv = list(resolved.argv)
     child_env = dict(child_env, GPUDOC_RUN_ID=run_id)
-    run_dir = _refusing(lambda: store.create(record))
+    _refusing(store.ensure)  # an unwritable runs directory refuses the launch, before it
+    run_dir = store.run_dir(run_id)
     log_path = store.log_path(run_id)
 
     watch = _Watch(multi_process=is_multi_process(resolved.argv, profile),
                    oom_grace_s=float(profile.run.get("oom_grace_s", DEFAULT_OOM_GRACE_S)))
-    watch.scanner = _scanner()
-    sampler = GpuSampler(store.samples_path(run_id), reader=nvml_reader(nvml_backend), environ=child_env)
+    sampler = GpuSampler(store.samples_path(run_id), reader_factory=lambda: nvml_reader(nvml_backend),
+                         environ=child_env)
     thread = SamplerThread(sampler, float(profile.run.get("sample_interval_s", DEFAULT_SAMPLE_INTERVAL_S)))
     state = {"pids": {}}
 
     def on_start(pid: int, pgid: int) -> None:
+        # The record appears with the job's PID and group in it: a `gpudoc clean` after a crash
+        # of gpudoc itself can still tell the job's processes.
         record.process_group = pgid
-        _merge_pids(record, state, [(pid, None)])
-        store.save(record)
+        from gpudoc.launch.reaper import proc_create_time
+
+        _merge_pids(record, state, [(pid, proc_create_time(pid))])
+        store.create(record)
         sampler.job_pids = lambda: list(state["pids"])
         thread.start()
 
     launcher: Launcher | None = None
 
-    def on_data(data: bytes) -> None:
-        if watch.scanner is None:
-            return
-        for event in watch.scanner.feed(data):
+    def on_events(events) -> None:
+        for event in events:
             if len(watch.event_lines) < _KEEP_EVENT_LINES:
                 watch.event_lines.append(getattr(event, "line", "") or "")
             rank = getattr(event, "rank", None)
@@ -326,10 +327,12 @@ def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list
             store.save(record)
 
     term_grace = _env_float(child_env, "GPUDOC_TERM_GRACE_S", DEFAULT_TERM_GRACE_S)
+    live = LiveScan(log_path, on_events, scanner_factory=_scanner)
     launch_options = LaunchOptions(
         argv=list(resolved.argv), env=child_env, cwd=cwd, log_path=log_path,
         use_pty=_isatty(sys.stdout), term_fd=_fileno(sys.stdout), stdin_fd=_fileno(sys.stdin),
-        term_grace_s=term_grace, on_start=on_start, on_data=on_data, on_tick=on_tick,
+        term_grace_s=term_grace, on_start=on_start, on_tick=on_tick,
+        scan=live,
     )
     launcher = Launcher(launch_options)
     console.flush()
@@ -343,18 +346,27 @@ def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list
             thread.stop()
         else:
             sampler.close()
+        live.close()
     _merge_pids(record, state, [(p.pid, p.create_time) for p in outcome.processes])
     _finish_record(record, outcome, watch, sampler, log_path)
     store.save(record)
-    _summary(record, outcome, console, log_path, as_json=options.json)
+    try:
+        _summary(record, outcome, console, log_path, as_json=options.json)
+    except OSError:
+        pass  # the terminal is gone (hang-up): the record has it all
     return outcome.status, record
+
+
+class _NoScanner:
+    def feed(self, data: bytes) -> list:
+        return []
 
 
 def _scanner():
     try:
         from gpudoc.diagnose.stream import SignatureScanner
     except ImportError:
-        return None
+        return _NoScanner()
     return SignatureScanner()
 
 
@@ -405,6 +417,10 @@ def _finish_record(record, outcome, watch: _Watch, sampler, log_path: Path) -> N
 
 
 def _diagnose(log_path: Path, exit_code: int | None, watch: _Watch, pids) -> dict | None:
+    if exit_code == 0:
+        # No failure by definition (SPEC: cause ok). An OOM the job caught and survived (an
+        # automatic batch-size finder) is not a failure of the run either.
+        return _ok_diagnosis()
     try:
         from gpudoc.diagnose import diagnose_text
     except ImportError:
@@ -415,6 +431,14 @@ def _diagnose(log_path: Path, exit_code: int | None, watch: _Watch, pids) -> dic
         # The first failure scrolled out of the tail (a flood of output after it): keep its lines.
         text = "\n".join(missing) + "\n" + text
     return diagnose_text(text, exit_code=exit_code, own_pids=pids).to_dict()
+
+
+def _ok_diagnosis() -> dict:
+    keys = ("cause", "backend", "requested_bytes", "total_bytes", "free_bytes", "allocated_bytes",
+            "reserved_unallocated_bytes", "other_processes", "gpu_index", "rank", "exit_code", "summary")
+    doc: dict = dict.fromkeys(keys)
+    doc.update(cause="ok", other_processes=[], exit_code=0, summary="No failure: the job exited 0.")
+    return doc
 
 
 def read_tail(path: Path, limit: int) -> str:

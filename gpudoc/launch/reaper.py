@@ -52,7 +52,48 @@ class JobProcess:
         return {"pid": self.pid, "create_time": self.create_time}
 
 
-def _create_time(pid: int) -> float | None:
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_boot_time: float | None = None
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat from field 3 (state) on; the name may hold spaces and parens."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    end = data.rfind(b")")
+    return data[end + 2:].decode("ascii", "replace").split() if end > 0 else None
+
+
+def _boot() -> float | None:
+    global _boot_time
+    if _boot_time is None:
+        try:
+            with open("/proc/stat", "rb") as handle:
+                for line in handle:
+                    if line.startswith(b"btime"):
+                        _boot_time = float(line.split()[1])
+                        break
+        except OSError:
+            return None
+    return _boot_time
+
+
+def proc_create_time(pid: int) -> float | None:
+    """A process's start time in seconds since the epoch, computed exactly as psutil does (the
+    values must compare equal with ``psutil.Process(pid).create_time()`` elsewhere in gpudoc)."""
+    fields = _proc_stat(pid)
+    if fields is None:
+        return None if os.path.isdir("/proc/self") else _psutil_create_time(pid)
+    boot = _boot()
+    if boot is None or len(fields) < 20:
+        return _psutil_create_time(pid)
+    return float(fields[19]) / _CLK_TCK + boot
+
+
+def _psutil_create_time(pid: int) -> float | None:
     import psutil
 
     try:
@@ -61,60 +102,103 @@ def _create_time(pid: int) -> float | None:
         return None
 
 
+_create_time = proc_create_time
+
+
+def _is_zombie_or_gone(pid: int) -> bool:
+    fields = _proc_stat(pid)
+    return fields is None or fields[0] in ("Z", "X")
+
+
+_children_files: bool | None = None
+
+
+def children_of(pid: int) -> list[int] | None:
+    """Direct children from /proc/PID/task/*/children (cheap); None where the kernel lacks it."""
+    global _children_files
+    if _children_files is None:
+        me = os.getpid()
+        _children_files = os.path.exists(f"/proc/{me}/task/{me}/children")
+    if not _children_files:
+        return None
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    kids: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
+                kids.extend(int(x) for x in handle.read().split())
+        except OSError:
+            continue  # the thread (or the process) ended meanwhile
+    return kids
+
+
+def descendants_of(pid: int) -> list[int]:
+    kids = children_of(pid)
+    if kids is None:
+        import psutil
+
+        try:
+            return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+        except (psutil.Error, OSError):
+            return []
+    out: list[int] = []
+    stack = list(kids)
+    seen = set()
+    while stack:
+        child = stack.pop()
+        if child in seen:
+            continue
+        seen.add(child)
+        out.append(child)
+        stack.extend(children_of(child) or ())
+    return out
+
+
 def job_processes(root_pid: int | None, pgid: int | None, *, exclude: Iterable[int] = (),
                   known: Iterable[JobProcess] = ()) -> list[JobProcess]:
     """Every live process of the job.
 
-    The union of: descendants of the job's first process, members of its process group, our own
-    children that are not in ``exclude`` (orphans re-parented to us, the subreaper), and processes
-    seen earlier (``known``) whose create time still matches (the PID was not reused).
+    The union of: our own descendants that are not in ``exclude`` (the job's first process and
+    the orphans re-parented to us, the subreaper, with everything below them), members of the
+    job's process group, and processes seen earlier (``known``) whose create time still matches
+    (the PID was not reused). Zombies are not "live": reaping them is the caller's business.
     """
-    import psutil
-
     me = os.getpid()
     excluded = set(exclude) | {me}
     found: dict[int, JobProcess] = {}
 
-    def add(proc: "psutil.Process") -> None:
-        if proc.pid in excluded or proc.pid in found:
+    def add(pid: int) -> None:
+        if pid in excluded or pid in found or _is_zombie_or_gone(pid):
             return
-        try:
-            found[proc.pid] = JobProcess(proc.pid, proc.create_time())
-        except (psutil.Error, OSError):
-            pass
+        ct = proc_create_time(pid)
+        if ct is not None:
+            found[pid] = JobProcess(pid, ct)
 
-    try:
-        own = psutil.Process(me).children(recursive=False)
-    except (psutil.Error, OSError):
-        own = []
+    own = children_of(me)
+    if own is None:
+        own = [pid for pid in descendants_of(me)]
     for child in own:
-        if child.pid in excluded:
+        if child in excluded:
             continue
         add(child)
-        try:
-            for grandchild in child.children(recursive=True):
-                add(grandchild)
-        except (psutil.Error, OSError):
-            pass
-    if root_pid is not None and root_pid not in found:
-        try:
-            root = psutil.Process(root_pid)
-            add(root)
-            for proc in root.children(recursive=True):
-                add(proc)
-        except (psutil.Error, OSError):
-            pass
+        for pid in descendants_of(child):
+            add(pid)
+    if root_pid is not None and root_pid not in found and root_pid not in excluded:
+        add(root_pid)
+        for pid in descendants_of(root_pid):
+            add(pid)
     if pgid is not None:
         for pid in _group_members(pgid):
-            if pid not in found and pid not in excluded:
-                ct = _create_time(pid)
-                if ct is not None:
-                    found[pid] = JobProcess(pid, ct)
+            add(pid)
     for proc in known:
         if proc.pid in found or proc.pid in excluded:
             continue
-        ct = _create_time(proc.pid)
-        if ct is not None and (proc.create_time is None or abs(ct - proc.create_time) < 0.01):
+        ct = proc_create_time(proc.pid)
+        if ct is not None and not _is_zombie_or_gone(proc.pid) and (
+                proc.create_time is None or abs(ct - proc.create_time) < 0.01):
             found[proc.pid] = JobProcess(proc.pid, ct)
     return sorted(found.values(), key=lambda p: p.pid)
 
@@ -180,15 +264,12 @@ def reap_children() -> list[tuple[int, int]]:
 
 
 def _alive(proc: JobProcess) -> bool:
-    import psutil
-
-    try:
-        p = psutil.Process(proc.pid)
-        if proc.create_time is not None and abs(p.create_time() - proc.create_time) >= 0.01:
-            return False
-        return p.status() != psutil.STATUS_ZOMBIE
-    except (psutil.Error, OSError):
+    if _is_zombie_or_gone(proc.pid):
         return False
+    if proc.create_time is not None:
+        ct = proc_create_time(proc.pid)
+        return ct is not None and abs(ct - proc.create_time) < 0.01
+    return True
 
 
 def terminate(procs: list[JobProcess], pgid: int | None, *, grace_s: float,

@@ -29,6 +29,7 @@ from typing import Callable
 from gpudoc.errors import ExitStatus, LaunchError
 from gpudoc.launch import reaper
 from gpudoc.launch.reaper import JobProcess
+from gpudoc.launch.scan import LiveScan
 from gpudoc.launch.signals import decode_wait_status, exit_status, interrupt_signal, signal_name
 from gpudoc.launch.tee import Tee, write_all
 
@@ -36,6 +37,7 @@ CHUNK = 1 << 18  # one read: large enough for throughput, small enough to stay b
 PIPE_SIZE = 1 << 20  # ask the kernel for a 1 MiB pipe: fewer wake-ups under heavy output
 F_SETPIPE_SZ = 1031
 TICK_S = 1.0
+BURST_READS = 16
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)  # e.g. Slurm's --signal before the time limit
 
 
@@ -53,7 +55,7 @@ class LaunchOptions:
     linger_s: float = 0.5  # after the first process exits, how long the rest may take on their own
     drain_s: float = 2.0  # after every process is gone, how long to wait for the output's end
     on_start: Callable[[int, int], None] | None = None
-    on_data: Callable[[bytes], None] | None = None
+    scan: "LiveScan | None" = None  # the live failure scan, fed after the tee
     on_tick: Callable[["Launcher"], None] | None = None
     warn: Callable[[str], None] | None = None
 
@@ -193,12 +195,8 @@ class Launcher:
 
     @staticmethod
     def _current_children() -> set[int]:
-        import psutil
-
-        try:
-            return {p.pid for p in psutil.Process().children()}
-        except psutil.Error:
-            return set()
+        kids = reaper.children_of(os.getpid())
+        return set(kids if kids is not None else reaper.descendants_of(os.getpid()))
 
     def _spawn(self) -> None:
         o = self.o
@@ -231,19 +229,21 @@ class Launcher:
             self._out = self._master = None
             raise spawn_error(argv0, exc) from None
         os.close(slave)  # only the job holds the writing end now: EOF/EIO when it is done
+        os.set_blocking(self._out, False)  # read bursts until drained; poll only when empty
         self.pid = self.proc.pid
         self.pgid = self.proc.pid  # start_new_session: the child leads its own session and group
-        self._seen[self.pid] = JobProcess(self.pid, _create_time_or_none(self.pid))
+        self._seen[self.pid] = JobProcess(self.pid, reaper.proc_create_time(self.pid))
 
     def _setup_slave(self, slave: int) -> None:
         # Start from the user's terminal settings (control characters), then: no echo (the
-        # user's terminal already echoes what is typed) and no "\n" -> "\r\n" translation, so the
-        # log holds exactly the bytes the job wrote; the user's terminal translates on display.
+        # user's terminal already echoes what is typed) and no output processing ("\n" stays
+        # "\n"), so the log holds exactly the bytes the job wrote; the user's own terminal
+        # still turns "\n" into "\r\n" on display.
         source = next((fd for fd in (self.o.stdin_fd, self.o.term_fd)
                        if fd is not None and os.isatty(fd)), None)
         try:
             attrs = termios.tcgetattr(source if source is not None else slave)
-            attrs[1] &= ~termios.ONLCR
+            attrs[1] &= ~termios.OPOST
             attrs[3] &= ~(termios.ECHO | termios.ECHONL)
             termios.tcsetattr(slave, termios.TCSANOW, attrs)
         except (termios.error, OSError):
@@ -265,7 +265,7 @@ class Launcher:
         if self.o.log_path is not None:
             self._log_fd = os.open(self.o.log_path,
                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        self._tee = Tee(self._log_fd, self.o.term_fd, on_data=self.o.on_data, warn=self.warn)
+        self._tee = Tee(self._log_fd, self.o.term_fd, warn=self.warn)
 
     # -- signals --------------------------------------------------------------------------
 
@@ -350,10 +350,13 @@ class Launcher:
         stdin_on: int | None = None
         out_open = True
         next_tick = time.monotonic() + TICK_S
-        next_reap = 0.0
         tee_write = self._tee.write
         out = self._out
+        if self._log_fd is None:
+            self.o.scan = None  # the scan reads its backlog back from the log
+        idle = False
         want_stdin = self._stdin_wanted()
+        next_reap = time.monotonic()  # a SIGCHLD from before the handler was installed is lost
         while True:
             now = time.monotonic()
             if want_stdin and self.o.stdin_fd is None:
@@ -367,19 +370,31 @@ class Launcher:
             deadline = min(d for d in (next_tick, self._end_at, self._kill_at, next_reap or None,
                                        self._ending_deadline()) if d is not None)
             timeout_ms = max(0, int((deadline - now) * 1000) + 1)
-            for fd, event in poller.poll(timeout_ms):
+            scan = self.o.scan
+            if idle and scan is not None and scan.backlog:
+                timeout_ms = 0  # catching up on the scan while the job is quiet
+            events = poller.poll(timeout_ms)
+            idle = not events
+            if idle and scan is not None and scan.backlog:
+                self._catch_up(scan)
+            for fd, event in events:
                 if fd == out:
-                    try:
-                        data = os.read(out, CHUNK)
-                    except OSError as exc:
-                        if exc.errno != errno.EIO:  # EIO: the pty's last writer closed
-                            raise
-                        data = b""
-                    if data:
+                    # Under heavy output, keep reading while reads come back full: one poll per
+                    # burst, not per chunk (bounded, so signals and deadlines are still seen).
+                    for _ in range(BURST_READS):
+                        data = self._read_burst(out)
+                        if data is None:
+                            break
+                        if not data:
+                            poller.unregister(out)
+                            out_open = False
+                            next_reap = time.monotonic()  # the job most likely exited: look now
+                            break
                         tee_write(data)
-                    else:
-                        poller.unregister(out)
-                        out_open = False
+                        if self.o.scan is not None:
+                            self._feed_scan(self.o.scan, data)
+                        if len(data) < CHUNK:
+                            break
                 elif fd == self._wake_r:
                     try:
                         os.read(self._wake_r, 512)
@@ -421,6 +436,47 @@ class Launcher:
                     if out_open:
                         self._drain_rest()
                     return
+
+    def _read_burst(self, out: int) -> bytes | None:
+        """One read; on a pty (which hands out ~4 KiB per read) as many as are ready, up to
+        CHUNK, so the log and the terminal get one write per burst instead of dozens.
+        b"" at the end of the output, None when nothing was there after all."""
+        try:
+            data = os.read(out, CHUNK)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            if exc.errno != errno.EIO:  # EIO: the pty's last writer closed
+                raise
+            return b""
+        if self._master is None or not data or len(data) >= CHUNK:
+            return data
+        parts = [data]
+        total = len(data)
+        while total < CHUNK:
+            try:
+                more = os.read(out, CHUNK - total)
+            except (BlockingIOError, OSError):
+                break  # drained for now (EIO/EOF comes back on the next poll)
+            if not more:
+                break
+            parts.append(more)
+            total += len(more)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _feed_scan(self, scan: LiveScan, data: bytes) -> None:
+        try:
+            scan.feed(data, busy=len(data) >= CHUNK)
+        except Exception as exc:  # noqa: BLE001 - watching must never stop the tee
+            self.o.scan = None
+            self.warn(f"output watcher disabled after an internal error: {exc!r}")
+
+    def _catch_up(self, scan: LiveScan) -> None:
+        try:
+            scan.catch_up(scan.slice_bytes)
+        except Exception as exc:  # noqa: BLE001
+            self.o.scan = None
+            self.warn(f"output watcher disabled after an internal error: {exc!r}")
 
     def _stdin_wanted(self) -> bool:
         # Only in pty mode (in pipe mode the job reads gpudoc's stdin itself), and only while
@@ -506,6 +562,8 @@ class Launcher:
                 return
             try:
                 data = os.read(self._out, CHUNK)
+            except BlockingIOError:
+                continue
             except OSError:
                 return
             if not data:
@@ -560,15 +618,6 @@ class Launcher:
 
 def _noop(signum, frame) -> None:
     """SIGCHLD only needs to wake the loop (through the wakeup fd)."""
-
-
-def _create_time_or_none(pid: int) -> float | None:
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
 
 
 def describe_status(status: int, *, interrupted_by: int | None = None) -> str:

@@ -33,11 +33,9 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 
 class Tee:
     def __init__(self, log_fd: int | None, term_fd: int | None, *,
-                 on_data: Callable[[bytes], None] | None = None,
                  warn: Callable[[str], None] | None = None) -> None:
         self.log_fd = log_fd
         self.term_fd = term_fd
-        self.on_data = on_data
         self.warn = warn or (lambda message: None)
         self.log_error: str | None = None
         self.terminal_lost = False
@@ -61,12 +59,6 @@ class Tee:
                     self.lose_terminal()
                 else:
                     raise
-        if self.on_data is not None:
-            try:
-                self.on_data(data)
-            except Exception as exc:  # noqa: BLE001 - watching must never stop the tee
-                self.on_data = None
-                self.warn(f"output watcher disabled after an internal error: {exc!r}")
 
     def lose_terminal(self) -> None:
         """The terminal is gone (hang-up, closed pipe): from now on only the log is written."""

@@ -49,7 +49,8 @@ def visible_selection(environ: Mapping[str, str]) -> tuple[set[int] | None, set[
 class GpuSampler:
     """Takes one sample per ``sample()`` call; ``peaks`` and ``gpus`` are the record's fields."""
 
-    def __init__(self, path: Path | None, *, reader: Reader | None,
+    def __init__(self, path: Path | None, *, reader: Reader | None = None,
+                 reader_factory: Callable[[], Reader | None] | None = None,
                  environ: Mapping[str, str] | None = None,
                  job_pids: Callable[[], Iterable[int]] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -61,7 +62,10 @@ class GpuSampler:
         self.peaks: dict[str, int] = {}
         self.gpus: list[dict] = []
         self.samples = 0
-        self.disabled = reader is None
+        # The factory runs in the sampler's thread: importing the NVML layer costs start-up
+        # time the job should not wait for.
+        self.reader_factory = reader_factory
+        self.disabled = reader is None and reader_factory is None
         self.error: str | None = None
         self._handle = None
         self._lock = threading.Lock()
@@ -76,6 +80,11 @@ class GpuSampler:
         """One row per selected GPU; False when there is nothing to sample (no NVML)."""
         if self.disabled:
             return False
+        if self.reader is None:
+            self.reader = self.reader_factory()
+            if self.reader is None:
+                self.disabled = True
+                return False
         try:
             result = self.reader()
             gpus, error = result[3], result[4]
@@ -90,6 +99,8 @@ class GpuSampler:
         now = self.clock()
         rows = []
         with self._lock:
+            if self.disabled:
+                return False
             for gpu in gpus:
                 if not self._selected(gpu):
                     continue
@@ -123,6 +134,7 @@ class GpuSampler:
 
     def close(self) -> None:
         with self._lock:
+            self.disabled = True  # a sample still in flight writes nothing after this
             if self._handle is not None:
                 self._handle.close()
                 self._handle = None
@@ -146,6 +158,10 @@ class SamplerThread(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
+        # A job that ends within the first interval (a typo, `python -c pass`) never pays for
+        # loading NVML; a training job's first second holds no peak worth sampling.
+        if self._halt.wait(self.interval_s):
+            return
         while not self._halt.is_set():
             self.sampler.sample()
             if self.sampler.disabled:
@@ -154,5 +170,5 @@ class SamplerThread(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
-        self.join(timeout=5.0)
+        self.join(timeout=2.0)  # an NVML call stuck in the driver must not hold up the record
         self.sampler.close()

@@ -179,3 +179,136 @@ def test_child_exit_status_and_signal_death_are_passed_through(isolated_home):
     assert g.wait(30) == 128 + signal.SIGSEGV
     record = last_record(isolated_home)
     assert record["signal"] == signal.SIGSEGV and record["exit_code"] == 139
+
+
+def _expected_bytes(n: int, seed: int) -> bytes:
+    import random
+
+    rng = random.Random(seed)
+    out, left = [], n
+    while left:
+        size = min(left, rng.randint(1, 70000))
+        out.append(rng.randbytes(size))
+        left -= size
+    return b"".join(out)
+
+
+def test_log_and_terminal_get_exactly_the_bytes_in_pipe_mode(isolated_home):
+    n, seed = 3_000_000, 7
+    g = Gpudoc("run", "--no-check", "--", "python", str(EMIT), "bytes", str(n), str(seed), cwd=isolated_home)
+    assert g.wait(60) == 0, g.stderr
+    expected = _expected_bytes(n, seed)
+    assert bytes(g.out) == expected
+    assert last_log(isolated_home) == expected
+
+
+def test_closed_stdout_pipe_does_not_stop_the_job_or_the_log(isolated_home):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    proc = subprocess.Popen([sys.executable, "-m", "gpudoc", "run", "--no-check", "--", "python", str(EMIT),
+                             "lines", "60", "0.01"], cwd=isolated_home, env=job_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert proc.stdout.readline() == b"line 00000\n"
+    proc.stdout.close()  # like `| head -1`: every later write gets EPIPE
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert last_log(isolated_home) == b"".join(f"line {i:05d}\n".encode() for i in range(60))
+    assert last_record(isolated_home)["terminal_lost"] is True
+
+
+# -- a real terminal: gpudoc on a pty that is its controlling terminal ------------------------
+
+class Terminal:
+    """A pseudo-terminal with gpudoc as the session leader on it, like a shell's foreground job."""
+
+    def __init__(self, args, cwd, cols=100, rows=30, env=None):
+        import fcntl
+        import struct
+        import subprocess
+        import sys
+        import termios
+        import threading
+
+        self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+        def ctty():
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "gpudoc", *args], cwd=cwd, env=env or job_env(),
+                                     stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                                     preexec_fn=ctty)
+        os.close(slave)
+        self.buf = bytearray()
+        self.closed = False
+        self._t = threading.Thread(target=self._pump, daemon=True)
+        self._t.start()
+
+    def _pump(self):
+        while not self.closed:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.buf.extend(data)
+
+    def wait_for(self, text: bytes, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        while text not in self.buf:
+            assert time.monotonic() < deadline and self.proc.poll() is None, bytes(self.buf)[-2000:]
+            time.sleep(0.02)
+
+    def resize(self, cols, rows):
+        import fcntl
+        import struct
+        import termios
+
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def hang_up(self):
+        self.closed = True
+        os.close(self.master)
+
+
+def test_pty_mode_child_sees_a_terminal_and_follows_the_window_size(isolated_home):
+    term = Terminal(["run", "--no-check", "--", "python", str(EMIT), "tty"], isolated_home, cols=100, rows=30)
+    term.wait_for(b"ready")
+    assert b"isatty True True True" in term.buf
+    assert b"size 100x30" in term.buf
+    term.resize(120, 40)  # the terminal sends SIGWINCH to gpudoc, gpudoc resizes the job's pty
+    term.wait_for(b"size 120x40", timeout=10)
+    assert term.proc.wait(30) == 0
+    log = last_log(isolated_home)
+    # The log holds the job's bytes ("\n"), the terminal showed them as a terminal does ("\r\n").
+    assert b"isatty True True True\nsize 100x30\nready\nsize 120x40\n" in log
+    assert b"size 120x40\r\n" in term.buf
+    term.hang_up()
+
+
+def test_ctrl_c_typed_on_the_terminal(isolated_home):
+    mark = marker()
+    term = Terminal(["run", "--no-check", "--", *torchrun("sleep", mark)], isolated_home)
+    term.wait_for(b"rank1 ready", timeout=60)
+    term.wait_for(b"rank0 ready", timeout=60)
+    os.write(term.master, b"\x03")  # the terminal turns it into SIGINT for its foreground group
+    assert term.proc.wait(60) == 130
+    assert last_record(isolated_home)["status"] == "interrupted"
+    term.hang_up()
+    assert_no_leftovers(mark)
+
+
+def test_terminal_hang_up_keeps_the_job_and_the_log_going(isolated_home):
+    mark = marker()
+    term = Terminal(["run", "--no-check", "--", "python", str(EMIT), "lines", "40", "0.05", mark], isolated_home)
+    term.wait_for(b"line 00003")
+    term.hang_up()  # the terminal window is closed: SIGHUP, and writes to it fail from now on
+    assert term.proc.wait(60) == 0
+    assert last_log(isolated_home) == b"".join(f"line {i:05d}\n".encode() for i in range(40))
+    record = last_record(isolated_home)
+    assert record["status"] == "ok" and record["terminal_lost"] is True
+    assert_no_leftovers(mark)

@@ -33,17 +33,20 @@ def main() -> None:
             print(f"line {i:05d}", flush=True)
             time.sleep(delay)
     elif mode == "tty":
+        resized = []
+
         def report(*_):
             cols, rows = os.get_terminal_size(1)
             print(f"size {cols}x{rows}", flush=True)
+            resized.append(1)
 
         print(f"isatty {os.isatty(0)} {os.isatty(1)} {os.isatty(2)}", flush=True)
         report()
         signal.signal(signal.SIGWINCH, report)
         print("ready", flush=True)
         deadline = time.time() + 10
-        while time.time() < deadline:
-            time.sleep(0.05)
+        while time.time() < deadline and len(resized) < 2:
+            time.sleep(0.02)
     elif mode in ("ignore_term", "ignore_int_term"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if mode == "ignore_int_term":
