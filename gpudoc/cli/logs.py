@@ -1,13 +1,24 @@
-"""`gpudoc logs` (placeholder until its issue lands)."""
+"""`gpudoc logs`: switches only; the work is in ``gpudoc.commands.logs``."""
 
 from __future__ import annotations
 
+from plumbum import cli
+
 from gpudoc.cli.base import Command
-from gpudoc.errors import GpudocError
 
 
 class LogsCommand(Command):
-    """Not built yet."""
+    """Print a run's output (the latest run by default); -f follows it until the run ends"""
 
-    def main(self, *args: str) -> int:
-        raise GpudocError("gpudoc logs: not built yet")
+    EXAMPLES = """
+gpudoc logs -f
+gpudoc logs 20250131-140509123-a1b2c3 | grep loss
+"""
+
+    follow = cli.Flag(["-f", "--follow"], help="keep printing new output until the run ends")
+
+    def main(self, run_id: str = None) -> int:  # noqa: RUF013 - plumbum reads the default
+        from gpudoc.commands.logs import logs
+        from gpudoc.output import Console
+
+        return logs(Console(), run_id, follow=self.follow)

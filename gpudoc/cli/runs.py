@@ -1,13 +1,29 @@
-"""`gpudoc runs` (placeholder until its issue lands)."""
+"""`gpudoc runs`: switches only; the work is in ``gpudoc.commands.runs``."""
 
 from __future__ import annotations
 
+from plumbum import cli
+
 from gpudoc.cli.base import Command
-from gpudoc.errors import GpudocError
 
 
 class RunsCommand(Command):
-    """Not built yet."""
+    """List the run records (.gpudoc/runs here, or $GPUDOC_HOME/runs): id, start, duration, status, cause"""
+
+    EXAMPLES = """
+gpudoc runs
+gpudoc runs --json --last 5
+"""
+
+    json = cli.Flag("--json", help="emit one JSON document with every record")
+    last = cli.SwitchAttr("--last", cli.Range(1, 100000), argname="N", default=None, help="only the N most recent runs")
 
     def main(self, *args: str) -> int:
-        raise GpudocError("gpudoc runs: not built yet")
+        from gpudoc.errors import UsageError
+
+        if args:
+            raise UsageError(f"gpudoc runs: unexpected argument '{args[0]}' (see `gpudoc logs RUN_ID`)")
+        from gpudoc.commands.runs import runs
+        from gpudoc.output import Console
+
+        return runs(Console(), as_json=self.json, limit=self.last)

@@ -1,0 +1,87 @@
+"""`gpudoc logs [RUN_ID] [-f]`: a run's output.log, exactly as the job printed it; with -f,
+followed from another pane until the run ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from gpudoc.errors import InputError
+from gpudoc.output import Console
+
+CHUNK = 1 << 16
+
+
+def _copy(fd_in: int, fd_out: int) -> int:
+    from gpudoc.launch.tee import write_all
+
+    copied = 0
+    while True:
+        data = os.read(fd_in, CHUNK)
+        if not data:
+            return copied
+        write_all(fd_out, data)
+        copied += len(data)
+
+
+def _still_running(store, run_id: str) -> bool:
+    from gpudoc.commands.runs import live_status
+
+    try:
+        with open(store.run_dir(run_id) / "run.json", encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        return True  # mid-write: ask again
+    from gpudoc.runs.store import RunRecord
+
+    return live_status(RunRecord.from_dict(doc)) == "running"
+
+
+def logs(console: Console, run_id: str | None = None, *, follow: bool = False, store=None,
+         out_fd: int | None = None, poll_s: float = 0.2) -> int:
+    from gpudoc.runs.store import RunStore
+
+    store = store or RunStore()
+    if run_id is None:
+        latest = store.ids()
+        if not latest:
+            raise InputError(f"no runs in {store.root} (see `gpudoc runs`)")
+        run_id = latest[-1]
+    else:
+        run_id = store.load(run_id).id  # accepts a unique prefix; names the problem otherwise
+    path = store.log_path(run_id)
+    console.flush()
+    out = out_fd if out_fd is not None else console.out.fileno()
+    try:
+        handle = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        if not follow:
+            raise InputError(f"run {run_id} has no log ({path})") from None
+        handle = None
+    try:
+        if not follow:
+            _copy(handle, out)
+            return 0
+        while True:
+            if handle is None:
+                try:
+                    handle = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    pass
+            if handle is not None:
+                _copy(handle, out)
+            # Ask whether the run is over only after draining, then drain once more: the last
+            # bytes are written before the record says the run ended.
+            if not _still_running(store, run_id):
+                if handle is None:
+                    try:
+                        handle = os.open(path, os.O_RDONLY)
+                    except FileNotFoundError:
+                        return 0
+                _copy(handle, out)
+                return 0
+            time.sleep(poll_s)
+    finally:
+        if handle is not None:
+            os.close(handle)

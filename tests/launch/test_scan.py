@@ -1,0 +1,83 @@
+"""The live scan: every byte reaches the scanner, in order, without slowing a flood down."""
+
+from __future__ import annotations
+
+from gpudoc.diagnose.stream import SignatureScanner
+from gpudoc.launch.scan import LiveScan
+
+OOM_LINE = (b"[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
+            b"total capacity of 23.68 GiB of which 1.06 GiB is free.\n")
+
+
+class Recorder:
+    def __init__(self):
+        self.data = bytearray()
+
+    def feed(self, data):
+        self.data.extend(data)
+        return []
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _log(tmp_path, chunks):
+    path = tmp_path / "output.log"
+    path.write_bytes(b"".join(chunks))
+    return path
+
+
+def test_calm_output_is_scanned_as_it_arrives(tmp_path):
+    chunks = [b"step 1\n", b"step 2\n", OOM_LINE]
+    events = []
+    scan = LiveScan(_log(tmp_path, chunks), events.extend, scanner_factory=SignatureScanner)
+    for chunk in chunks:
+        scan.feed(chunk)
+    assert scan.backlog == 0
+    assert [(e.cause, e.rank) for e in events] == [("gpu_oom", 1)]
+
+
+def test_a_flood_defers_scanning_and_catches_up_from_the_log(tmp_path):
+    chunks = [bytes([65 + i % 26]) * 300_000 + b"\n" for i in range(40)] + [OOM_LINE]
+    clock = Clock()
+    recorder = Recorder()
+    scan = LiveScan(_log(tmp_path, chunks), lambda e: None, scanner_factory=lambda: recorder,
+                    budget=0.1, clock=clock)
+    for chunk in chunks:
+        clock.now += 0.001  # 12 MB in 41 ms: a flood
+        scan.feed(chunk, busy=True)
+    assert scan.backlog > 0  # the tee did not wait for the scanner
+    while scan.catch_up(1 << 20):
+        pass
+    assert bytes(recorder.data) == b"".join(chunks)  # nothing skipped, nothing repeated
+
+
+def test_flood_scanning_stays_within_its_budget(tmp_path):
+    chunk = b"x" * 262_144
+    chunks = [chunk] * 200
+    clock = Clock()
+
+    class Slow(Recorder):
+        def feed(self, data):
+            clock.now += len(data) / 100e6  # a 100 MB/s scanner
+            return super().feed(data)
+
+    scan = LiveScan(_log(tmp_path, chunks), lambda e: None, scanner_factory=Slow, budget=0.1, clock=clock)
+    for c in chunks:
+        clock.now += len(c) / 100e6  # output at 100 MB/s, as fast as the scanner
+        scan.feed(c, busy=True)
+    elapsed = clock.now
+    assert scan.scan_s <= 0.1 * elapsed + 0.011  # the budget, give or take one slice
+    assert 0 < scan.scanned < scan.written
+
+
+def test_unreadable_log_is_skipped_not_looped(tmp_path):
+    scan = LiveScan(tmp_path / "missing.log", lambda e: None, scanner_factory=Recorder)
+    scan.written = 100
+    assert scan.catch_up() is False
+    assert scan.skipped == 100 and scan.backlog == 0
