@@ -1,0 +1,168 @@
+"""`gpudoc run` as a user drives it: dry runs, the pre-flight gate, bindings, retries, tmux."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, gpudoc_cli
+from tests.launch.helpers import last_record, run_dirs
+
+JOBS = Path(__file__).resolve().parent / "jobs"
+
+PROFILE = """\
+[env]
+PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True"
+
+[train]
+micro_batch_size = 8
+gradient_accumulation_steps = 4
+
+[bind.files."ds_config.json"]
+micro_batch_size = "train_micro_batch_size_per_gpu"
+"""
+
+DS_CONFIG = '{\n  "train_micro_batch_size_per_gpu": 1,\n  "gradient_accumulation_steps": "auto"\n}\n'
+
+
+def test_dry_run_json_shows_everything_and_changes_nothing(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(PROFILE)
+    (isolated_home / "ds_config.json").write_text(DS_CONFIG)
+    done = gpudoc_cli("run", "--dry-run", "--json", "--", "python", "train.py", "--bs", "{micro_batch_size}")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert set(doc) == {"command", "env_set", "file_edits"}
+    assert doc["command"] == ["python", "train.py", "--bs", "8"]
+    # torch 2.13 reads PYTORCH_ALLOC_CONF: the profile's old spelling is written under that name.
+    assert doc["env_set"]["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in doc["env_set"]
+    assert doc["env_set"]["GPUDOC_MICRO_BATCH_SIZE"] == "8"
+    assert doc["env_set"]["GPUDOC_GRADIENT_ACCUMULATION_STEPS"] == "4"
+    [edit] = doc["file_edits"]
+    assert edit["path"].endswith("ds_config.json")
+    assert '-  "train_micro_batch_size_per_gpu": 1,' in edit["diff"]
+    assert '+  "train_micro_batch_size_per_gpu": 8,' in edit["diff"]
+    assert (isolated_home / "ds_config.json").read_text() == DS_CONFIG
+    assert not run_dirs(isolated_home)
+
+
+def test_run_applies_env_placeholders_and_file_edits_and_records_them(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(PROFILE)
+    (isolated_home / "ds_config.json").write_text(DS_CONFIG)
+    code = ("import os, sys, json; print(sys.argv[1], os.environ['GPUDOC_MICRO_BATCH_SIZE'], "
+            "os.environ['PYTORCH_ALLOC_CONF'], json.load(open('ds_config.json'))['train_micro_batch_size_per_gpu'])")
+    done = gpudoc_cli("run", "--no-check", "--", "python", "-c", code, "{micro_batch_size}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "8 8 expandable_segments:True 8\n"
+    record = last_record(isolated_home)
+    assert record["command"][-1] == "{micro_batch_size}"  # as typed: a rerun binds again
+    assert record["argv"][-1] == "8"
+    assert record["env_set"]["GPUDOC_MICRO_BATCH_SIZE"] == "8"
+    assert record["profile"]["knobs"]["micro_batch_size"] == 8
+    [edit] = record["file_edits"]
+    assert edit["path"].endswith("ds_config.json") and Path(edit["backup"]).read_text() == DS_CONFIG
+
+
+def test_forgotten_double_dash_keeps_the_jobs_flags_for_the_job(isolated_home):
+    done = gpudoc_cli("run", "--no-check", "python", "-c", "import sys; print(sys.argv[1:])", "--lr", "3", "-p", "x")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "['--lr', '3', '-p', 'x']\n"
+
+
+def test_failed_preflight_refuses_with_125_and_force_launches(isolated_home):
+    # This machine has no NVIDIA driver: the driver check fails, so the gate refuses.
+    done = gpudoc_cli("run", "--", "python", "-c", "print('launched')")
+    assert done.returncode == 125
+    assert "launched" not in done.stdout
+    assert "driver.nvml" in done.stderr and "--force" in done.stderr
+    assert not run_dirs(isolated_home)
+    forced = gpudoc_cli("run", "--force", "--", "python", "-c", "print('launched')")
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout == "launched\n"
+
+
+def test_gpudoc_own_errors_are_125(isolated_home):
+    assert gpudoc_cli("run", "--bogus-switch", "--", "true").returncode == 125
+    bad = gpudoc_cli("run", "-p", "no-such-profile", "--no-check", "--", "true")
+    assert bad.returncode == 125 and "no-such-profile" in bad.stderr
+    assert gpudoc_cli("run", "--no-check").returncode == 125  # nothing to run
+
+
+def test_retry_oom_walks_the_ladder_until_it_fits(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(
+        "[train]\nmicro_batch_size = 8\ngradient_accumulation_steps = 1\n")
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "4", "--", "python", str(JOBS / "fits.py"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("fits")
+    records = [json.loads((d / "run.json").read_text()) for d in run_dirs(isolated_home)]
+    assert len(records) >= 2
+    assert [r["cause"] for r in records[:-1]] == ["gpu_oom"] * (len(records) - 1)
+    assert records[-1]["status"] == "ok"
+    for previous, attempt in zip(records, records[1:]):
+        assert attempt["parent"] == previous["id"]
+    assert records[-1]["profile"]["knobs"]["micro_batch_size"] <= 2
+    # The global batch is kept: the ladder raised gradient accumulation as it halved.
+    knobs = records[-1]["profile"]["knobs"]
+    assert knobs["micro_batch_size"] * knobs["gradient_accumulation_steps"] == 8
+    assert "retry-oom" in done.stderr
+    assert "micro_batch_size = " + str(knobs["micro_batch_size"]) in (isolated_home / "gpudoc.toml").read_text()
+
+
+def test_retry_oom_stops_at_n(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text("[train]\nmicro_batch_size = 64\ngradient_accumulation_steps = 1\n")
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "1", "--", "python", str(JOBS / "fits.py"))
+    assert done.returncode == 1
+    assert len(run_dirs(isolated_home)) == 2
+
+
+@pytest.fixture
+def tmux_env(tmp_path_factory):
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is not installed (.ci/run installs it)")
+    sock = tmp_path_factory.mktemp("tmux")
+    env = {"TMUX_TMPDIR": str(sock)}
+    yield env
+    subprocess.run(["tmux", "kill-server"], env={**os.environ, **env}, capture_output=True)
+
+
+def test_tmux_starts_the_same_run_detached(isolated_home, tmux_env):
+    done = gpudoc_cli("run", "--tmux", "train1", "--no-check", "--", "python", "-c", "print('inside tmux')",
+                      env={**tmux_env, "GPUDOC_TEST_MARK": "carried"})
+    assert done.returncode == 0, done.stderr
+    assert "tmux attach -t train1" in done.stderr
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        dirs = run_dirs(isolated_home)
+        if dirs and json.loads((dirs[-1] / "run.json").read_text())["status"] != "running":
+            break
+        time.sleep(0.1)
+    record = last_record(isolated_home)
+    assert record["status"] == "ok", record
+    assert (run_dirs(isolated_home)[-1] / "output.log").read_bytes() == b"inside tmux\n"
+    again = gpudoc_cli("run", "--tmux", "train1", "--no-check", "--", "true", env=tmux_env)
+    # The session ended with the job: a second one of that name starts fine.
+    assert again.returncode == 0, again.stderr
+
+
+def test_tmux_refuses_an_existing_session(isolated_home, tmux_env):
+    env = {**os.environ, **tmux_env}
+    subprocess.run(["tmux", "new-session", "-d", "-s", "busy", "sleep", "30"], env=env, check=True)
+    done = gpudoc_cli("run", "--tmux", "busy", "--no-check", "--", "true", env=tmux_env)
+    assert done.returncode == 125
+    assert "already exists" in done.stderr
+
+
+def test_tmux_missing_is_a_clear_refusal(isolated_home, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink(sys.executable, bindir / "python")
+    done = gpudoc_cli("run", "--tmux", "x", "--no-check", "--", "true", env={"PATH": str(bindir)})
+    assert done.returncode == 125
+    assert "tmux is not installed" in done.stderr

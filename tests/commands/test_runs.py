@@ -1,0 +1,37 @@
+"""`gpudoc runs`: one line per record, JSON with every record, lost runs told apart."""
+
+from __future__ import annotations
+
+import json
+
+from gpudoc.commands.runs import live_status
+from gpudoc.runs.store import RunRecord
+from tests.conftest import gpudoc_cli
+
+
+def test_table_and_json(isolated_home):
+    assert "No runs yet" in gpudoc_cli("runs").stdout
+    gpudoc_cli("run", "--no-check", "--", "python", "-c", "print(1)")
+    gpudoc_cli("run", "--no-check", "--", "python", "-c", "raise SystemExit(3)")
+    table = gpudoc_cli("runs")
+    assert table.returncode == 0
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["ID", "STARTED", "DURATION", "STATUS", "CAUSE", "COMMAND"]
+    assert " ok " in lines[1] and "python -c 'print(1)'" in lines[1]
+    assert " failed " in lines[2] and " error " in lines[2]
+    doc = json.loads(gpudoc_cli("runs", "--json").stdout)
+    assert doc["command"] == "runs" and doc["schema_version"] == 1
+    assert [r["exit_code"] for r in doc["runs"]] == [0, 3]
+    assert json.loads(gpudoc_cli("runs", "--json", "--last", "1").stdout)["runs"][0]["exit_code"] == 3
+
+
+def test_a_running_record_whose_gpudoc_is_gone_is_lost():
+    record = RunRecord(id="x", command=["t"], cwd=".", launcher_pid=2**22 + 4321, status="running")
+    assert live_status(record) == "lost"
+    import os
+
+    record.launcher_pid = os.getpid()
+    assert live_status(record) == "running"
+    record.host = "some-other-node"
+    record.launcher_pid = 2**22 + 4321
+    assert live_status(record) == "running"  # another node's: not ours to judge
