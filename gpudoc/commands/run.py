@@ -314,6 +314,8 @@ def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list
                 watch.ranks.add(rank)
             if getattr(event, "cause", None) == "gpu_oom" and watch.first_oom is None:
                 watch.first_oom = event
+                if sync is not None:
+                    sync.announce("gpu_oom", rank=rank, line=getattr(event, "line", "") or "")
                 multi = watch.multi_process or len(watch.ranks) > 1 or rank is not None
                 if multi and watch.oom_grace_s >= 0 and launcher is not None:
                     where = f" on rank {rank}" if rank is not None else ""
@@ -325,9 +327,23 @@ def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list
         procs = launch.processes()
         if _merge_pids(record, state, [(p.pid, p.create_time) for p in procs]):
             store.save(record)
+        if sync is not None and not launch.end_requested and not sync.announced:
+            elsewhere = sync.failures_elsewhere()
+            if elsewhere:
+                first = elsewhere[0]
+                where = f"{first.get('host')}" + (f" rank {first['rank']}" if first.get("rank") is not None else "")
+                launch.warn(f"job {identity.job_id}: GPU out of memory on {where} (run {first.get('run_id')}): "
+                            f"ending this node's part in {max(watch.oom_grace_s, 0):g} s")
+                launch.request_end(f"gpu_oom elsewhere ({first.get('host')}, run {first.get('run_id')})",
+                                   max(watch.oom_grace_s, 0))
 
     term_grace = _env_float(child_env, "GPUDOC_TERM_GRACE_S", DEFAULT_TERM_GRACE_S)
     live = LiveScan(log_path, on_events, scanner_factory=_scanner)
+    sync = None
+    if identity.job_id:
+        from gpudoc.launch.jobsync import JobSync
+
+        sync = JobSync(store.root, identity.job_id, run_id, record.host)
     launch_options = LaunchOptions(
         argv=list(resolved.argv), env=child_env, cwd=cwd, log_path=log_path,
         use_pty=_isatty(sys.stdout), term_fd=_fileno(sys.stdout), stdin_fd=_fileno(sys.stdin),
@@ -349,6 +365,10 @@ def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list
         live.close()
     _merge_pids(record, state, [(p.pid, p.create_time) for p in outcome.processes])
     _finish_record(record, outcome, watch, sampler, log_path)
+    if sync is not None and record.cause == "gpu_oom" and not sync.announced:
+        # The live scan missed it (an output flood): the other nodes still learn of it now.
+        diag = record.diagnosis or {}
+        sync.announce("gpu_oom", rank=diag.get("rank"), line=str(diag.get("summary") or ""))
     store.save(record)
     try:
         _summary(record, outcome, console, log_path, as_json=options.json)

@@ -130,6 +130,7 @@ class Launcher:
         self.interrupted_by: int | None = None
         self.ended_by: str | None = None
         self._end_at: float | None = None  # monotonic: start ending the job (fail-fast)
+        self._end_reason: str | None = None
         self._kill_at: float | None = None  # monotonic: SIGKILL whatever is left
         self._ending_since: float | None = None
         self._main_status: int | None = None
@@ -149,10 +150,15 @@ class Launcher:
     # -- public ---------------------------------------------------------------------------
 
     def request_end(self, reason: str, after_s: float = 0.0) -> None:
-        """End the whole job ``after_s`` seconds from now unless it ends by itself first."""
+        """End the whole job ``after_s`` seconds from now unless it ends by itself first
+        (``ended_by`` says so only when gpudoc really had to)."""
         if self._end_at is None:
-            self.ended_by = reason
+            self._end_reason = reason
             self._end_at = time.monotonic() + max(after_s, 0.0)
+
+    @property
+    def end_requested(self) -> bool:
+        return self._end_at is not None
 
     def processes(self) -> list[JobProcess]:
         """The job's live processes now (also remembered for PID-reuse-safe cleanup)."""
@@ -423,7 +429,9 @@ class Launcher:
                     except Exception as exc:  # noqa: BLE001 - bookkeeping must not kill the job
                         self.warn(f"internal error while watching the job: {exc!r}")
             if self._end_at is not None and now >= self._end_at and self._ending_since is None:
-                self.warn(f"ending the job ({self.ended_by})")
+                if self._main_status is None or self.processes():
+                    self.ended_by = self._end_reason
+                    self.warn(f"ending the job ({self.ended_by})")
                 self._begin_ending(now)
             if self._kill_at is not None and now >= self._kill_at:
                 self._kill_at = None

@@ -51,7 +51,9 @@ def main() -> None:
         try:
             raise ALLOCATOR_ERROR(OOM)
         except torch.OutOfMemoryError:
-            traceback.print_exc()
+            # As torch prints a worker's error: every line tagged with the rank.
+            for line in traceback.format_exc().splitlines():
+                sys.stderr.write(f"[rank{rank}]: {line}\n")
             sys.stderr.flush()
         time.sleep(600)  # a rank that hangs after its OOM: only gpudoc's fail-fast ends the job
     elif rank == 1 and mode == "sigkill":

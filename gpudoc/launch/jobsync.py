@@ -1,0 +1,69 @@
+"""Fail-fast across the nodes of one job, through the run directory they share.
+
+Each node runs its own `gpudoc run` (under srun, or torchrun's c10d rendezvous); gpudoc schedules
+nothing and needs no server. When one node's gpudoc sees a GPU OOM it leaves a small marker in
+``<runs>/.jobs/<job id>/``; the other nodes' gpudoc look there every second and end their part
+of the job instead of waiting for the collective timeout. Needs a ``GPUDOC_HOME`` on a shared
+filesystem; without one each node still ends its own ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+JOBS_DIR = ".jobs"
+# Clocks of different nodes disagree a little; a marker older than our own start by more than
+# this is a leftover of an earlier job that reused the same id.
+CLOCK_SLACK_S = 5.0
+
+
+def _safe(job_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", job_id)[:120] or "_"
+
+
+class JobSync:
+    def __init__(self, runs_root: Path, job_id: str, run_id: str, host: str, *,
+                 started: float | None = None) -> None:
+        self.dir = Path(runs_root) / JOBS_DIR / _safe(job_id)
+        self.job_id = job_id
+        self.run_id = run_id
+        self.host = host
+        self.started = time.time() if started is None else started
+        self.announced = False
+
+    def announce(self, cause: str, *, rank: int | None, line: str) -> None:
+        """Tell the job's other nodes (once): this node's run failed with ``cause``."""
+        if self.announced:
+            return
+        self.announced = True
+        doc = {"job_id": self.job_id, "run_id": self.run_id, "host": self.host, "cause": cause,
+               "rank": rank, "line": line[:500], "time": time.time()}
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.dir / f".{self.run_id}.tmp"
+            tmp.write_text(json.dumps(doc), encoding="utf-8")
+            os.replace(tmp, self.dir / f"{self.run_id}.json")
+        except OSError:
+            pass  # a read-only or full runs directory must not touch the job
+
+    def failures_elsewhere(self) -> list[dict]:
+        """Markers left by the job's other nodes since this run started."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return []
+        found = []
+        for name in sorted(names):
+            if not name.endswith(".json") or name == f"{self.run_id}.json":
+                continue
+            try:
+                doc = json.loads((self.dir / name).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if float(doc.get("time") or 0) >= self.started - CLOCK_SLACK_S:
+                found.append(doc)
+        return found

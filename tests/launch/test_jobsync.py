@@ -1,0 +1,80 @@
+"""Fail-fast across nodes through the shared run directory, and two real "nodes" on this machine."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from gpudoc.launch.jobsync import JobSync
+from tests.conftest import gpudoc_cli
+from tests.launch.helpers import RANKS, Gpudoc, assert_no_leftovers, job_env, marker, run_dirs
+
+
+def test_a_marker_reaches_the_other_nodes_once(tmp_path):
+    a = JobSync(tmp_path, "slurm-77.0", "run-a", "node-a")
+    b = JobSync(tmp_path, "slurm-77.0", "run-b", "node-b")
+    assert b.failures_elsewhere() == []
+    a.announce("gpu_oom", rank=3, line="CUDA out of memory")
+    a.announce("gpu_oom", rank=4, line="again")  # only the first failure is announced
+    [seen] = b.failures_elsewhere()
+    assert (seen["host"], seen["rank"], seen["run_id"]) == ("node-a", 3, "run-a")
+    assert a.failures_elsewhere() == []  # its own marker is not news to it
+
+
+def test_markers_of_an_earlier_job_with_the_same_id_are_ignored(tmp_path):
+    old = JobSync(tmp_path, "rdzv-exp1", "run-old", "n1", started=time.time() - 3600)
+    old.announce("gpu_oom", rank=0, line="x")
+    marker_file = next((tmp_path / ".jobs" / "rdzv-exp1").glob("*.json"))
+    doc = json.loads(marker_file.read_text())
+    doc["time"] = time.time() - 3000
+    marker_file.write_text(json.dumps(doc))
+    new = JobSync(tmp_path, "rdzv-exp1", "run-new", "n2")
+    assert new.failures_elsewhere() == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_nodes_one_oom_both_end_quickly_and_fix_names_the_node(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text("[run]\noom_grace_s = 2\n")
+    mark = marker()
+    port = _free_port()
+    command = ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=twonodes", "--monitor-interval=0.1",
+               str(RANKS), "oom_block", mark]
+    started = time.monotonic()
+    nodes = [Gpudoc("run", "--no-check", "--", *command, cwd=isolated_home, env=job_env(JOB_LINES="5"))
+             for _ in range(2)]
+    statuses = [node.wait(120) for node in nodes]
+    took = time.monotonic() - started
+    assert all(s != 0 for s in statuses), [n.stderr for n in nodes]
+    assert took < 60, took
+    records = [json.loads((d / "run.json").read_text()) for d in run_dirs(isolated_home)]
+    assert len(records) == 2
+    assert {r["job_id"] for r in records} == {"rdzv-twonodes"}
+    logs = {r["id"]: (d / "output.log").read_bytes() for r, d in zip(records, run_dirs(isolated_home))}
+    [failing] = [r for r in records if b"rank1 ready" in logs[r["id"]]]
+    [other] = [r for r in records if r is not failing]
+    assert failing["cause"] == "gpu_oom" and failing["diagnosis"]["rank"] == 1
+    # The healthy node heard of the OOM through the shared runs directory.
+    other_stderr = next(n.stderr for n in nodes if other["id"] in n.stderr)
+    assert "GPU out of memory on" in other_stderr, other_stderr
+    fix = gpudoc_cli("fix", other["id"], failing["id"], "--json")
+    doc = json.loads(fix.stdout)
+    assert doc["diagnosis"]["cause"] == "gpu_oom" and doc["diagnosis"]["rank"] == 1, fix.stdout
+    assert failing["id"] in json.dumps(doc["diagnosis"])
+    assert_no_leftovers(mark)
+
+
+@pytest.mark.slow
+def test_slurm_job_id_is_recorded(isolated_home):
+    done = gpudoc_cli("run", "--no-check", "--", "true", env={"SLURM_JOB_ID": "991", "SLURM_STEP_ID": "2"})
+    assert done.returncode == 0
+    assert json.loads((run_dirs(isolated_home)[-1] / "run.json").read_text())["job_id"] == "slurm-991.2"
