@@ -232,11 +232,11 @@ end
 complete -c gpudoc -f
 complete -c gpudoc -n __gpudoc_in_command -x -a '(__gpudoc_complete_command)'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a check -d 'Pre-flight: is this machine ready for the training job, and if not, what exactly to do'
-complete -c gpudoc -n '__gpudoc_at \'\'' -a run -d 'Launch a training command with pre-flight checks, the profile applied, a complete log, signal handling that leaves no process behind, and a run record (see `gpudoc runs`)'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a run -d 'Launch a training job: checks first, the profile applied, a complete log, a run record'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a fix -d 'After a failure: say what happened and propose the next rungs of the tuning ladder'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a estimate -d 'Peak GPU memory per GPU for the profile\'s model and knobs, and the largest micro batch that fits'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a clean -d 'End your stray processes holding GPU memory (SIGTERM, then SIGKILL), then report what was freed'
-complete -c gpudoc -n '__gpudoc_at \'\'' -a runs -d 'List the run records (.gpudoc/runs here, or $GPUDOC_HOME/runs): id, start, duration, status, cause'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a runs -d 'List the run records: id, start, duration, status, cause and command'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a logs -d 'Print a run\'s output (the latest run by default); -f follows it until the run ends'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a profile -d 'List, show and create profiles (GPU needs, environment and training knobs)'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a completions -d 'Print the completion script for bash, zsh or fish (subcommands, switches, profiles, runs)'

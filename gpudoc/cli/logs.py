@@ -8,7 +8,7 @@ from gpudoc.cli.base import Command
 
 
 class LogsCommand(Command):
-    """Print a run's output (the latest run by default); -f follows it until the run ends"""
+    """Print a run's output (the latest run by default); -f follows it until the run ends."""
 
     EXAMPLES = """
 gpudoc logs -f

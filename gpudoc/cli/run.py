@@ -12,8 +12,7 @@ from typing import Any
 
 from gpudoc.errors import ExitStatus, UsageError
 
-_DOC = ("Launch a training command with pre-flight checks, the profile applied, a complete log, "
-        "signal handling that leaves no process behind, and a run record (see `gpudoc runs`).")
+_DOC = "Launch a training job: checks first, the profile applied, a complete log, a run record."
 
 # (names, attribute, value kind: None = flag | "str" | "count", argname, help)
 SWITCHES: tuple[tuple[tuple[str, ...], str, str | None, str, str], ...] = (

@@ -8,7 +8,7 @@ from gpudoc.cli.base import Command
 
 
 class RunsCommand(Command):
-    """List the run records (.gpudoc/runs here, or $GPUDOC_HOME/runs): id, start, duration, status, cause"""
+    """List the run records: id, start, duration, status, cause and command."""
 
     EXAMPLES = """
 gpudoc runs
