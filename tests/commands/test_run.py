@@ -166,3 +166,28 @@ def test_tmux_missing_is_a_clear_refusal(isolated_home, tmp_path):
     done = gpudoc_cli("run", "--tmux", "x", "--no-check", "--", "true", env={"PATH": str(bindir)})
     assert done.returncode == 125
     assert "tmux is not installed" in done.stderr
+
+
+def test_clean_before_launch_reads_gpu_processes_and_leaves_others_alone(isolated_home):
+    # NVML is the one thing faked: the real tesla-t4 capture, whose processes are not this
+    # user's (another machine's PIDs). --clean must look, touch nothing, and launch.
+    code = """
+import io, sys
+from gpudoc.commands.run import RunOptions, run
+from gpudoc.output import Console
+from tests.facts.fake_nvml import FakeNvml
+from tests.conftest import NVIDIA_SMI
+backend = FakeNvml.from_snapshot(NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__tesla-t4.xml")
+err = io.StringIO()
+status = run(RunOptions(command=[sys.executable, "-c", "print('launched')"], no_check=True, clean=True, yes=True),
+             console=Console(out=sys.stdout, err=err), nvml_backend=backend)
+sys.stdout.flush()
+print("STATUS", status)
+print(err.getvalue())
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=isolated_home, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "STATUS 0" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.startswith("launched\n")
+    assert "Nothing of yours holds memory on GPU 0." in done.stdout
+    assert done.stdout.count("not touched: GPU 0: PID") == 2  # the capture's two processes

@@ -312,3 +312,35 @@ def test_terminal_hang_up_keeps_the_job_and_the_log_going(isolated_home):
     record = last_record(isolated_home)
     assert record["status"] == "ok" and record["terminal_lost"] is True
     assert_no_leftovers(mark)
+
+
+def test_an_error_inside_gpudoc_still_ends_the_job(tmp_path):
+    # The launcher's own failure (here: the record cannot be written) must not leave the job
+    # running unattended: try/finally ends it.
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    mark = marker()
+    code = f"""
+import os, sys
+from pathlib import Path
+from gpudoc.launch.spawn import LaunchOptions, Launcher
+
+def on_start(pid, pgid):
+    print(pid, flush=True)
+    raise OSError("disk full while writing run.json")
+
+opts = LaunchOptions(argv=[sys.executable, {str(EMIT)!r}, "lines", "1000", "0.05", {mark!r}], env=dict(os.environ),
+                     cwd=Path("."), log_path=Path("out.log"), term_fd=None, stdin_fd=None, on_start=on_start)
+try:
+    Launcher(opts).run()
+except OSError as exc:
+    print("raised", exc, flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env=job_env(PYTHONPATH=str(REPO)))
+    lines = done.stdout.split("\n")
+    assert lines[1] == "raised disk full while writing run.json", done.stdout + done.stderr
+    assert_no_leftovers(mark)
