@@ -440,7 +440,7 @@ class Launcher:
                 if not out_open or now - self._main_exited_at >= self.o.linger_s:
                     self._begin_ending(now)
             if self._ending_since is not None:
-                if self._ending_done(now, out_open):
+                if self._ending_done(now):
                     if out_open:
                         self._drain_rest()
                     return
@@ -547,7 +547,7 @@ class Launcher:
             if self._kill_at is None or self._kill_at > now + self.o.end_grace_s:
                 self._kill_at = now + self.o.end_grace_s
 
-    def _ending_done(self, now: float, out_open: bool) -> bool:
+    def _ending_done(self, now: float) -> bool:
         # A /proc scan is not free: at most every 0.1 s, however fast output arrives.
         if now < self._next_ending_check:
             return False
@@ -626,13 +626,3 @@ class Launcher:
 
 def _noop(signum, frame) -> None:
     """SIGCHLD only needs to wake the loop (through the wakeup fd)."""
-
-
-def describe_status(status: int, *, interrupted_by: int | None = None) -> str:
-    if status == 0:
-        return "exit 0"
-    if status > 128 and status - 128 < 65:
-        return f"exit {status} ({signal_name(status - 128)})"
-    return f"exit {status}"
-
-
