@@ -62,8 +62,8 @@ def run(options: RunOptions, *, console: Console | None = None, environ: Mapping
                                      store=store, parent=parent, nvml_backend=nvml_backend)
         if record is None or options.dry_run:
             return status
-        if record.cause != "gpu_oom" or attempt >= options.retry_oom:
-            return status
+        if record.cause != "gpu_oom" or attempt >= options.retry_oom or record.status == "interrupted":
+            return status  # fits, not a GPU OOM, no retries left, or the user stopped it
         attempt += 1
         new_profile, rung = _next_attempt(record, profile, options, store, cwd)
         if new_profile is None:
