@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from gpudoc import __version__
 from gpudoc.errors import ExitStatus, ProfileError, UsageError

@@ -9,7 +9,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from gpudoc import __version__
 from gpudoc.atomic import atomic_write_text

@@ -8,7 +8,7 @@ from gpudoc.facts.model import ProcessInfo
 from gpudoc.findings import Severity
 from gpudoc.profiles.model import EMPTY
 from gpudoc.runs.store import RunRecord
-from tests.checks._real import A5000, DOCKER, H100_MIG_CSV, RTX3080, T4, only, sev, snap
+from tests.checks._real import A5000, DOCKER, H100_MIG_CSV, RTX3080, T4, only, snap
 
 
 def test_snapshot_processes_are_info_grouped_per_gpu():

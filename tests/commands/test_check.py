@@ -53,12 +53,17 @@ def test_text_output_groups_markers_and_verdict():
     assert "\x1b[" not in out  # not a terminal (and NO_COLOR): no colour
 
 
-def test_fail_exits_1_and_strict_makes_warnings_fail():
-    profile = "gpudoc.toml"
-    fail = gpudoc_cli("check", "--snapshot", A5000, "--only", "gpu.free-memory", env={"GPUDOC_PROFILE": ""},
-                      input=None)
-    assert fail.returncode == 0  # warnings only
-    assert gpudoc_cli("check", "--snapshot", A5000, "--only", "gpu.free-memory", "--strict").returncode == 1
+def test_fail_exits_1_and_strict_makes_warnings_fail(isolated_home):
+    # On the A5000 capture GPU 0 has 1.6 GiB free: a profile needing 4 GiB per GPU fails.
+    (isolated_home / "gpudoc.toml").write_text("[gpu]\ncount = 2\nmin_free_gib = 4\n")
+    fail = gpudoc_cli("check", "--snapshot", A5000, "--only", "gpu.free-memory", cwd=isolated_home)
+    assert fail.returncode == 1, fail.stdout
+    assert "FAIL" in fail.stdout
+    (isolated_home / "gpudoc.toml").unlink()
+    warn = gpudoc_cli("check", "--snapshot", A5000, "--only", "gpu.free-memory", cwd=isolated_home)
+    assert warn.returncode == 0  # warnings only
+    strict = gpudoc_cli("check", "--snapshot", A5000, "--only", "gpu.free-memory", "--strict", cwd=isolated_home)
+    assert strict.returncode == 1
 
 
 def test_profile_need_fails(tmp_path):

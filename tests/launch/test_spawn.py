@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.conftest import REPO
 from tests.launch.helpers import (
     EMIT, Gpudoc, assert_in_order, assert_no_leftovers, job_env, last_log, last_record, marker,
     rank_lines, torchrun,
@@ -206,7 +207,6 @@ def test_closed_stdout_pipe_does_not_stop_the_job_or_the_log(isolated_home):
     import subprocess
     import sys
 
-    from tests.conftest import REPO
 
     proc = subprocess.Popen([sys.executable, "-m", "gpudoc", "run", "--no-check", "--", "python", str(EMIT),
                              "lines", "60", "0.01"], cwd=isolated_home, env=job_env(),
@@ -320,7 +320,6 @@ def test_an_error_inside_gpudoc_still_ends_the_job(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import REPO
 
     mark = marker()
     code = f"""
