@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from gpudoc.checks import CATALOGUE, run_checks, select
 from gpudoc.checks._common import has_profile, parse_gpu_list
 from gpudoc.errors import ExitStatus, GpudocError
 from gpudoc.facts.model import Facts
+from gpudoc.facts.torch_probe import installed_torch_version
 from gpudoc.findings import Finding, Severity
 from gpudoc.output import Console
 from gpudoc.profiles.model import Profile
@@ -30,31 +30,6 @@ def exit_status(findings: Iterable[Finding], *, strict: bool = False) -> int:
 def target_python(python: str | None) -> str:
     """The interpreter the job will run: ``--python``, else the ``python`` a shell would start."""
     return python or shutil.which("python3") or shutil.which("python") or sys.executable
-
-
-def torch_version_of(python: str) -> str | None:
-    """The torch version ``python`` would import, without importing it.
-
-    For this very interpreter, the ``torch-X.dist-info`` directory on sys.path says it in one
-    directory listing (importlib.metadata scans every distribution: tens of ms on a big env).
-    """
-    try:
-        same = os.path.realpath(python) == os.path.realpath(sys.executable)
-    except OSError:
-        same = False
-    if same:
-        for entry in sys.path:
-            try:
-                names = os.listdir(entry or ".")
-            except OSError:
-                continue
-            for name in names:
-                if name.startswith("torch-") and name.endswith(".dist-info"):
-                    return name[len("torch-"):-len(".dist-info")]
-        return None
-    from gpudoc.facts.torch_probe import installed_torch_version  # noqa: PLC0415
-
-    return installed_torch_version(python)
 
 
 def job_estimate(profile: Profile, facts: Facts, runs) -> object | None:
@@ -116,7 +91,7 @@ def check(
     if facts.torch is None and not facts.source.startswith("snapshot"):
         from gpudoc.facts.torch_probe import alloc_env_name_for  # noqa: PLC0415
 
-        torch_version = torch_version_of(python)
+        torch_version = installed_torch_version(python)
         alloc_name = alloc_env_name_for(torch_version) if torch_version else None
     findings = run_checks(
         facts, profile, only=only, skip=skip, gpus=indexes, estimate=job_estimate(profile, facts, runs),

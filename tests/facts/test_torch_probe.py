@@ -102,3 +102,67 @@ def test_alloc_env_name_by_version(version, name):
 def test_parse_version():
     assert parse_version("2.13.0+cpu") == (2, 13)
     assert parse_version("nightly") is None
+
+
+def _fake_torch(site_packages, version: str) -> None:
+    """A dist-info as pip writes it: enough for importlib.metadata in that environment too."""
+    info = site_packages / f"torch-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+
+
+def _asked_interpreter(python: str) -> str:
+    code = "import importlib.metadata as m; print(m.version('torch'))"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _no_interpreter_may_start(monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the layout should have answered without starting the interpreter")
+
+    monkeypatch.setattr("gpudoc.facts.torch_probe.subprocess.run", refuse)
+
+
+def test_a_venvs_torch_is_read_from_its_layout_and_agrees_with_the_interpreter(tmp_path, monkeypatch):
+    venv = tmp_path / "old-torch"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    _fake_torch(site, "2.8.0")
+    asked = _asked_interpreter(python)
+    _no_interpreter_may_start(monkeypatch)
+    assert installed_torch_version(python) == "2.8.0" == asked
+    assert alloc_env_name(python) == "PYTORCH_CUDA_ALLOC_CONF"  # torch < 2.9 reads the old name
+
+
+def test_a_pyenv_shim_is_followed_by_pyenvs_own_lookup(tmp_path, monkeypatch):
+    root = tmp_path / "pyenv"
+    (root / "shims").mkdir(parents=True)
+    shim = root / "shims" / "python3"
+    shim.write_text("#!/usr/bin/env bash\nexec pyenv exec python3 \"$@\"\n")
+    shim.chmod(0o755)
+    # Two installs of this interpreter's minor version (their binaries are this one).
+    lib = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for version, torch in (("3.11.7", "2.5.1"), ("3.11.9", "2.10.0")):
+        bin_dir = root / "versions" / version / "bin"
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "python3").symlink_to(sys.executable)
+        _fake_torch(root / "versions" / version / "lib" / lib / "site-packages", torch)
+    _no_interpreter_may_start(monkeypatch)
+    (root / "version").write_text("3.11.7\n")
+    monkeypatch.delenv("PYENV_VERSION", raising=False)
+    assert installed_torch_version(str(shim)) == "2.5.1"
+    project = tmp_path / "project" / "sub"
+    project.mkdir(parents=True)
+    (tmp_path / "project" / ".python-version").write_text("3.11.9\n")
+    monkeypatch.chdir(project)
+    assert installed_torch_version(str(shim)) == "2.10.0"
+    monkeypatch.setenv("PYENV_VERSION", "3.11.7")
+    assert installed_torch_version(str(shim)) == "2.5.1"
+
+
+def test_an_unreadable_wrapper_script_is_asked_directly(tmp_path):
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    assert installed_torch_version(str(wrapper)) == _asked_interpreter(sys.executable)
