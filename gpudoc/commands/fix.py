@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,6 +35,7 @@ class Source:
     record: Any = None
     text: str | None = None
     diagnosis: Any = None
+    node: str | None = None  # which node of a multi-node job (records only)
 
 
 def fix(
@@ -68,6 +68,12 @@ def fix(
     record = source.record
     if rerun and record is None:
         raise UsageError("--rerun needs a run record (it relaunches the recorded command); give a RUN_ID, not a log")
+    if rerun and len({s.record.id for s in sources if s.record is not None}) > 1:
+        # One node's part alone would wait at the rendezvous for the others forever.
+        raise UsageError(
+            f"--rerun relaunches one run, but this job ran on {len(sources)} nodes: use --apply, then start the "
+            "job again on every node (srun ... gpudoc run ...)"
+        )
 
     profile = _profile(profile_name, record, cwd)
     if facts is None and record is not None:
@@ -110,13 +116,24 @@ def fix(
         "shortfall_bytes": result.shortfall_bytes,
         "source": source.label,
         "run_id": record.id if record is not None else None,
+        "job_id": getattr(record, "job_id", None),
         "profile": str(profile.path) if profile.path else None,
         "applied": applied,
     }
     if len(sources) > 1:
         payload["sources"] = [
-            {"source": s.label, "cause": d.get("cause"), "rank": d.get("rank"), "host": d.get("host") or d.get("node")}
-            for s, d in zip(sources, diagnoses)
+            {
+                "source": s.label,
+                "node": s.node,
+                "host": getattr(s.record, "host", None) or d.get("host"),
+                "node_rank": getattr(s.record, "node_rank", None),
+                "run_id": getattr(s.record, "id", None),
+                "cause": d.get("cause"),
+                "rank": d.get("rank"),
+                "gpu_index": d.get("gpu_index"),
+                "role": "first_failure" if i == chosen_index else _role(d),
+            }
+            for i, (s, d) in enumerate(zip(sources, diagnoses))
         ]
     if as_json:
         console.print(json.dumps(payload, indent=2, default=str))
@@ -159,8 +176,28 @@ def _sources(targets: Sequence[str], logs: Sequence[str], store: Any, stdin: Tex
                 f"no run records in {store.root}: run the job with `gpudoc run`, or pass a log "
                 "with --log FILE (or - for stdin)"
             )
-        sources.append(Source(f"run {record.id}", record=record))
+        # One node's record of a multi-node job rarely holds the cause (it sees a timeout, or
+        # gpudoc ended it because another node failed): read every node's record of this attempt.
+        members = store.job_records(record.job_id, attempt_of=record) if record.job_id else [record]
+        sources.extend(Source(f"run {r.id}", record=r) for r in (members or [record]))
+    _label_nodes(sources)
     return sources
+
+
+def _label_nodes(sources: list[Source]) -> None:
+    """Name each record's node as people know it: the host, with the engine's node rank when
+    hosts repeat (containers, tests), and the run id when even that cannot tell them apart."""
+    records = [s for s in sources if s.record is not None]
+    hosts = [s.record.host for s in records]
+    keys = [(s.record.host, s.record.node_rank) for s in records]
+    for source in records:
+        host, rank = source.record.host, source.record.node_rank
+        label = host or "unknown host"
+        if hosts.count(host) > 1 and rank is not None:
+            label += f" node {rank}"
+        if keys.count((host, rank)) > 1 or hosts.count(host) > 1 and rank is None:
+            label += f" (run {source.record.id})"
+        source.node = label
 
 
 def _latest(store: Any) -> Any:
@@ -201,17 +238,38 @@ def _first_failure(sources: list[Source], diagnoses: list[dict], store: Any) -> 
     """Across several records or logs (one job, many nodes): the first real failure, and its
     diagnosis (which then names the other failures as consequences)."""
     if len(sources) == 1:
-        return 0, diagnoses[0]
+        return 0, _with_node(diagnoses[0], sources[0])
     from gpudoc.diagnose import diagnose_many
 
-    labels = [f"{s.label}" if [x.label for x in sources].count(s.label) == 1 else f"{s.label} #{i + 1}"
-              for i, s in enumerate(sources)]
+    names = [s.node or s.label for s in sources]
+    labels = [name if names.count(name) == 1 else f"{name} #{i + 1}" for i, name in enumerate(names)]
     items = [(label, _text_of(s, store), getattr(s.record, "exit_code", None)) for label, s in zip(labels, sources)]
-    picked = diagnose_many(items)
-    index = labels.index(picked.node) if picked.node in labels else 0
-    if not _text_of(sources[index], store):
-        return index, diagnoses[index]  # a record without a log: its own stored diagnosis
-    return index, picked.to_dict()
+    picked = diagnose_many(items).to_dict()
+    index = labels.index(picked["node"]) if picked.get("node") in labels else 0
+    own = diagnoses[index]
+    if not _text_of(sources[index], store) or own.get("cause") == picked.get("cause"):
+        # The record's own diagnosis knew the job's PIDs (the other processes on the GPU are
+        # then really others); keep it and add what only the comparison knows.
+        picked = dict(own, summary=picked.get("summary") or own.get("summary"))
+    return index, _with_node(picked, sources[index], label=labels[index])
+
+
+def _with_node(diag: dict, source: Source, *, label: str | None = None) -> dict:
+    """The diagnosis with where it happened: the node, its host and node rank, the run."""
+    if source.record is None:
+        return dict(diag, node=label or diag.get("node")) if label or diag.get("node") else dict(diag)
+    record = source.record
+    return dict(diag, node=source.node or label, host=record.host, node_rank=record.node_rank,
+                run_id=record.id, job_id=record.job_id)
+
+
+def _role(diag: dict) -> str:
+    cause = diag.get("cause")
+    if cause == "ok":
+        return "ok"
+    if cause is None:
+        return "running"
+    return "consequence"
 
 
 def _text_of(source: Source, store: Any) -> str:
@@ -276,23 +334,54 @@ def _clean_command(diag: dict) -> str:
     return f"`gpudoc clean --gpus {gpu}`" if gpu is not None else "`gpudoc clean`"
 
 
+# Switches of the first run that say how to launch, kept for the relaunch. Not kept: -p (the new
+# profile replaces it), --retry-oom (this is the retry), --tmux/--dry-run/--json (how that
+# invocation talked, not how the job runs).
+_KEPT_SWITCHES = ("no_check", "force", "clean", "yes", "allow_semantic")
+
+
+def recorded_switches(record: Any) -> dict:
+    """gpudoc run's own switches as the record keeps them: {attribute: value}.
+
+    ``run_switches`` holds them; a record that only has ``argv`` keeps the launched command there
+    (it never starts with a dash), unless it is a switch list itself. A record of an older gpudoc
+    has none: the relaunch then runs with the defaults (pre-flight included).
+    """
+    from gpudoc.cli.run import parse_fast
+
+    switches = list(getattr(record, "run_switches", None) or [])
+    argv = list(getattr(record, "argv", None) or [])
+    if not switches and argv and (argv[0] == "run" or argv[0].startswith("-")):
+        switches = argv[1:] if argv[0] == "run" else argv
+        if "--" in switches:
+            switches = switches[: switches.index("--")]
+    if not switches:
+        return {}
+    values = parse_fast([*switches, "--", "true"])
+    if values is None:
+        raise InputError(f"run {record.id}: unreadable recorded switches {' '.join(switches)!r}")
+    return {key: values[key] for key in _KEPT_SWITCHES if values.get(key)}
+
+
 def _relaunch(console: Console, record: Any, profile_path: Path, allow_semantic: bool, store: Any) -> int:
-    """Relaunch the recorded command under the new profile, as a new run linked to the old one."""
+    """Relaunch the recorded command as the user launched it (same switches), under the new
+    profile, as a new run whose parent is the failed one. Returns the relaunch's exit status."""
+    import shlex
+
+    from gpudoc.commands.run import RunOptions, gpudoc_run_argv, launch_once
+
     command = list(record.command or [])
     if not command:
         raise UsageError(f"run {record.id} recorded no command to relaunch")
     cwd = Path(record.cwd) if record.cwd and Path(record.cwd).is_dir() else Path.cwd()
-    console.print(f"Relaunching: gpudoc run -p {profile_path} -- {' '.join(command)}")
+    switches = recorded_switches(record)
+    if allow_semantic:
+        switches["allow_semantic"] = True
+    options = RunOptions(command=command, profile=str(profile_path), **switches)
+    console.print(f"Relaunching: gpudoc {shlex.join(gpudoc_run_argv(options))}")
     console.flush()
-    try:
-        from gpudoc.commands.run import RunOptions, launch_once
-        from gpudoc.profiles.loader import load_profile_file as _load
-    except ImportError:
-        argv = [sys.executable, "-m", "gpudoc", "run", "-p", str(profile_path), "--", *command]
-        return subprocess.call(argv, cwd=cwd)
-    options = RunOptions(command=command, profile=str(profile_path), allow_semantic=allow_semantic)
-    status, _new = launch_once(options, _load(profile_path, cwd=cwd), console=console, environ=dict(os.environ),
-                               cwd=cwd, store=store, parent=record.id)
+    status, _new = launch_once(options, load_profile_file(profile_path, cwd=cwd), console=console,
+                               environ=dict(os.environ), cwd=cwd, store=store, parent=record.id)
     return int(status)
 
 
@@ -301,10 +390,7 @@ def _relaunch(console: Console, record: Any, profile_path: Path, allow_semantic:
 def _render(console, payload, result: LadderResult, profile: Profile, diag, sources, diagnoses, chosen_index, cwd) -> None:
     style = console.style
     if len(sources) > 1:
-        console.print(f"Looked at {len(sources)} records/logs; the first real failure is in {sources[chosen_index].label}:")
-        for i, (s, d) in enumerate(zip(sources, diagnoses)):
-            if i != chosen_index:
-                console.print(style(f"  {s.label}: {d.get('cause')} (a consequence)", "dim"))
+        _render_nodes(console, diag, sources, diagnoses, chosen_index)
     console.print(explain(diag))
     summary = (diag.get("summary") or "").strip()
     if summary and diag.get("cause") == "gpu_oom" and payload["diagnosis"].get("requested_bytes") is None:
@@ -341,6 +427,35 @@ def _render(console, payload, result: LadderResult, profile: Profile, diag, sour
         if result.semantic_held_back and note.startswith("held back"):
             continue  # already listed above
         console.print(style(f"Note: {note}", "dim"))
+
+
+def _render_nodes(console: Console, diag: dict, sources, diagnoses, chosen_index: int) -> None:
+    """Which node failed first, and the others as what followed from it."""
+    chosen = sources[chosen_index]
+    job = getattr(chosen.record, "job_id", None)
+    where = [f"rank {diag['rank']}" if diag.get("rank") is not None else None,
+             f"GPU {diag['gpu_index']}" if diag.get("gpu_index") is not None else None]
+    detail = ", ".join(w for w in where if w)
+    name = f"node {chosen.node}" if chosen.node else chosen.label
+    run = f" (run {chosen.record.id})" if chosen.record is not None and chosen.record.id not in name else ""
+    head = f"Job {job}: " if job else ""
+    console.print(f"{head}looked at {len(sources)} records/logs; the first real failure is on {name}{run}"
+                  + (f", {detail}" if detail else "") + f": {diag.get('cause')}.")
+    for i, (source, d) in enumerate(zip(sources, diagnoses)):
+        if i == chosen_index:
+            continue
+        other = f"node {source.node}" if source.node else source.label
+        if source.record is not None and source.record.id not in other:
+            other += f" (run {source.record.id})"
+        role = _role(d)
+        if role == "ok":
+            tail = "finished"
+        elif role == "running":
+            tail = "still running (or its launcher died)"
+        else:
+            ended = getattr(source.record, "ended_by", None)
+            tail = f"{d.get('cause')}: ended because of it" + (" (gpudoc ended it)" if ended else "")
+        console.print(console.style(f"  {other}: {tail}", "dim"))
 
 
 def _render_suggestion(console: Console, number: int, suggestion: Suggestion, env_now: dict) -> None:

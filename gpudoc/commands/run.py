@@ -6,6 +6,7 @@ diagnosis, the ladder and the run records, and owns the exit status.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -276,9 +277,11 @@ def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list
     record = RunRecord(
         id=run_id, command=list(options.command), cwd=str(cwd), profile=_profile_doc(profile),
         env_set=dict(resolved.env_set), file_edits=edits, started_at=now_iso(), parent=parent,
-        job_id=identity.job_id, launcher_pid=os.getpid(), user=_user(),
+        job_id=identity.job_id, node_rank=node_rank(identity, resolved.argv, child_env),
+        launcher_pid=os.getpid(), user=_user(),
     )
     record.argv = list(resolved.argv)
+    record.run_switches = gpudoc_run_argv(dataclasses.replace(options, command=[]))[1:-1]
     child_env = dict(child_env, GPUDOC_RUN_ID=run_id)
     _refusing(store.ensure)  # an unwritable runs directory refuses the launch, before it
     run_dir = store.run_dir(run_id)
@@ -374,6 +377,39 @@ def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list
     except OSError:
         pass  # the terminal is gone (hang-up): the record has it all
     return outcome.status, record
+
+
+def node_rank(identity, argv: Sequence[str], environ: Mapping[str, str]) -> int | None:
+    """Which node of the job this is, for telling one job's records apart (they may share a host).
+
+    Slurm's node id (or a group rank already in the environment) first; then torchrun's
+    ``--node-rank``, but only with the static rendezvous: c10d hands out group ranks by arrival
+    and ignores the flag; then ``NODE_RANK`` (PyTorch Lightning, accelerate)."""
+    from gpudoc.launch.command import is_torchrun, launcher_args
+
+    candidates = [identity.node_rank]
+    head = launcher_args(argv)
+    backend = None
+    for i, arg in enumerate(head):
+        for name in ("--rdzv-backend", "--rdzv_backend"):
+            if arg == name and i + 1 < len(head):
+                backend = head[i + 1]
+            elif arg.startswith(name + "="):
+                backend = arg.split("=", 1)[1]
+    if is_torchrun(argv) and backend in (None, "static"):
+        for i, arg in enumerate(head):
+            for name in ("--node-rank", "--node_rank"):
+                if arg == name and i + 1 < len(head):
+                    candidates.append(head[i + 1])
+                elif arg.startswith(name + "="):
+                    candidates.append(arg.split("=", 1)[1])
+    candidates.append(environ.get("NODE_RANK"))
+    for value in candidates:
+        try:
+            return int(str(value).strip())
+        except (TypeError, ValueError):
+            continue
+    return None
 
 
 class _NoScanner:

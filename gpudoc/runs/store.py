@@ -8,6 +8,7 @@ import secrets
 import socket
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
@@ -47,6 +48,9 @@ class RunRecord:
     parent: str | None = None
     host: str = field(default_factory=socket.gethostname)
     job_id: str | None = None
+    # Which node of a multi-node job this was (Slurm's node id, torchrun's group/node rank), when
+    # the engine says: one job's nodes often share a host name in tests and containers.
+    node_rank: int | None = None
     gpudoc_version: str = __version__
     launcher_pid: int | None = None
     process_group: int | None = None
@@ -54,6 +58,8 @@ class RunRecord:
     user: str | None = None
     # The launcher's account of the run (beyond the SPEC's keys):
     argv: list[str] = field(default_factory=list)  # what was launched: command after bindings
+    # gpudoc run's own switches (--no-check, --force, ...): `fix --rerun` relaunches as the user did.
+    run_switches: list[str] = field(default_factory=list)
     ended_by: str | None = None  # set when gpudoc ended the job itself, e.g. "gpu_oom" (fail-fast)
     terminal_lost: bool = False  # the terminal went away mid-run (the log is still complete)
     log_error: str | None = None  # why output.log is incomplete, when it is
@@ -66,6 +72,23 @@ class RunRecord:
     def from_dict(cls, data: dict) -> "RunRecord":
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# Clocks of different nodes disagree a little (the same allowance as the fail-fast markers).
+JOB_CLOCK_SLACK_S = 5.0
+
+
+def parse_iso(stamp: str | None) -> float | None:
+    """``now_iso()`` back to epoch seconds; None for a missing or foreign stamp."""
+    if not stamp:
+        return None
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        try:
+            return datetime.fromisoformat(stamp).timestamp()
+        except ValueError:
+            return None
 
 
 def now_iso() -> str:
@@ -147,6 +170,64 @@ class RunStore:
                 yield self.load(run_id)
             except InputError:
                 continue
+
+    def job_records(self, job_id: str, *, attempt_of: RunRecord | None = None,
+                    slack_s: float = JOB_CLOCK_SLACK_S) -> list[RunRecord]:
+        """Records of one multi-node job (every node's, under a shared home), oldest first.
+
+        ``attempt_of``: only the attempt that record belongs to. Engines reuse ids (a fixed
+        ``--rdzv-id``, a requeued Slurm job), and one attempt's nodes run at the same time, so a
+        record belongs to it when its run overlaps that record's run (give or take the clocks of
+        different nodes); a record that a later one names as its ``parent`` was retried, so it is
+        an earlier attempt too.
+        """
+        found = [r for r in self.records() if r.job_id == job_id]
+        if attempt_of is None:
+            return found
+        start, end = self._span(attempt_of)
+        if start is None:
+            return [r for r in found if r.id == attempt_of.id] or [attempt_of]
+        same = []
+        for record in found:
+            r_start, r_end = self._span(record)
+            if record.id == attempt_of.id or (
+                r_start is not None and r_start <= end + slack_s and r_end >= start - slack_s
+            ):
+                same.append(record)
+        parents = {r.parent for r in same}
+        same = [r for r in same if r.id not in parents or r.id == attempt_of.id]
+        # Within the clock allowance an attempt that ended just before this one started still
+        # overlaps. Two runs of the same node that did not run at the same time cannot both be
+        # parts of one attempt: the earlier one is the older attempt.
+        spans = {r.id: self._span(r) for r in same}
+        kept = []
+        for record in same:
+            r_start, r_end = spans[record.id]
+            superseded = any(
+                other.id != record.id and other.host == record.host and other.node_rank == record.node_rank
+                and spans[other.id][0] is not None and r_start is not None
+                and spans[other.id][0] >= r_end
+                for other in same
+            )
+            if not superseded or record.id == attempt_of.id:
+                kept.append(record)
+        return kept
+
+    def _span(self, record: RunRecord) -> tuple[float | None, float]:
+        """When a run started and ended. Stamps have whole seconds: the end is rounded up. A run
+        with no end (still going, or its launcher was killed) lasted until its log or record was
+        last written, not until now: a dead launcher must not pull an old attempt into a new one."""
+        start = parse_iso(record.started_at)
+        end = parse_iso(record.ended_at)
+        if end is None:
+            times = []
+            for path in (self.log_path(record.id), self.run_dir(record.id) / RECORD):
+                try:
+                    times.append(path.stat().st_mtime)
+                except OSError:
+                    continue
+            end = max(times) if times else (start if start is not None else time.time())
+        return start, end + 1.0
 
     def latest(self) -> RunRecord | None:
         ids = self.ids()

@@ -82,21 +82,40 @@ def test_fix_apply_in_a_loop_reaches_the_same_profile(tmp_path):
     assert [r.cause for r in records if r.profile["knobs"]["micro_batch_size"] == 2] == ["ok"]
 
 
-def test_fix_rerun_applies_then_relaunches_through_gpudoc_run(tmp_path):
+def test_fix_rerun_relaunches_with_the_recorded_switches_and_links_the_child(tmp_path):
     shutil.copy(JOB, tmp_path / "train.py")
     (tmp_path / "gpudoc.toml").write_text(PROFILE.replace("micro_batch_size = 16", "micro_batch_size = 4").replace("= 2    # global 32", "= 8    # global 32"))
     (tmp_path / "gpudoc.toml").write_text((tmp_path / "gpudoc.toml").read_text() + "\n[env]\nPYTORCH_CUDA_ALLOC_CONF = \"expandable_segments:True\"\n")
+    # --no-check: this machine has no GPU, so the pre-flight would refuse; the relaunch must launch
+    # the way this run was launched, not re-run a pre-flight the user skipped.
     first = gpudoc_cli("run", "--no-check", "--", sys.executable, "train.py", cwd=tmp_path)
     assert first.returncode == 1
+    store = RunStore(tmp_path / ".gpudoc")
+    [failed] = store.records()
+    assert failed.run_switches == ["--no-check"]
     done = gpudoc_cli("fix", "--rerun", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Relaunching: gpudoc run -p " in done.stdout and " --no-check -- " in done.stdout
     text = (tmp_path / "gpudoc.toml").read_text()
     assert "micro_batch_size = 2" in text and "gradient_accumulation_steps = 16" in text
-    assert "Relaunching: gpudoc run -p" in done.stdout
-    store = RunStore(tmp_path / ".gpudoc")
-    if done.returncode == 125:
-        # No GPU here: the relaunch ran gpudoc run's pre-flight, which refuses without a driver.
-        assert "pre-flight" in done.stderr
-        return
-    assert done.returncode == 0, done.stderr
     chain = _chain(store)
+    assert [r.id for r in chain][0] == failed.id
+    child = chain[1]
+    assert child.parent == failed.id
+    assert child.run_switches == ["-p", str(tmp_path / "gpudoc.toml"), "--no-check"]
     assert [r.profile["knobs"]["micro_batch_size"] for r in chain] == [4, 2]
+    assert child.env_set["GPUDOC_MICRO_BATCH_SIZE"] == "2" and child.cause == "ok" and child.exit_code == 0
+    assert "micro_batch_size=2 gradient_accumulation_steps=16" in store.log_path(child.id).read_text()
+
+
+def test_fix_rerun_exits_with_the_relaunch_status(tmp_path):
+    shutil.copy(JOB, tmp_path / "train.py")
+    (tmp_path / "gpudoc.toml").write_text(PROFILE + "\n[env]\nPYTORCH_CUDA_ALLOC_CONF = \"expandable_segments:True\"\n")
+    first = gpudoc_cli("run", "--no-check", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert first.returncode == 1
+    # 16 -> 8 still does not fit: the relaunch fails again, and fix says so through its status.
+    done = gpudoc_cli("fix", "--rerun", "--json", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    chain = _chain(RunStore(tmp_path / ".gpudoc"))
+    assert [(r.profile["knobs"]["micro_batch_size"], r.cause) for r in chain] == [(16, "gpu_oom"), (8, "gpu_oom")]
+    assert chain[1].parent == chain[0].id
