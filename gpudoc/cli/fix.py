@@ -13,8 +13,10 @@ _STDIN = "\0-"
 class FixCommand(Command):
     """After a failure: say what happened and propose the next rungs of the tuning ladder.
 
-    Reads the latest run (or RUN_IDs, or --log files, or - for stdin) and shows the exact knob
-    changes with the expected memory effect; --apply writes the first, --rerun also relaunches."""
+    Reads the latest run (for a multi-node job: every node's record of it, naming the node and rank
+    that failed first), or RUN_IDs, or --log files, or - for stdin; shows the exact knob changes
+    with the expected memory effect. --apply writes the first; --rerun also relaunches the
+    recorded command with the run's own switches (--no-check, --clean, ...)."""
 
     EXAMPLES = """
 gpudoc fix

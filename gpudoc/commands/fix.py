@@ -88,7 +88,6 @@ def fix(
         result = suggest(diag, profile, facts, history, allow_semantic=allow_semantic, estimate=estimate)
 
     applied = None
-    rerun_status = None
     notes_after: list[str] = []
     if apply or rerun:
         chosen = result.first_profile_change()
@@ -120,6 +119,9 @@ def fix(
         "profile": str(profile.path) if profile.path else None,
         "applied": applied,
     }
+    relaunch = _rerun_options(record, Path(applied["path"]), allow_semantic) if rerun and applied else None
+    if relaunch is not None:
+        payload["rerun"] = {"command": ["gpudoc", *_run_argv(relaunch)], "parent": record.id}
     if len(sources) > 1:
         payload["sources"] = [
             {
@@ -142,8 +144,7 @@ def fix(
     console.flush()
 
     if rerun and applied is not None:
-        rerun_status = _relaunch(console, record, Path(applied["path"]), allow_semantic, store)
-        return rerun_status
+        return _relaunch(console, relaunch, record, store, quiet=as_json)
     if rerun and applied is None:
         return ExitStatus.NEGATIVE
     return ExitStatus.OK if result.suggestions else ExitStatus.NEGATIVE
@@ -215,7 +216,8 @@ def _latest(store: Any) -> Any:
 
     def key(record):
         starts = [p.get("create_time") or 0 for p in (record.pids or []) if isinstance(p, dict)]
-        return (record.id not in parents, min(starts) if starts else 0.0)
+        # Last, the id: ids carry milliseconds, so among runs alike in all else the newer wins.
+        return (record.id not in parents, min(starts) if starts else 0.0, record.id)
 
     return max(newest, key=key)
 
@@ -363,24 +365,41 @@ def recorded_switches(record: Any) -> dict:
     return {key: values[key] for key in _KEPT_SWITCHES if values.get(key)}
 
 
-def _relaunch(console: Console, record: Any, profile_path: Path, allow_semantic: bool, store: Any) -> int:
-    """Relaunch the recorded command as the user launched it (same switches), under the new
-    profile, as a new run whose parent is the failed one. Returns the relaunch's exit status."""
-    import shlex
-
-    from gpudoc.commands.run import RunOptions, gpudoc_run_argv, launch_once
+def _rerun_options(record: Any, profile_path: Path, allow_semantic: bool) -> Any:
+    """The relaunch: the recorded command, as the user launched it (same switches), under the
+    new profile."""
+    from gpudoc.commands.run import RunOptions
 
     command = list(record.command or [])
     if not command:
         raise UsageError(f"run {record.id} recorded no command to relaunch")
-    cwd = Path(record.cwd) if record.cwd and Path(record.cwd).is_dir() else Path.cwd()
     switches = recorded_switches(record)
     if allow_semantic:
         switches["allow_semantic"] = True
-    options = RunOptions(command=command, profile=str(profile_path), **switches)
-    console.print(f"Relaunching: gpudoc {shlex.join(gpudoc_run_argv(options))}")
+    return RunOptions(command=command, profile=str(profile_path), **switches)
+
+
+def _run_argv(options: Any) -> list[str]:
+    from gpudoc.commands.run import gpudoc_run_argv
+
+    return gpudoc_run_argv(options)
+
+
+def _relaunch(console: Console, options: Any, record: Any, store: Any, *, quiet: bool) -> int:
+    """Launch it as a new run whose parent is the failed one; its exit status is fix's."""
+    import shlex
+
+    from gpudoc.commands.run import launch_once
+
+    cwd = Path(record.cwd) if record.cwd and Path(record.cwd).is_dir() else Path.cwd()
+    line = f"Relaunching: gpudoc {shlex.join(_run_argv(options))}"
+    # With --json, stdout holds the one JSON object (the job's own output follows it there).
+    if quiet:
+        console.error(line)
+    else:
+        console.print(line)
     console.flush()
-    status, _new = launch_once(options, load_profile_file(profile_path, cwd=cwd), console=console,
+    status, _new = launch_once(options, load_profile_file(Path(options.profile), cwd=cwd), console=console,
                                environ=dict(os.environ), cwd=cwd, store=store, parent=record.id)
     return int(status)
 

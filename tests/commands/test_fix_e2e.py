@@ -116,6 +116,12 @@ def test_fix_rerun_exits_with_the_relaunch_status(tmp_path):
     # 16 -> 8 still does not fit: the relaunch fails again, and fix says so through its status.
     done = gpudoc_cli("fix", "--rerun", "--json", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
+    # stdout opens with the one JSON object (the relaunched job's own output follows it).
+    payload, _end = json.JSONDecoder().raw_decode(done.stdout)
+    assert payload["applied"]["rung"] == "halve-micro-batch"
+    assert payload["rerun"]["command"] == ["gpudoc", "run", "-p", str(tmp_path / "gpudoc.toml"), "--no-check", "--",
+                                           sys.executable, "train.py"]
+    assert "Relaunching: gpudoc run -p" in done.stderr
     chain = _chain(RunStore(tmp_path / ".gpudoc"))
     assert [(r.profile["knobs"]["micro_batch_size"], r.cause) for r in chain] == [(16, "gpu_oom"), (8, "gpu_oom")]
     assert chain[1].parent == chain[0].id

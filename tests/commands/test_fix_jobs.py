@@ -1,0 +1,177 @@
+"""`gpudoc fix` over one job's nodes: every node's record of the attempt, the first real failure
+named by node and rank, the other nodes as its consequences; the node rank the records carry."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import time
+
+import pytest
+
+from gpudoc.commands.fix import fix, recorded_switches
+from gpudoc.commands.run import node_rank
+from gpudoc.errors import UsageError
+from gpudoc.launch.command import job_identity
+from gpudoc.output import Console
+from gpudoc.runs.store import RunRecord, RunStore, new_run_id
+from tests.conftest import gpudoc_cli
+from tests.launch.helpers import RANKS, Gpudoc, assert_no_leftovers, job_env, marker, run_dirs
+
+OOM = (
+    "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total "
+    "capacity of 23.68 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 22.10 "
+    "GiB memory in use. Of the allocated memory 21.20 GiB is allocated by PyTorch, and 300.00 MiB is "
+    "reserved by PyTorch but unallocated.\n"
+)
+NCCL = (
+    "[rank0]:[E ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600291 "
+    "milliseconds before timing out.\n"
+)
+
+
+def _stamp(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
+
+
+def _record(store: RunStore, log: str, *, host: str, start: float, end: float, job_id="slurm-55.0",
+            node=None, exit_code=1) -> RunRecord:
+    record = RunRecord(id=new_run_id(), command=["python", "train.py"], cwd=str(store.home.parent),
+                       job_id=job_id, host=host, node_rank=node, started_at=_stamp(start),
+                       ended_at=_stamp(end), exit_code=exit_code, status="failed")
+    store.create(record)
+    store.log_path(record.id).write_text(log)
+    return record
+
+
+def _fix(tmp_path, **kwargs) -> tuple[int, str]:
+    out = io.StringIO()
+    status = fix(Console(out=out, err=io.StringIO(), colour=False), cwd=tmp_path, facts=False, **kwargs)
+    return status, out.getvalue()
+
+
+def test_no_arguments_reads_every_node_of_the_latest_attempt(tmp_path):
+    store = RunStore(tmp_path / ".gpudoc")
+    t = time.time() - 7200
+    # A requeued Slurm job keeps its id: the earlier attempt failed on node-a, long ago.
+    _record(store, OOM.replace("rank3", "rank0"), host="node-a", start=t, end=t + 30, node=0)
+    _record(store, NCCL, host="node-b", start=t, end=t + 30, node=1)
+    oom = _record(store, OOM, host="node-b", start=t + 3600, end=t + 3660, node=1)
+    timeout = _record(store, NCCL, host="node-a", start=t + 3601, end=t + 3661, node=0)
+    status, out = _fix(tmp_path, as_json=True)
+    doc = json.loads(out)
+    d = doc["diagnosis"]
+    assert (d["cause"], d["rank"], d["gpu_index"]) == ("gpu_oom", 3, 1)
+    assert (d["node"], d["host"], d["node_rank"], d["run_id"]) == ("node-b", "node-b", 1, oom.id)
+    assert doc["run_id"] == oom.id and doc["job_id"] == "slurm-55.0"
+    assert [(s["run_id"], s["role"]) for s in doc["sources"]] == [(oom.id, "first_failure"),
+                                                                 (timeout.id, "consequence")]
+    status, out = _fix(tmp_path)
+    lines = out.splitlines()
+    assert lines[0] == (f"Job slurm-55.0: looked at 2 records/logs; the first real failure is on node node-b "
+                        f"(run {oom.id}), rank 3, GPU 1: gpu_oom.")
+    assert lines[1].strip() == f"node node-a (run {timeout.id}): nccl_timeout: ended because of it"
+
+
+def test_a_run_without_a_job_id_is_read_alone(tmp_path):
+    store = RunStore(tmp_path / ".gpudoc")
+    t = time.time() - 60
+    _record(store, OOM, host="h", start=t, end=t + 1, job_id=None)
+    status, out = _fix(tmp_path, as_json=True)
+    doc = json.loads(out)
+    assert "sources" not in doc and doc["diagnosis"]["host"] == "h" and doc["diagnosis"]["node"] == "h"
+
+
+def test_rerun_of_a_job_across_nodes_is_refused_with_what_to_do(tmp_path):
+    store = RunStore(tmp_path / ".gpudoc")
+    t = time.time() - 60
+    _record(store, OOM, host="a", start=t, end=t + 5)
+    _record(store, NCCL, host="b", start=t, end=t + 5)
+    with pytest.raises(UsageError, match="ran on 2 nodes: use --apply"):
+        _fix(tmp_path, rerun=True)
+
+
+def test_recorded_switches_from_either_field():
+    rec = RunRecord(id="r", command=["python", "t.py"], cwd=".", run_switches=["-p", "x.toml", "--no-check", "--force",
+                                                                                 "--retry-oom", "3", "--json"])
+    assert recorded_switches(rec) == {"no_check": True, "force": True}
+    # argv that holds gpudoc's own switches (`run ... -- COMMAND`) reads the same.
+    rec = RunRecord(id="r", command=["python", "t.py"], cwd=".",
+                    argv=["run", "--clean", "--yes", "--allow-semantic", "--", "python", "t.py"])
+    assert recorded_switches(rec) == {"clean": True, "yes": True, "allow_semantic": True}
+    # argv that is the launched command: no switches known.
+    rec = RunRecord(id="r", command=["python", "t.py"], cwd=".", argv=["python", "t.py", "--bs", "2"])
+    assert recorded_switches(rec) == {}
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        (["torchrun", "--nnodes=2", "t.py"], {"SLURM_JOB_ID": "9", "SLURM_NODEID": "3"}, 3),
+        (["torchrun", "--nnodes=2", "t.py"], {"GROUP_RANK": "1"}, 1),
+        (["torchrun", "--nnodes=2", "--node-rank=2", "--master-addr=h", "t.py"], {}, 2),
+        (["torchrun", "--nnodes=2", "--node_rank", "1", "t.py", "--node_rank", "7"], {}, 1),
+        # c10d hands out group ranks by arrival and ignores --node-rank: it says nothing.
+        (["torchrun", "--nnodes=2", "--rdzv-backend=c10d", "--node-rank=1", "t.py"], {}, None),
+        (["python", "train.py", "--node-rank", "1"], {}, None),  # the script's own flag
+        (["python", "train.py"], {"NODE_RANK": "4"}, 4),
+        (["python", "train.py"], {"SLURM_NODEID": "x"}, None),
+    ],
+)
+def test_node_rank_from_the_engine(argv, environ, expected):
+    assert node_rank(job_identity(argv, environ), argv, environ) == expected
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_nodes(cwd, rdzv_id: str, envs: list[dict]) -> tuple[list[dict], list[Gpudoc]]:
+    """Two real `gpudoc run -- torchrun --nnodes=2` "nodes" on this machine sharing one runs
+    directory; rank 1 prints a real-format CUDA OOM and blocks."""
+    (cwd / "gpudoc.toml").write_text("[run]\noom_grace_s = 2\n")
+    mark = marker()
+    command = ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint=127.0.0.1:{_free_port()}", f"--rdzv-id={rdzv_id}", "--monitor-interval=0.1",
+               str(RANKS), "oom_block", mark]
+    nodes = [Gpudoc("run", "--no-check", "--", *command, cwd=cwd, env=job_env(JOB_LINES="5", **env)) for env in envs]
+    statuses = [node.wait(120) for node in nodes]
+    assert all(s != 0 for s in statuses), [n.stderr for n in nodes]
+    assert_no_leftovers(mark)
+    records = [json.loads((d / "run.json").read_text()) for d in run_dirs(cwd)]
+    assert len(records) == 2
+    [failing] = [r for r in records if r["cause"] == "gpu_oom"]
+    return records, failing
+
+
+@pytest.mark.slow
+def test_fix_without_arguments_names_the_oom_node_of_a_real_two_node_job(isolated_home):
+    records, failing = _two_nodes(isolated_home, "fixjob", [{}, {}])
+    [other] = [r for r in records if r is not failing]
+    assert failing["node_rank"] is None  # c10d: no node rank to be had
+    # Both nodes ran on this host: the run id tells them apart.
+    label = f"{failing['host']} (run {failing['id']})"
+    done = gpudoc_cli("fix", "--json", cwd=isolated_home)
+    doc = json.loads(done.stdout)
+    d = doc["diagnosis"]
+    assert (d["cause"], d["rank"], d["node"], d["run_id"]) == ("gpu_oom", 1, label, failing["id"]), done.stdout
+    assert doc["job_id"] == "rdzv-fixjob" and len(doc["sources"]) == 2
+    text = gpudoc_cli("fix", cwd=isolated_home).stdout
+    assert f"the first real failure is on node {label}, rank 1, GPU 1: gpu_oom." in text
+    assert f"node {other['host']} (run {other['id']}): " in text and "ended because of it" in text
+
+
+@pytest.mark.slow
+def test_slurm_nodes_are_named_by_their_node_id(isolated_home):
+    envs = [{"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NODEID": str(n)} for n in (0, 1)]
+    records, failing = _two_nodes(isolated_home, "slurmjob", envs)
+    assert sorted(r["node_rank"] for r in records) == [0, 1]
+    assert {r["job_id"] for r in records} == {"slurm-4242.0"}
+    doc = json.loads(gpudoc_cli("fix", "--json", cwd=isolated_home).stdout)
+    d = doc["diagnosis"]
+    assert (d["rank"], d["node_rank"]) == (1, failing["node_rank"])
+    assert d["node"] == f"{failing['host']} node {failing['node_rank']}"
