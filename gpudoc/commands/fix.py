@@ -71,8 +71,8 @@ def fix(
     if rerun and len({s.record.id for s in sources if s.record is not None}) > 1:
         # One node's part alone would wait at the rendezvous for the others forever.
         raise UsageError(
-            f"--rerun relaunches one run, but this job ran on {len(sources)} nodes: use --apply, then start the "
-            "job again on every node (srun ... gpudoc run ...)"
+            f"--rerun relaunches one run, but {len(sources)} runs were read (one job's nodes): use --apply, then "
+            "start the job again on every node (srun ... gpudoc run ...)"
         )
 
     profile = _profile(profile_name, record, cwd)
@@ -249,7 +249,9 @@ def _first_failure(sources: list[Source], diagnoses: list[dict], store: Any) -> 
     picked = diagnose_many(items).to_dict()
     index = labels.index(picked["node"]) if picked.get("node") in labels else 0
     own = diagnoses[index]
-    if not _text_of(sources[index], store) or own.get("cause") == picked.get("cause"):
+    if not _text_of(sources[index], store):
+        picked = dict(own)  # a record without a log: its own stored diagnosis
+    elif own.get("cause") == picked.get("cause"):
         # The record's own diagnosis knew the job's PIDs (the other processes on the GPU are
         # then really others); keep it and add what only the comparison knows.
         picked = dict(own, summary=picked.get("summary") or own.get("summary"))

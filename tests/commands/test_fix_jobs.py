@@ -48,7 +48,7 @@ def _record(store: RunStore, log: str, *, host: str, start: float, end: float, j
 
 def _fix(tmp_path, **kwargs) -> tuple[int, str]:
     out = io.StringIO()
-    status = fix(Console(out=out, err=io.StringIO(), colour=False), cwd=tmp_path, facts=False, **kwargs)
+    status = fix(Console(out=out, err=io.StringIO(), colour=False), cwd=tmp_path, **kwargs)
     return status, out.getvalue()
 
 
@@ -89,7 +89,7 @@ def test_rerun_of_a_job_across_nodes_is_refused_with_what_to_do(tmp_path):
     t = time.time() - 60
     _record(store, OOM, host="a", start=t, end=t + 5)
     _record(store, NCCL, host="b", start=t, end=t + 5)
-    with pytest.raises(UsageError, match="ran on 2 nodes: use --apply"):
+    with pytest.raises(UsageError, match="2 runs were read .one job.s nodes.: use --apply"):
         _fix(tmp_path, rerun=True)
 
 
