@@ -63,5 +63,17 @@ def format_bytes(n: int | float | None, *, precision: int = 1) -> str:
     raise AssertionError("unreachable")
 
 
+def format_duration(seconds: float | None) -> str:
+    """``5.8 s``, ``12m05s``, ``3h07m12s``: how long a run took, as the summary and `gpudoc runs` show it."""
+    if seconds is None:
+        return "-"
+    seconds = float(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
 GIB = 1024**3
 MIB = 1024**2

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from gpudoc.errors import ExitStatus, GpudocError, LaunchError
 from gpudoc.output import Console
+from gpudoc.units import format_bytes, format_duration
 
 # The diagnosis reads the end of the log: a failure is near the end, and a 12-hour log can be huge.
 TAIL_BYTES = 2 * 1024 * 1024
@@ -538,7 +539,7 @@ def _summary(record, outcome, console: Console, log_path: Path, *, as_json: bool
     elif outcome.interrupted_by is not None and outcome.status != 0:
         how += f" ({_signame(outcome.interrupted_by)} from the user)"
     err("")
-    err(f"gpudoc: run {record.id} {status_text} after {_duration(record.duration_s or 0)}: {how}")
+    err(f"gpudoc: run {record.id} {status_text} after {format_duration(record.duration_s or 0)}: {how}")
     if record.peak_memory_bytes:
         err("  peak GPU memory: " + ", ".join(_peak_text(record)))
     if record.cause and record.cause != "ok":
@@ -568,7 +569,6 @@ def _unused_share(record) -> float | None:
 
 
 def _peak_text(record) -> list[str]:
-    from gpudoc.units import format_bytes
 
     totals = {str(g.get("index")): g.get("total_bytes") for g in record.gpus}
     out = []
@@ -581,14 +581,6 @@ def _peak_text(record) -> list[str]:
 
 def record_dict(record) -> dict:
     return record.to_dict()
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
 def _signame(sig: int | None) -> str:

@@ -8,6 +8,7 @@ import shlex
 import socket
 
 from gpudoc.output import Console
+from gpudoc.units import format_duration
 
 _COLUMNS = ("id", "started", "duration", "status", "cause", "command")
 
@@ -25,17 +26,6 @@ def live_status(record, *, hostname: str | None = None) -> str:
     except PermissionError:
         pass
     return "running"
-
-
-def _duration(seconds) -> str:
-    if seconds is None:
-        return "-"
-    seconds = float(seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def _started(text: str | None) -> str:
@@ -69,7 +59,7 @@ def runs(console: Console, *, as_json: bool = False, limit: int | None = None, s
     for r in records:
         status = live_status(r, hostname=hostname)
         command = shlex.join(r.command)
-        rows.append((r.id, _started(r.started_at), _duration(r.duration_s), status, r.cause or "-",
+        rows.append((r.id, _started(r.started_at), format_duration(r.duration_s), status, r.cause or "-",
                      command if len(command) <= 60 else command[:59] + "…"))
     widths = [max(len(_COLUMNS[i]), *(len(row[i]) for row in rows)) for i in range(len(_COLUMNS) - 1)]
     header = "  ".join(c.upper().ljust(w) for c, w in zip(_COLUMNS, widths)) + "  COMMAND"
