@@ -82,10 +82,14 @@ def check_visible(facts: Facts, profile: Profile, ctx: CheckContext) -> list[Fin
             ))
             return out
         if vis.count > need:
-            pick = _freest(facts, need) if vis.raw is None else [g.index for g in vis.gpus[:need]]
+            first = [g.index for g in vis.gpus[:need]]
+            # Unpinned, rank r takes cuda:r: propose the GPUs with the most free memory instead.
+            pick = _freest(facts, need) if vis.raw is None else first
+            title = f"{vis.count} GPUs visible, the job uses {need}: ranks take GPU {gpu_list(first)}"
+            if pick != first:
+                title += f"; the freest are {gpu_list(pick)}"
             out.append(Finding(
-                VISIBLE, Severity.INFO,
-                f"{vis.count} GPUs visible, the job uses {need}: ranks take the first {need} ({gpu_list(pick)})",
+                VISIBLE, Severity.INFO, title,
                 f"{cvd}; pin the GPUs so a later job does not pick the same ones",
                 set_remedy("CUDA_VISIBLE_DEVICES", gpu_list(pick), profile, ctx), ("CUDA_VISIBLE_DEVICES",),
             ))

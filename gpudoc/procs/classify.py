@@ -136,11 +136,13 @@ def match_run(info: ProcessInfo, records: Iterable) -> Any:
 
 
 def classify_process(info: ProcessInfo | None, *, pid: int, gpu_index: int, used: int | None,
-                     facts: Facts, records: list) -> GpuHolder:
+                     facts: Facts, records: list, driver_name: str | None = None) -> GpuHolder:
+    """``driver_name`` is the process name the driver reported: the only name there is when /proc
+    cannot see the PID (another namespace, a saved nvidia-smi file)."""
     if info is None:
         kind = "unknown" if facts.source.startswith("snapshot") else "invisible"
-        return GpuHolder(pid, gpu_index, used, kind)
-    common = dict(user=info.user, uid=info.uid, name=info.name, cmdline=tuple(info.cmdline), ppid=info.ppid,
+        return GpuHolder(pid, gpu_index, used, kind, name=driver_name)
+    common = dict(user=info.user, uid=info.uid, name=info.name or driver_name, cmdline=tuple(info.cmdline), ppid=info.ppid,
                   pgid=info.pgid, create_time=info.create_time)
     if not info.visible:
         return GpuHolder(pid, gpu_index, used, "invisible", **common)
@@ -185,7 +187,8 @@ def classify_gpu_processes(facts: Facts, runs: Any = None, *, gpus: Iterable[int
             if not proc.pid:
                 continue
             holders.append(classify_process(facts.process(proc.pid), pid=proc.pid, gpu_index=gpu.index,
-                                            used=proc.used_memory_bytes, facts=facts, records=records))
+                                            used=proc.used_memory_bytes, facts=facts, records=records,
+                                            driver_name=proc.name))
         extra = _unaccounted(gpu)
         if extra is not None:
             holders.append(GpuHolder(None, gpu.index, extra, "invisible"))

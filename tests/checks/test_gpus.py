@@ -59,6 +59,8 @@ def test_more_visible_than_needed_pins_the_freest():
     findings = check_visible(snap(A5000), profile(launch={"nproc_per_node": 1}), CTX)
     f = only(findings, Severity.INFO)
     assert f.remedy == "export CUDA_VISIBLE_DEVICES=1"  # GPU 1 has 6.7 GiB free, GPU 0 1.6 GiB
+    # Unpinned, rank 0 would take GPU 0: the title says so and names the freer one.
+    assert f.title == "2 GPUs visible, the job uses 1: ranks take GPU 0; the freest are 1"
 
 
 def test_remedy_goes_into_the_profile_when_the_profile_set_the_variable():

@@ -89,3 +89,14 @@ def test_a_zombie_is_a_zombie():
         assert holder.remedy() == f"kill -TERM {os.getpid()}  # the parent that has not reaped it"
     finally:
         stop(proc)
+
+
+def test_a_snapshot_process_keeps_the_name_the_driver_reported():
+    from gpudoc.facts.smi_files import load_snapshot
+    from tests.conftest import NVIDIA_SMI
+
+    facts = load_snapshot([NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__dual_a5000-v13.xml"])
+    holders = classify_gpu_processes(facts)
+    # PID 100477 is llama-server on both GPUs of that capture; /proc cannot see another machine.
+    assert {(h.gpu_index, h.pid, h.kind) for h in holders} == {(0, 100477, "unknown"), (1, 100477, "unknown")}
+    assert all("llama-server" in h.name for h in holders)
