@@ -349,21 +349,20 @@ def _processes(q: _Query, handle: Any, mig_handles: list) -> tuple[tuple[GpuProc
     return tuple(named), None
 
 
-class Sampler:
-    """A long-lived NVML session for the launcher's once-a-second memory samples.
+class Session:
+    """A long-lived NVML session for the launcher's once-a-second samples.
 
-    ``read_gpus`` starts and stops NVML and reads everything; a sampler starts NVML once, keeps
-    the device handles, and reads only memory and utilisation, so a 12-hour job pays for 43,200
-    cheap queries instead of 43,200 full snapshots.
+    ``read_gpus`` starts NVML, reads and shuts it down: right for one ``gpudoc check``, wasteful
+    43,200 times over a 12-hour job. A session starts NVML once; calling it reads the same facts
+    as ``read_gpus``; ``close()`` shuts NVML down.
     """
 
-    def __init__(self, backend: Any, handles: list[tuple[int, Any]]) -> None:
-        self._q = _Query(backend)
+    def __init__(self, backend: Any) -> None:
         self._backend = backend
-        self._handles = handles
+        self._query = _Query(backend)
 
     @classmethod
-    def open(cls, backend: Any | None = None) -> "Sampler | None":
+    def open(cls, backend: Any | None = None) -> "Session | None":
         """None when NVML cannot be used (no driver here): sampling is then simply skipped."""
         if backend is None:
             backend, _ = _load_default_backend()
@@ -373,31 +372,13 @@ class Sampler:
             backend.nvmlInit()
         except Exception:
             return None
-        q = _Query(backend)
-        count, _ = q.call("nvmlDeviceGetCount")
-        handles = []
-        for index in range(int(count or 0)):
-            handle, _ = q.call("nvmlDeviceGetHandleByIndex", index)
-            if handle is not None:
-                handles.append((index, handle))
-        return cls(backend, handles)
+        return cls(backend)
 
-    def sample(self) -> list[tuple[int, int | None, int | None, float | None]]:
-        """``[(gpu index, used bytes, total bytes, utilisation %), ...]``; unknown values are None."""
-        rows = []
-        for index, handle in self._handles:
-            memory, _ = _memory(self._q, handle)
-            util, _ = self._q.call("nvmlDeviceGetUtilizationRates", handle)
-            rows.append((
-                index,
-                int(memory.used) if memory is not None else None,
-                int(memory.total) if memory is not None else None,
-                float(util.gpu) if util is not None else None,
-            ))
-        return rows
+    def __call__(self) -> tuple[str | None, str | None, str | None, tuple[Gpu, ...], str | None]:
+        return _read_initialised(self._query)
 
     def close(self) -> None:
         try:
             self._backend.nvmlShutdown()
         except Exception:
-            pass
+            pass  # shutting down is best effort: the process ends soon anyway

@@ -2,7 +2,7 @@
 the peak per GPU for the run record.
 
 The sampler runs in its own thread so a slow NVML call never delays the tee. GPU facts come from
-the facts layer's NVML reader (``gpudoc.facts.nvml.read_gpus``); tests pass a fake backend or a
+one NVML session of the facts layer (``gpudoc.facts.nvml.Session``); tests pass a fake backend or a
 reader. Where NVML is missing (no driver, no GPU) the sampler stops quietly: the job is what
 matters, and ``gpudoc check`` is where a missing driver is reported.
 """
@@ -21,12 +21,13 @@ Reader = Callable[[], tuple]  # () -> (driver, cuda_driver, nvml_version, gpus, 
 
 
 def nvml_reader(backend=None) -> Reader | None:
-    """The facts layer's NVML reader bound to ``backend``; None when it cannot be imported."""
+    """A reader over one NVML session kept open for the whole run (the sampler closes it);
+    None when NVML cannot be used."""
     try:
-        from gpudoc.facts.nvml import read_gpus
+        from gpudoc.facts.nvml import Session
     except ImportError:
         return None
-    return lambda: read_gpus(backend)
+    return Session.open(backend)
 
 
 def visible_selection(environ: Mapping[str, str]) -> tuple[set[int] | None, set[str] | None]:
@@ -138,6 +139,9 @@ class GpuSampler:
             if self._handle is not None:
                 self._handle.close()
                 self._handle = None
+            close_reader = getattr(self.reader, "close", None)
+            if close_reader is not None:
+                close_reader()  # shut the NVML session down
 
 
 def _cell(value) -> str:

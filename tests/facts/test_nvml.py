@@ -199,24 +199,22 @@ def test_the_fake_speaks_the_real_pynvml_surface():
     assert hasattr(real, "nvmlMemory_v2") and hasattr(real, "NVMLError")
 
 
-def test_sampler_keeps_one_session_and_reads_memory_from_a_real_capture():
-    from gpudoc.facts.nvml import Sampler
+def test_a_session_initialises_once_and_reads_what_read_gpus_reads():
+    from gpudoc.facts.nvml import Session
 
-    backend = FakeNvml.from_snapshot(NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__dual_a5000-v13.xml")
-    sampler = Sampler.open(backend)
-    first = sampler.sample()
-    second = sampler.sample()
-    sampler.close()
-    assert first == second
-    assert [row[0] for row in first] == [0, 1]
-    # 24564 MiB total on each A5000 of that capture.
-    assert all(row[2] == 24564 * 1024**2 for row in first)
+    capture = NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__dual_a5000-v13.xml"
+    backend = FakeNvml.from_snapshot(capture)
+    session = Session.open(backend)
+    first, second = session(), session()
+    session.close()
+    assert first == second == read_gpus(FakeNvml.from_snapshot(capture))
+    assert [g.memory_total_bytes for g in first[3]] == [24564 * 1024**2] * 2  # as the capture says
     assert backend.calls.count("nvmlInit") == 1 and backend.calls.count("nvmlShutdown") == 1
 
 
-def test_sampler_is_none_without_a_driver():
-    from gpudoc.facts.nvml import Sampler
+def test_no_session_without_a_driver():
+    from gpudoc.facts.nvml import Session
 
     backend = FakeNvml.from_snapshot(NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__tesla-t4.xml",
                                      init_error=DRIVER_NOT_LOADED)
-    assert Sampler.open(backend) is None
+    assert Session.open(backend) is None

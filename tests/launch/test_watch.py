@@ -97,3 +97,13 @@ def test_visible_selection_reads_indices_and_uuids():
     assert visible_selection({"CUDA_VISIBLE_DEVICES": "0,2"}) == ({0, 2}, None)
     assert visible_selection({"CUDA_VISIBLE_DEVICES": "GPU-abc,1"}) == ({1}, {"GPU-abc"})
     assert visible_selection({"CUDA_VISIBLE_DEVICES": "1,foo,2"}) == ({1}, None)  # CUDA stops at "foo"
+
+
+def test_one_nvml_session_for_the_whole_run(tmp_path):
+    backend = FakeNvml.from_snapshot(DUAL_A5000)
+    sampler = GpuSampler(tmp_path / "gpu.csv", reader_factory=lambda: nvml_reader(backend))
+    for _ in range(5):
+        assert sampler.sample() is True
+    sampler.close()
+    assert backend.calls.count("nvmlInit") == 1
+    assert backend.calls.count("nvmlShutdown") == 1
