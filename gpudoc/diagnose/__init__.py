@@ -64,6 +64,7 @@ class Diagnosis:
     private_pools_bytes: int | None = None
     fragmentation: bool = False  # reserved-but-unallocated alone would cover the request
     inferred: bool = False  # the evidence is circumstantial (an exit status, a bare "Killed")
+    peer_lost: bool = False  # the evidence is this rank losing another rank, whose own failure is elsewhere
     evidence: str | None = None  # the line the cause was read from
     line_number: int | None = None  # 1-based, in the log given
     failed_ranks: tuple[int, ...] = ()  # every rank with the same failure, in order seen
@@ -158,6 +159,8 @@ def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]]) -> Diagn
         order, _label, d = item
         if d.cause == "ok":
             tier = 9
+        elif d.peer_lost:
+            tier = 6  # another node lost a rank: whichever log shows that rank dying explains it
         elif d.cause in ("gpu_oom", "host_oom", "shm") and not d.inferred:
             tier = 0
         elif d.cause == "error" and not d.inferred:
@@ -184,11 +187,20 @@ _LOCAL_RANK = re.compile(r"\blocal[_ ]rank\s*:?\s*(\d+)")
 _SUMMARY_RANK = re.compile(r"(?:^|\s)rank\s*:?\s*(\d+)", re.IGNORECASE)
 _SUMMARY_HOST = re.compile(r"^host\s*:\s*(\S+)")
 _NCCL_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
+# torchrun's "failed (exitcode: -9) local_rank: 1 (pid: 32546)" and "Signal 9 (SIGKILL) received by PID 32546".
+_KILLED_PID = re.compile(r"\(pid:\s*(\d+)\)|received by PID (\d+)")
+_KILLS = ("sigkill", "sigterm", "sigbus", "abort")
+# Evidence that a rank died of its own failure, rather than of losing a peer: its own memory
+# failure, an explicit error, or torchrun reporting it killed by SIGKILL/SIGBUS/SIGSEGV/SIGABRT.
+# SIGTERM is left out: torchrun sends it to the survivors when it tears the job down.
+_DEATHS = ("sigkill", "sigbus", "abort")
 
 
 def _collect(lines: list[Line]) -> list[_Event]:
     events = []
     for i, line in enumerate(lines):
+        if not line.is_message:
+            continue  # traceback frames and source code quote the program, they report nothing
         m = match_line(line.text)
         if m is None:
             continue
@@ -204,9 +216,13 @@ def _collect(lines: list[Line]) -> list[_Event]:
             mr = _MSG_RANK.search(line.text)
             if mr:
                 ev.rank = int(mr.group(1))
-        if ev.rank is None and m.signature.name in ("sigkill", "sigterm", "sigbus", "abort"):
-            ev.rank, host = _summary_block_rank(lines, i)
-            ev.host = ev.host or host
+        if m.signature.name in _KILLS:
+            if ev.rank is None:
+                ev.rank, host = _summary_block_rank(lines, i)
+                ev.host = ev.host or host
+            pid = _KILLED_PID.search(line.text)
+            if pid:
+                ev.extra["pid"] = int(pid.group(1) or pid.group(2))
         events.append(ev)
     return events
 
@@ -260,11 +276,26 @@ def _choose(events: list[_Event], exit_code: int | None) -> _Event | None:
         pool = events
     if not pool:
         return None
+    pool = _without_peer_losses(pool)
     best = max(e.strength for e in pool)
     top = [e for e in pool if e.strength == best]
     if best >= 2:
         return top[0]  # the first real failure; later ones are its consequences
     return min(top, key=lambda e: (_TIER1_ORDER.index(e.cause) if e.cause in _TIER1_ORDER else 9, e.index))
+
+
+def _is_death(e: _Event) -> bool:
+    if e.m.peer or e.cause == "nccl_timeout":
+        return False
+    return e.strength >= 2 or e.m.signature.name in _DEATHS
+
+
+def _without_peer_losses(pool: list[_Event]) -> list[_Event]:
+    """The pool less the survivors' "connection closed by peer" errors, when a rank's death is in
+    the log: they report that death, they did not cause it."""
+    if any(e.m.peer for e in pool) and any(_is_death(e) for e in pool):
+        return [e for e in pool if not e.m.peer]
+    return pool
 
 
 # ---- building the diagnosis ----------------------------------------------------------------
@@ -275,7 +306,7 @@ def _window(lines: list[Line], i: int, limit: int = 8) -> str:
     parts = [first.text]
     for line in lines[i + 1:i + limit]:
         t = line.text
-        if not t or (first.rank is not None and line.rank not in (None, first.rank)):
+        if not t or not line.is_message or (first.rank is not None and line.rank not in (None, first.rank)):
             break
         if re.match(r"(?:Traceback|File \"|During handling|The above exception)", t) or "Tried to allocate" in t:
             break
@@ -299,7 +330,7 @@ def _build(ev: _Event, events: list[_Event], lines: list[Line], exit_code: int |
         "cause": m.cause, "backend": m.backend if m.cause == "gpu_oom" else None,
         "exit_code": exit_code, "inferred": m.inferred or ev.strength == 1,
         "evidence": ev.line.text[:500], "line_number": ev.line.number + 1,
-        "rank": ev.rank, "host": ev.host or None,
+        "rank": ev.rank, "host": ev.host or None, "peer_lost": m.peer,
     }
     vals.update({k: v for k, v in m.fields.items() if k in ("gpu_index", "pid")})
     vals.update({k: v for k, v in ev.extra.items() if k in ("gpu_index", "pid")})
@@ -338,7 +369,14 @@ def _build(ev: _Event, events: list[_Event], lines: list[Line], exit_code: int |
 
     vals["summary"] = ""
     diag = Diagnosis(**vals)
-    return replace(diag, summary=_summarise(diag, ev))
+    summary = _summarise(diag, ev)
+    if _is_death(ev):
+        lost = [e for e in events if e.m.peer and not e.warning]
+        if lost:
+            ranks = sorted({e.rank for e in lost if e.rank is not None and e.rank != diag.rank})
+            who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" if ranks else "the other ranks"
+            summary = summary.rstrip(".") + f" ({who} then lost the connection to it, a consequence)."
+    return replace(diag, summary=summary)
 
 
 def _p(text: str | None) -> int | None:
@@ -495,6 +533,10 @@ def _summarise(d: Diagnosis, ev: _Event) -> str:
             detail = f" ({work})"
         return (f"{who} hit a collective timeout{detail}: a rank stopped taking part (crashed, hung, or much slower), "
                 "so look for the first failure on the other ranks or nodes.")
+    if ev.m.peer:
+        return (f"{who} lost its connection to another rank ({_clip(ev.line.text, 200)}): that rank died first or "
+                "the network failed, and this log does not say which; look at the other ranks' output, or `dmesg` "
+                "on their nodes for the OOM killer.")
     if d.cause == "signal":
         sig = d.signal or "a signal"
         return f"{who} was stopped from outside by {sig}: {_clip(_from_match(ev))}."

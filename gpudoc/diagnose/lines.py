@@ -21,7 +21,7 @@ _TIMESTAMP = re.compile(
       | \[\d{4}-\d{2}-\d{2}[T\ ][\d:.,]+\]                                              # [2024-…]
       | \[\d{2}/\d{2}/\d{2,4}\ [\d:.,]+\]                                               # [03/17/23 20:03:12]
       | \[\s*\d+\.\d+\]                                                                  # dmesg [441280.839852]
-    )\s*""",
+    )""",
     re.VERBOSE,
 )
 
@@ -33,47 +33,118 @@ _RANK_PREFIX = re.compile(
       | \[\d+,(?P<r3>\d+)\]<std(?:out|err)>:                 # [1,0]<stderr>:  mpirun --tag-output
       | \s{0,4}(?P<r4>\d{1,5}):\s                           # 0:   srun --label
       | rank\s?(?P<r5>\d+):\s                                # rank 3:  some loggers
-    )\s*""",
+    )""",
     re.VERBOSE,
 )
-_RAY_PREFIX = re.compile(r"^\((?:[\w.]+)\s+pid=\d+(?:,\s*ip=[\w.:-]+)?\)\s*")
+_RAY_PREFIX = re.compile(r"^\((?:[\w.]+)\s+pid=\d+(?:,\s*ip=[\w.:-]+)?\)")
+
+
+# Traceback structure: a Python frame header, a frame of a C++ backtrace (c10 prints them under
+# "Exception raised from …"), or a line inside the box rich draws around a traceback (source
+# and locals; the exception itself is printed below the box). They quote code and variables,
+# never what went wrong.
+_FRAME = re.compile(r'^(?:File "[^"\n]*", line \d+|frame #\d+:|[│╭╰])')
+# Python statements that only ever appear as source code (a traceback line that lost its
+# indentation, or a log that quotes code): an exception message is "Name: text", never these.
+# "raise" must be followed by something that reads as an expression, because "raise your shared
+# memory limit" is part of a real message.
+_CODE = re.compile(
+    r"^(?:raise(?:\s+[A-Za-z_][\w.]*(?:\s*\(|\s+from\b|\s*$)|\s*$)"
+    r"|except(?:\s+[\w.,\s()]+?(?:\s+as\s+\w+)?)?\s*:\s*(?:#.*)?$)"
+)
+
+MESSAGE, FRAME, SOURCE = "message", "frame", "source"
 
 
 @dataclass(frozen=True)
 class Line:
-    """One normalised line: ``text`` for the signatures, ``rank`` from its prefix (or None)."""
+    """One normalised line: ``text`` for the signatures, ``rank`` from its prefix (or None).
+
+    ``kind`` says whether the line is something a program printed about itself (``message``) or
+    traceback structure: a frame header (``frame``) or a line of source code shown under one
+    (``source``). Only messages are evidence: a traceback's ``raise OutOfMemoryError(...)`` line
+    carries no figures, or the wrong ones.
+    """
 
     number: int  # 0-based index in the log
     text: str
     rank: int | None
     raw: str
+    indent: int = 0  # whitespace between the launcher prefix and the text
+    kind: str = MESSAGE
+
+    @property
+    def is_message(self) -> bool:
+        return self.kind == MESSAGE
 
 
 def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text) if "\x1b" in text else text
 
 
-def normalise(raw: str) -> tuple[str, int | None]:
-    """(message text, rank from the prefix) of one raw line."""
+def split_prefix(raw: str) -> tuple[str, int | None, int]:
+    """(message text, rank from the prefix, indentation of the text after the prefix)."""
     text = strip_ansi(raw).replace("\x00", "")
     rank: int | None = None
-    # Prefixes nest (Ray around torch around timestamp), so peel until nothing changes.
-    for _ in range(6):
-        before = text
-        text = text.lstrip(" \t\ufeff")
-        text = _RAY_PREFIX.sub("", text, count=1)
-        text = _TIMESTAMP.sub("", text, count=1)
-        match = _RANK_PREFIX.match(text)
-        if match:
+    indent = 0
+    # Prefixes nest (Ray around torch around timestamp), so peel one at a time until none is
+    # left. The prefixes leave the whitespace after them in place: measured on the last round,
+    # it is the line's own indentation, which tells traceback source lines from messages.
+    for _ in range(10):
+        body = text.lstrip(" \t\ufeff")
+        indent = len(text) - len(body)
+        text = body
+        match = _RAY_PREFIX.match(text) or _TIMESTAMP.match(text)
+        if match is None:
+            match = _RANK_PREFIX.match(text)
+            if match is None:
+                break
             value = next(v for v in match.group("r1", "r2", "r3", "r4", "r5") if v is not None)
             if rank is None:
                 rank = int(value)
-            text = text[match.end():]
-        if text == before:
+        if not match.end():
             break
+        text = text[match.end():]
     if "*" in text or "`" in text or "_" in text or text.startswith(">"):
         text = _MARKDOWN.sub("", text)
-    return text.strip(), rank
+    return text.strip(), rank, indent
+
+
+def normalise(raw: str) -> tuple[str, int | None]:
+    """(message text, rank from the prefix) of one raw line."""
+    text, rank, _indent = split_prefix(raw)
+    return text, rank
+
+
+class TracebackTracker:
+    """Classifies lines in order as message, frame header or source code.
+
+    Python prints each frame as ``File "…", line N`` and, indented deeper, the source line (and,
+    from 3.11, a line of carets); the exception line that follows is back at the frame's margin
+    or left of it. Ranks interleave their output, so the state is kept per rank. Where the
+    indentation was lost (pasted logs), only statements that cannot be messages (``raise X(``)
+    count as code.
+    """
+
+    def __init__(self, max_ranks: int = 4096) -> None:
+        self._frame_indent: dict[int | None, int] = {}
+        self._max_ranks = max_ranks
+
+    def reset(self) -> None:
+        self._frame_indent.clear()
+
+    def kind(self, text: str, rank: int | None, indent: int) -> str:
+        if _FRAME.match(text):
+            if len(self._frame_indent) >= self._max_ranks:
+                self._frame_indent.clear()
+            self._frame_indent[rank] = indent
+            return FRAME
+        margin = self._frame_indent.get(rank)
+        if margin is not None:
+            if text and indent > margin:
+                return SOURCE
+            del self._frame_indent[rank]
+        return SOURCE if _CODE.match(text) else MESSAGE
 
 
 def split_lines(text: str) -> list[str]:
@@ -83,7 +154,8 @@ def split_lines(text: str) -> list[str]:
 
 def iter_lines(text: str) -> list[Line]:
     out = []
+    tracker = TracebackTracker()
     for number, raw in enumerate(split_lines(text)):
-        body, rank = normalise(raw)
-        out.append(Line(number, body, rank, raw))
+        body, rank, indent = split_prefix(raw)
+        out.append(Line(number, body, rank, raw, indent, tracker.kind(body, rank, indent)))
     return out

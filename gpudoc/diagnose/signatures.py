@@ -34,6 +34,10 @@ class Signature:
     pattern: re.Pattern
     backend: str | None = None
     inferred: bool = False  # the message does not say "memory"; the cause is the usual reason
+    # The message reports that another rank went away (its connection closed mid-collective):
+    # what every surviving rank prints when one rank dies, so never the cause while the log
+    # shows a rank dying.
+    peer: bool = False
 
 
 @dataclass
@@ -46,9 +50,13 @@ class Match:
     inferred: bool
     fields: dict = field(default_factory=dict)
 
+    @property
+    def peer(self) -> bool:
+        return self.signature.peer
 
-def _sig(name, cause, strength, pattern, backend=None, inferred=False, flags=0):
-    return Signature(name, cause, strength, re.compile(pattern, flags), backend, inferred)
+
+def _sig(name, cause, strength, pattern, backend=None, inferred=False, flags=0, peer=False):
+    return Signature(name, cause, strength, re.compile(pattern, flags), backend, inferred, peer)
 
 
 _I = re.IGNORECASE
@@ -128,6 +136,14 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?::\s*you tried to allocate (?P<req>\d+) bytes)?"),
     _sig("bad_alloc", "host_oom", 3, r"std::bad_alloc|(?<![\w.])MemoryError\b|\[Errno 12\] Cannot allocate memory"),
     # ---- collectives ----------------------------------------------------------------------
+    # A peer's connection dropping under a collective (gloo's pair.cc, NCCL's transports, the
+    # TCPStore): before the watchdog and NCCL-error shapes, which wrap the same text.
+    _sig("peer_lost", "error", 2,
+         r"Connection (?:closed|reset) by (?:remote )?peer"
+         r"|remote process exited or there was a network error|remote process exiting prematurely"
+         r"|\bncclRemoteError\b|\bgloo::(?:IoException|EnforceNotMet)\b"
+         r"|gloo/transport/\S+\] (?:Read|Write) error|failed to recv, got 0 bytes"
+         r"|(?:DistNetworkError|gloo)\b.*\bBroken pipe\b", peer=True),
     _sig("nccl_watchdog", "nccl_timeout", 2,
          r"Watchdog caught collective operation timeout(?::\s*WorkNCCL\((?P<work>(?:[^()]|\([^)]*\))*)\))?"
          r"(?:\s*ran for (?P<ran_ms>\d+) milliseconds)?"
@@ -179,7 +195,8 @@ PREFILTER = re.compile(
     r"|shared memory|/dev/shm|/torch_|[Ww]atchdog|[Tt]imeout|[Tt]imed out|nccl|NCCL"
     r"|exit\s?code|[Ss]ignal|SIG[A-Z]|CANCELLED|KeyboardInterrupt|Terminated|exit (?:status|code)"
     r"|Error|Exception|Failure|Exit\b|CUDA error|cuda runtime error|terminate called"
-    r"|Segmentation fault|Illegal instruction|Floating point exception|out of resource",
+    r"|Segmentation fault|Illegal instruction|Floating point exception|out of resource"
+    r"|by (?:remote )?peer|remote process|gloo|failed to recv",
     _I,
 )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpudoc.diagnose.lines import normalise
+from gpudoc.diagnose.lines import MESSAGE, TracebackTracker, split_prefix
 from gpudoc.diagnose.signatures import STREAM_CAUSES, WARNING, match_line
 
 __all__ = ["Event", "SignatureScanner"]
@@ -57,6 +57,8 @@ class SignatureScanner:
         self._partial = bytearray()
         self._partial_hit = False  # the line in progress contains a gate keyword
         self.bytes_seen = 0
+        # Which lines are traceback source code: a "raise OutOfMemoryError(" line is not an OOM.
+        self._tracker = TracebackTracker()
 
     def feed(self, data: bytes) -> list[Event]:
         if not data:
@@ -71,6 +73,10 @@ class SignatureScanner:
             return []
         if not hit and not self._partial_hit:
             # Nothing to report in the lines this chunk completes: keep only the new partial line.
+            # Its last complete line may open a traceback frame whose source line comes next;
+            # the lines before it went unread, so what the tracker knew of them is stale.
+            self._tracker.reset()
+            self._track(self._last_line(data, last_eol))
             self._partial.clear()
             self._partial_hit = False
             self._append(data[last_eol + 1:])
@@ -96,14 +102,30 @@ class SignatureScanner:
         if room > 0:
             self._partial += data[:room]
 
+    def _last_line(self, data: bytes, last_eol: int) -> bytes:
+        end = last_eol
+        while end > 0 and data[end - 1] in b"\r\n":
+            end -= 1
+        start = max(data.rfind(b"\n", 0, end), data.rfind(b"\r", 0, end)) + 1
+        line = data[start:end]
+        return bytes(self._partial) + line if start == 0 else line
+
+    def _track(self, raw: bytes) -> str:
+        text, rank, indent = split_prefix(raw[: self.max_line].decode("utf-8", errors="replace"))
+        return self._tracker.kind(text, rank, indent)
+
     def _scan(self, block: bytes) -> list[Event]:
         events = []
         for raw in _EOL.split(block):
-            if not raw or not _gate(raw):
+            if not raw:
                 continue
             if len(raw) > self.max_line:
                 raw = raw[: self.max_line]
-            text, rank = normalise(raw.decode("utf-8", errors="replace"))
+            text, rank, indent = split_prefix(raw.decode("utf-8", errors="replace"))
+            # Every line goes through the tracker, keyword or not: the frame header that makes
+            # the next line source code has none.
+            if self._tracker.kind(text, rank, indent) != MESSAGE or not _gate(raw):
+                continue
             m = match_line(text)
             if m is None or m.cause not in STREAM_CAUSES or WARNING.search(text):
                 continue

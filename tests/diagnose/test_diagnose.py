@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpudoc.diagnose import SPEC_KEYS, Diagnosis, diagnose_many, diagnose_text
@@ -268,3 +270,213 @@ def test_summary_names_another_process():
 def test_bytes_input_and_huge_noise():
     blob = (b"step loss 1.0\n" * 50000) + MID.encode() + b"\n"
     assert diagnose_text(blob).cause == "gpu_oom"
+
+
+# ---- a rank dies, the survivors report losing it ---------------------------------------------
+
+LOGS = Path(__file__).parent / "logs"
+
+# torchrun's summary when rank 1 was SIGKILLed and rank 0 was torn down with SIGTERM.
+KILLED_SUMMARY = """\
+W0501 10:00:02.000 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 700 closing signal SIGTERM
+E0501 10:00:02.100 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 1 (pid: 701) of binary: python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2024-05-01_10:00:02
+  host      : node-a
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 700)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 700
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-05-01_10:00:02
+  host      : node-a
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 701)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 701
+============================================================
+"""
+
+SURVIVOR_TRACEBACK = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "train.py", line 61, in main
+[rank0]:     dist.all_reduce(loss)
+[rank0]:   File "torch/distributed/distributed_c10d.py", line 2501, in all_reduce
+[rank0]:     work.wait()
+"""
+
+PEER_LOST = [
+    "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+    "[127.0.0.1]:12345",
+    "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:29500: "
+    "Connection reset by peer",
+    "[rank0]: terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+    "[rank0]:   what():  [enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] "
+    "op.preamble.length <= op.nbytes. 881216 vs 4",
+    "[rank0]: terminate called after throwing an instance of 'gloo::IoException'\n"
+    "[rank0]:   what():  [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Write error [127.0.0.1]:29500: "
+    "Broken pipe",
+    "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+    "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.20.5\n"
+    "[rank0]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
+    "prematurely.\n[rank0]: Last error:\n[rank0]: socketProgress: Connection closed by remote peer node-a<43084>",
+    "[rank0]: torch.distributed.DistNetworkError: failed to recv, got 0 bytes",
+]
+
+
+def test_real_torchrun_log_rank_sigkilled_under_gloo():
+    # Recorded from `gpudoc run -- torchrun --nproc_per_node=2 …` with rank 1 SIGKILLing itself
+    # while rank 0 waits in a gloo barrier (tests/launch/jobs/ranks.py sigkill).
+    text = (LOGS / "torchrun_gloo_sigkill.log").read_text(encoding="utf-8")
+    d = diagnose_text(text, exit_code=1)
+    assert (d.cause, d.rank, d.signal, d.pid) == ("host_oom", 1, "SIGKILL", 32546)
+    assert d.inferred
+    assert "exitcode: -9" in d.evidence
+    assert "Rank 1" in d.summary and "rank 0 then lost the connection" in d.summary
+
+
+@pytest.mark.parametrize("survivor", PEER_LOST)
+@pytest.mark.parametrize("kill_first", [False, True])
+def test_peer_loss_is_a_consequence_of_a_killed_rank(survivor, kill_first):
+    parts = [SURVIVOR_TRACEBACK + survivor + "\n", KILLED_SUMMARY]
+    d = diagnose_text("".join(reversed(parts) if kill_first else parts), exit_code=1)
+    assert (d.cause, d.rank, d.signal) == ("host_oom", 1, "SIGKILL"), d.summary
+    assert d.inferred
+
+
+@pytest.mark.parametrize("survivor", PEER_LOST)
+def test_peer_loss_alone_is_an_error_that_points_elsewhere(survivor):
+    # Nothing says why the peer went away: the survivor's error is all there is.
+    d = diagnose_text(SURVIVOR_TRACEBACK + survivor + "\n", exit_code=1)
+    assert (d.cause, d.rank) == ("error", 0)
+    assert "lost its connection to another rank" in d.summary
+
+
+def test_peer_loss_with_only_the_teardown_sigterm_stays_an_error():
+    # torchrun SIGTERMs the survivors after the first failure: that is no rank dying on its own.
+    summary = "\n".join(line for line in KILLED_SUMMARY.split("Root Cause")[0].splitlines() if "-9" not in line)
+    d = diagnose_text(SURVIVOR_TRACEBACK + PEER_LOST[0] + "\n" + summary, exit_code=1)
+    assert d.cause == "error" and "Connection closed by peer" in d.summary
+
+
+def test_peer_loss_before_the_dead_ranks_gpu_oom():
+    text = PEER_LOST[0] + "\n[rank1]: " + NEW + "\n"
+    d = diagnose_text(text, exit_code=1)
+    assert (d.cause, d.rank, d.gpu_index) == ("gpu_oom", 1, 3)
+    assert "rank 0 then lost the connection" in d.summary
+
+
+def test_peer_loss_and_the_kernel_oom_killer():
+    text = (PEER_LOST[1] + "\n[441280.839852] Out of memory: Killed process 701 (python) total-vm:90000000kB\n"
+            + KILLED_SUMMARY)
+    d = diagnose_text(text, exit_code=1)
+    assert (d.cause, d.pid) == ("host_oom", 701)
+    assert not d.inferred  # the OOM killer's own line
+
+
+def test_peer_loss_before_the_dead_ranks_exception():
+    text = PEER_LOST[0] + "\n[rank1]: Traceback (most recent call last):\n[rank1]: KeyError: 'labels'\n"
+    d = diagnose_text(text, exit_code=1)
+    assert (d.cause, d.rank) == ("error", 1)
+    assert "KeyError" in d.summary
+
+
+def test_nccl_remote_error_with_no_rank_dead_stays_an_error():
+    summary = KILLED_SUMMARY.replace("-9 (pid: 701)", "1 (pid: 701)").replace(
+        "Signal 9 (SIGKILL) received by PID 701", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+    ).replace("failed (exitcode: -9)", "failed (exitcode: 1)")
+    d = diagnose_text(SURVIVOR_TRACEBACK + PEER_LOST[4] + "\n" + summary, exit_code=1)
+    assert (d.cause, d.rank) == ("error", 0)
+    assert "remote process exited" in d.evidence
+
+
+# ---- evidence comes from messages, never from traceback source lines -------------------------
+
+# Python 3.11's rendering of an OOM raised by a wrapper that builds its own message; the source
+# line carries a stale literal, the message the real figures.
+RAISED_OOM = """\
+Traceback (most recent call last):
+  File "train.py", line 13, in <module>
+    step(batch)
+  File "train.py", line 4, in step
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB. GPU 7 has a total capacity of 16.00 GiB of which 1.00 GiB is free.")
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB of which 3.12 MiB is free. Of the allocated memory 7.10 GiB is allocated by PyTorch, and 80.00 MiB is reserved by PyTorch but unallocated.
+"""
+
+# A call spread over lines: only the opening line is shown, which names the class and no figures.
+RAISED_OOM_MULTILINE = """\
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "train.py", line 13, in <module>
+[rank2]:     allocate(1)
+[rank2]:   File "train.py", line 7, in allocate
+[rank2]:     raise torch.cuda.OutOfMemoryError(
+[rank2]:     torch.cuda.OutOfMemoryError(
+[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 has a total capacity of 7.79 GiB of which 3.12 MiB is free. Of the allocated memory 7.10 GiB is allocated by PyTorch, and 80.00 MiB is reserved by PyTorch but unallocated.
+"""
+
+
+@pytest.mark.parametrize("text,gpu,line", [(RAISED_OOM, 0, 6), (RAISED_OOM_MULTILINE, 1, 7)])
+def test_oom_figures_come_from_the_message_not_the_raise_line(text, gpu, line):
+    d = diagnose_text(text)
+    assert (d.cause, d.gpu_index, d.line_number) == ("gpu_oom", gpu, line)
+    assert d.requested_bytes == 20 * MIB
+    assert d.total_bytes == int(7.79 * GIB)
+    assert d.free_bytes == int(3.12 * MIB)
+    assert d.allocated_bytes == int(7.10 * GIB)
+    assert d.reserved_unallocated_bytes == 80 * MIB
+    assert d.evidence.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB")
+
+
+def test_flattened_traceback_raise_line_is_still_code():
+    # Indentation lost (pasted into an issue): a "raise X(" statement still cannot be a message.
+    text = "\n".join(line.strip() for line in RAISED_OOM.splitlines())
+    d = diagnose_text(text)
+    assert (d.gpu_index, d.requested_bytes) == (0, 20 * MIB)
+
+
+@pytest.mark.parametrize("code", [
+    "    out = model(x)  # may raise torch.cuda.OutOfMemoryError on big batches",
+    "    except torch.cuda.OutOfMemoryError:",
+    "    if 'CUDA out of memory' in str(e): raise MemoryError('Killed')",
+])
+def test_source_lines_quoting_failures_are_not_evidence(code):
+    text = f"Traceback (most recent call last):\n  File \"train.py\", line 9, in step\n{code}\nValueError: bad shape\n"
+    d = diagnose_text(text, exit_code=1)
+    assert d.cause == "error" and d.evidence == "ValueError: bad shape"
+
+
+def test_cpp_backtrace_frames_are_not_evidence():
+    text = ("RuntimeError: CUDA error: an illegal memory access was encountered\n"
+            "Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43 "
+            "(most recent call first):\n"
+            "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f0 in libc10.so)\n"
+            "frame #1: c10::OutOfMemoryError::OutOfMemoryError(c10::SourceLocation) + 0x6 (0x7f1 in libc10.so)\n")
+    d = diagnose_text(text)
+    assert d.cause == "error" and "illegal memory access" in d.summary
+
+
+def test_rich_traceback_box_is_not_evidence():
+    text = ("╭──────────────── Traceback (most recent call last) ────────────────╮\n"
+            "│ /home/user/train.py:12 in step                                      │\n"
+            "│ ❱ 12 │   raise torch.OutOfMemoryError(\"CUDA out of memory. Tried to allocate 2.00 GiB\") │\n"
+            "│ │ msg = 'CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 1 GiB total capacity)' │\n"
+            "╰─────────────────────────────────────────────────────────────────────╯\n"
+            "ValueError: bad shape\n")
+    assert diagnose_text(text).cause == "error"
+
+
+def test_diagnose_many_prefers_the_node_whose_rank_died():
+    # Node A's rank only lost its peer; node B's torchrun saw its rank SIGKILLed.
+    node_a = SURVIVOR_TRACEBACK + PEER_LOST[0] + "\n"
+    d = diagnose_many([("node-a", node_a, 1), ("node-b", KILLED_SUMMARY, 1)])
+    assert (d.cause, d.node, d.rank) == ("host_oom", "node-b", 1)
+    assert "node-a: error" in d.summary
+    alone = diagnose_text(node_a)
+    assert alone.peer_lost and alone.to_dict()["peer_lost"] is True

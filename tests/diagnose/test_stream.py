@@ -71,3 +71,23 @@ def test_plain_output_is_cheap():
         assert scanner.feed(chunk) == []
     elapsed = time.perf_counter() - start
     assert elapsed < 2.0, f"{21 / elapsed:.0f} MB/s"
+
+
+TRACEBACK = (b"[rank2]: Traceback (most recent call last):\n"
+             b"[rank2]:   File \"train.py\", line 7, in allocate\n"
+             b"[rank2]:     raise torch.OutOfMemoryError(\"CUDA out of memory. Tried to allocate 8.00 GiB\")\n"
+             b"[rank2]:   File \"train.py\", line 9, in step\n"
+             b"[rank2]:     except torch.cuda.OutOfMemoryError:  # Killed by the OOM killer otherwise\n"
+             + OOM)
+
+
+def test_traceback_source_lines_are_not_events_whatever_the_chunking():
+    # The frame header that makes the next line source code carries no keyword: it may arrive
+    # in a chunk the gate skips.
+    whole = _feed_in([TRACEBACK])
+    assert [(e.cause, e.rank) for e in whole] == [("gpu_oom", 2)]
+    assert whole[0].line.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB")
+    for cut in range(1, len(TRACEBACK)):
+        assert _feed_in([TRACEBACK[:cut], TRACEBACK[cut:]]) == whole, cut
+    assert _feed_in(TRACEBACK.splitlines(keepends=True)) == whole
+    assert _feed_in([TRACEBACK[i:i + 1] for i in range(len(TRACEBACK))]) == whole
