@@ -36,10 +36,8 @@ def job_estimate(profile: Profile, facts: Facts, runs) -> object | None:
     """The estimator's figure when the profile describes the model; None when it cannot say."""
     if not has_profile(profile) or not profile.model:
         return None
-    try:
-        from gpudoc.estimate import estimate  # noqa: PLC0415 - only profiles with [model] pay for it
-    except ImportError:
-        return None
+    from gpudoc.estimate import estimate  # noqa: PLC0415 - only profiles with [model] pay for it
+
     totals = [g.memory_total_bytes for g in facts.gpus if g.memory_total_bytes]
     history = []
     if runs is not None:

@@ -113,10 +113,8 @@ def _one_line(text: str | None) -> str:
 
 def _check_ids() -> tuple[str, ...]:
     """Check groups and ids, for --only/--skip (fixed at generation time, like the switches)."""
-    try:
-        from gpudoc.checks import CATALOGUE
-    except ImportError:
-        return ()
+    from gpudoc.checks import CATALOGUE
+
     groups = [getattr(check, "group", None) for check in CATALOGUE]
     ids = [getattr(check, "id", None) for check in CATALOGUE]
     return tuple(dict.fromkeys(str(x) for x in [*groups, *ids] if x))

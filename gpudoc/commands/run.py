@@ -123,10 +123,8 @@ def resolve_command(profile, command: Sequence[str], *, cwd: Path, environ: Mapp
 
 
 def _alloc_env_name(python: str | None) -> str | None:
-    try:
-        from gpudoc.facts.torch_probe import alloc_env_name
-    except ImportError:
-        return None
+    from gpudoc.facts.torch_probe import alloc_env_name
+
     return alloc_env_name(python)
 
 
@@ -174,24 +172,22 @@ def _print_dry_run(resolved, console: Console, *, as_json: bool) -> None:
 
 def _gate(profile, python, child_env, store, console: Console, *, force: bool, nvml_backend: Any = None):
     from gpudoc.checks import run_checks
+    from gpudoc.commands.check import job_estimate
     from gpudoc.facts.gather import gather_facts
     from gpudoc.findings import Severity
 
     facts = gather_facts(python=python, runs=store, environ=child_env, nvml_backend=nvml_backend)
     alloc = _alloc_env_name(python)
+    # The same figure `gpudoc check` uses, so the gate and the doctor never disagree.
     findings = run_checks(facts, profile, runs=store, alloc_env_name=alloc,
-                          profile_label=getattr(profile, "name", None))
+                          profile_label=getattr(profile, "name", None),
+                          estimate=job_estimate(profile, facts, store))
     failed = [f for f in findings if f.severity is Severity.FAIL]
     shown = [f for f in findings if f.severity in (Severity.FAIL, Severity.WARN, Severity.ERROR)]
     if shown:
-        err = Console(out=console.err, err=console.err, colour=console.colour)
-        try:
-            from gpudoc.render.findings_text import render_findings
+        from gpudoc.render.findings_text import render_findings
 
-            render_findings(shown, err)
-        except ImportError:
-            for f in shown:
-                err.print(f"  {f.severity.value.upper():5} {f.id}: {f.title}" + (f"\n        fix: {f.remedy}" if f.remedy else ""))
+        render_findings(shown, Console(out=console.err, err=console.err, colour=console.colour))
         console.err.flush()
     if failed and not force:
         raise LaunchError(f"pre-flight checks failed ({', '.join(f.id for f in failed)}): not launching "
@@ -413,16 +409,9 @@ def node_rank(identity, argv: Sequence[str], environ: Mapping[str, str]) -> int 
     return None
 
 
-class _NoScanner:
-    def feed(self, data: bytes) -> list:
-        return []
-
-
 def _scanner():
-    try:
-        from gpudoc.diagnose.stream import SignatureScanner
-    except ImportError:
-        return _NoScanner()
+    from gpudoc.diagnose.stream import SignatureScanner
+
     return SignatureScanner()
 
 
@@ -477,10 +466,8 @@ def _diagnose(log_path: Path, exit_code: int | None, watch: _Watch, pids) -> dic
         # No failure by definition (SPEC: cause ok). An OOM the job caught and survived (an
         # automatic batch-size finder) is not a failure of the run either.
         return _ok_diagnosis()
-    try:
-        from gpudoc.diagnose import diagnose_text
-    except ImportError:
-        return None
+    from gpudoc.diagnose import diagnose_text
+
     text = read_tail(log_path, TAIL_BYTES)
     missing = [line for line in watch.event_lines if line and line not in text]
     if missing:
@@ -600,10 +587,8 @@ def _describe_rung(rung) -> str:
 
 
 def _next_attempt(record, profile, options: RunOptions, store, cwd: Path):
-    try:
-        from gpudoc.ladder.retry import next_attempt
-    except ImportError:
-        return None, None
+    from gpudoc.ladder.retry import next_attempt
+
     allow = options.allow_semantic or profile.allow_semantic
     return _refusing(lambda: next_attempt(record, profile, allow_semantic=allow, store=store, cwd=cwd))
 

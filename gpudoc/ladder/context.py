@@ -176,11 +176,9 @@ class Savings:
         return getattr(changed, "peak_bytes", None) if changed is not None else None
 
 
-def _default_estimator() -> Callable[..., Any] | None:
-    try:
-        from gpudoc.estimate import estimate
-    except ImportError:  # the estimator is optional: the ladder falls back to its order
-        return None
+def _default_estimator() -> Callable[..., Any]:
+    from gpudoc.estimate import estimate
+
     return estimate
 
 

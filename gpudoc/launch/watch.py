@@ -23,10 +23,8 @@ Reader = Callable[[], tuple]  # () -> (driver, cuda_driver, nvml_version, gpus, 
 def nvml_reader(backend=None) -> Reader | None:
     """A reader over one NVML session kept open for the whole run (the sampler closes it);
     None when NVML cannot be used."""
-    try:
-        from gpudoc.facts.nvml import Session
-    except ImportError:
-        return None
+    from gpudoc.facts.nvml import Session
+
     return Session.open(backend)
 
 

@@ -191,3 +191,33 @@ print(err.getvalue())
     assert done.stdout.startswith("launched\n")
     assert "Nothing of yours holds memory on GPU 0." in done.stdout
     assert done.stdout.count("not touched: GPU 0: PID") == 2  # the capture's two processes
+
+
+def test_the_gate_weighs_the_memory_estimate_like_gpudoc_check(isolated_home):
+    # A 7B full fine-tune cannot fit the real T4 capture's 15 GiB card: the gate must refuse
+    # on the estimate even though [gpu] min_free_gib alone is met.
+    (isolated_home / "gpudoc.toml").write_text(
+        "[gpu]\nmin_free_gib = 1\n[train]\nmicro_batch_size = 1\nmax_seq_len = 512\nprecision = \"bf16\"\n"
+        "[model]\nparams = 6.7e9\nlayers = 32\nhidden = 4096\nheads = 32\nffn = 11008\nvocab = 32000\n")
+    code = """
+import io, sys
+from gpudoc.commands.run import RunOptions, run
+from gpudoc.errors import GpudocError
+from gpudoc.output import Console
+from tests.facts.fake_nvml import FakeNvml
+from tests.conftest import NVIDIA_SMI
+backend = FakeNvml.from_snapshot(NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__tesla-t4.xml")
+err = io.StringIO()
+try:
+    run(RunOptions(command=[sys.executable, "-c", "print('launched')"]), console=Console(out=sys.stdout, err=err),
+        nvml_backend=backend)
+except GpudocError as exc:
+    print("REFUSED", exc.exit_status, exc)
+print(err.getvalue())
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=isolated_home, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "REFUSED 125" in done.stdout, done.stdout + done.stderr
+    assert "launched" not in done.stdout
+    assert "gpu.free-memory" in done.stdout
+    assert "gpudoc estimate" in done.stdout  # the figure's source is named
