@@ -326,36 +326,42 @@ def nanogpt_accum(knobs: Mapping[str, Any], world_size: int) -> int:
     return int(knobs["gradient_accumulation_steps"]) * max(1, world_size)
 
 
-def nanogpt(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:
-    res = PresetResult()
-    name = "nanogpt"
-    # nanoGPT's configurator accepts only ``--key=value``; ``--key value`` would be read as a config file.
+def nanogpt_settings(knobs: Mapping[str, Any], world_size: int,
+                     res: PresetResult) -> list[tuple[str, Any, str]]:
+    """nanoGPT's config keys for the knobs, as (key, value, knob), whether they go on the command
+    line (``--key=value``) or into a config ``.py``; what nanoGPT cannot take goes into ``res``."""
+    settings: list[tuple[str, Any, str]] = []
     if "micro_batch_size" in knobs:
-        ed.set_value(("--batch_size",), str(knobs["micro_batch_size"]), eq_only=True, append_form="eq")
-        res.expressed.add("micro_batch_size")
+        settings.append(("batch_size", int(knobs["micro_batch_size"]), "micro_batch_size"))
     if "gradient_accumulation_steps" in knobs:
-        total = nanogpt_accum(knobs, ctx.world_size)
-        ed.set_value(("--gradient_accumulation_steps",), str(total), eq_only=True, append_form="eq")
-        res.expressed.add("gradient_accumulation_steps")
-        if ctx.world_size > 1:
-            res.notes.append(f"nanoGPT divides --gradient_accumulation_steps by the world size: passed "
-                             f"{knobs['gradient_accumulation_steps']} x {ctx.world_size} = {total}")
+        total = nanogpt_accum(knobs, world_size)
+        settings.append(("gradient_accumulation_steps", total, "gradient_accumulation_steps"))
+        if world_size > 1:
+            res.notes.append(f"nanoGPT divides gradient_accumulation_steps by the world size: passed "
+                             f"{knobs['gradient_accumulation_steps']} x {world_size} = {total}")
     if "max_seq_len" in knobs:
-        ed.set_value(("--block_size",), str(knobs["max_seq_len"]), eq_only=True, append_form="eq")
-        res.expressed.add("max_seq_len")
+        settings.append(("block_size", int(knobs["max_seq_len"]), "max_seq_len"))
     prec = knobs.get("precision")
     if prec is not None:
         if prec in NANOGPT_DTYPE:
-            ed.set_value(("--dtype",), NANOGPT_DTYPE[prec], eq_only=True, append_form="eq")
-            res.expressed.add("precision")
+            settings.append(("dtype", NANOGPT_DTYPE[prec], "precision"))
         else:
-            res.cannot["precision"] = f"{name}: --dtype is autocast (mixed) only; '{prec}' has no setting"
+            res.cannot["precision"] = f"nanogpt: dtype is autocast (mixed) only; '{prec}' has no setting"
     for knob in ("gradient_checkpointing", "zero_stage", "offload_optimizer", "offload_params", "lora_rank"):
         if knob in knobs:
             if is_neutral(knob, knobs[knob]):
                 res.expressed.add(knob)
             else:
-                res.cannot[knob] = f"{name}: train.py has no setting for {knob}"
+                res.cannot[knob] = f"nanogpt: train.py has no setting for {knob}"
+    return settings
+
+
+def nanogpt(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:
+    res = PresetResult()
+    for key, value, knob in nanogpt_settings(knobs, ctx.world_size, res):
+        # nanoGPT's configurator accepts only ``--key=value``; ``--key value`` would be read as a config file.
+        ed.set_value((f"--{key}",), str(value), eq_only=True, append_form="eq")
+        res.expressed.add(knob)
     return res
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from gpudoc.bind.args import NANOGPT_DTYPE, PresetResult, nanogpt_accum
+from gpudoc.bind.args import PresetResult, nanogpt_settings
 from gpudoc.bind.values import is_neutral
 
 MISSING = object()
@@ -437,25 +437,8 @@ def nemo_read(data: Any) -> dict[str, Any]:
 # -- nanoGPT Python config ------------------------------------------------------------------------
 def nanogpt_write(data: Any, ctx: FileContext) -> FileResult:
     res = FileResult()
-    k = ctx.knobs
-    if "micro_batch_size" in k:
-        res.set(("batch_size",), int(k["micro_batch_size"]), "micro_batch_size")
-    if "gradient_accumulation_steps" in k:
-        res.set(("gradient_accumulation_steps",), nanogpt_accum(k, ctx.world_size), "gradient_accumulation_steps")
-    if "max_seq_len" in k:
-        res.set(("block_size",), int(k["max_seq_len"]), "max_seq_len")
-    prec = k.get("precision")
-    if prec is not None:
-        if prec in NANOGPT_DTYPE:
-            res.set(("dtype",), NANOGPT_DTYPE[prec], "precision")
-        else:
-            res.cannot["precision"] = f"nanogpt: dtype is autocast (mixed) only; '{prec}' has no setting"
-    for knob in ("gradient_checkpointing", "zero_stage", "offload_optimizer", "offload_params", "lora_rank"):
-        if knob in k:
-            if is_neutral(knob, k[knob]):
-                res.expressed.add(knob)
-            else:
-                res.cannot[knob] = f"nanogpt: train.py has no setting for {knob}"
+    for key, value, knob in nanogpt_settings(ctx.knobs, ctx.world_size, res):
+        res.set((key,), value, knob)
     return res
 
 
