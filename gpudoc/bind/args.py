@@ -132,6 +132,16 @@ class PresetResult:
     conflicts: list[str] = field(default_factory=list)
     deepspeed_files: list[str] = field(default_factory=list)
 
+    def unsupported(self, knobs: Mapping[str, Any], names, why: Callable[[str], str]) -> None:
+        """Knobs this preset has no setting for: fine at their neutral value (there is nothing to
+        change), an error before launch otherwise (SPEC: never a silent no-op)."""
+        for knob in names:
+            if knob in knobs:
+                if is_neutral(knob, knobs[knob]):
+                    self.expressed.add(knob)
+                else:
+                    self.cannot[knob] = why(knob)
+
 
 @dataclass
 class ArgContext:
@@ -258,12 +268,8 @@ def lightning(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     else:
         if strategy and any((o.value or "").startswith("deepspeed") for o in strategy):
             ed.set_value(("--trainer.strategy",), "ddp")
-        for knob in ("zero_stage", "offload_optimizer", "offload_params"):
-            if knob in knobs:
-                if is_neutral(knob, knobs[knob]):
-                    res.expressed.add(knob)
-                else:
-                    res.cannot[knob] = f"{name}: CPU offload goes through a DeepSpeed strategy; set zero_stage >= 2"
+        res.unsupported(knobs, ("zero_stage", "offload_optimizer", "offload_params"),
+                        lambda knob: f"{name}: CPU offload goes through a DeepSpeed strategy; set zero_stage >= 2")
     _optional_flag(ed, knobs, res, name, "max_seq_len",
                    ("--data.max_seq_len", "--data.max_length", "--data.seq_len", "--data.block_size",
                     "--data.init_args.max_seq_len", "--model.max_seq_len"))
@@ -307,13 +313,9 @@ def torchtune(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
         if knobs["offload_params"] or any(t.startswith("fsdp_cpu_offload=") for t in ed.tokens):
             ed.set_kv("fsdp_cpu_offload", str(bool(knobs["offload_params"])))
         res.expressed.add("offload_params")
-    for knob, why in (("zero_stage", "torchtune shards with FSDP, not DeepSpeed ZeRO"),
-                      ("offload_optimizer", "torchtune has no optimizer-state CPU offload override")):
-        if knob in knobs:
-            if is_neutral(knob, knobs[knob]):
-                res.expressed.add(knob)
-            else:
-                res.cannot[knob] = f"{name}: {why}"
+    reasons = {"zero_stage": "torchtune shards with FSDP, not DeepSpeed ZeRO",
+               "offload_optimizer": "torchtune has no optimizer-state CPU offload override"}
+    res.unsupported(knobs, reasons, lambda knob: f"{name}: {reasons[knob]}")
     return res
 
 
@@ -347,12 +349,8 @@ def nanogpt_settings(knobs: Mapping[str, Any], world_size: int,
             settings.append(("dtype", NANOGPT_DTYPE[prec], "precision"))
         else:
             res.cannot["precision"] = f"nanogpt: dtype is autocast (mixed) only; '{prec}' has no setting"
-    for knob in ("gradient_checkpointing", "zero_stage", "offload_optimizer", "offload_params", "lora_rank"):
-        if knob in knobs:
-            if is_neutral(knob, knobs[knob]):
-                res.expressed.add(knob)
-            else:
-                res.cannot[knob] = f"nanogpt: train.py has no setting for {knob}"
+    res.unsupported(knobs, ("gradient_checkpointing", "zero_stage", "offload_optimizer", "offload_params", "lora_rank"),
+                    lambda knob: f"nanogpt: train.py has no setting for {knob}")
     return settings
 
 

@@ -174,12 +174,8 @@ def _follow_deepspeed(res: FileResult, data: Any, ctx: FileContext, tool: str) -
     if isinstance(path, str) and path:
         res.follow.append((path, "deepspeed", True))
         return
-    for knob in ("zero_stage", "offload_optimizer", "offload_params"):
-        if knob in ctx.knobs:
-            if is_neutral(knob, ctx.knobs[knob]):
-                res.expressed.add(knob)
-            else:
-                res.cannot[knob] = f"{tool} ({ctx.name}): {knob} goes through the DeepSpeed JSON named by 'deepspeed:', which is not set"
+    res.unsupported(ctx.knobs, ("zero_stage", "offload_optimizer", "offload_params"), lambda knob: (
+        f"{tool} ({ctx.name}): {knob} goes through the DeepSpeed JSON named by 'deepspeed:', which is not set"))
 
 
 def _lora(res: FileResult, data: Any, ctx: FileContext, key: str) -> None:
@@ -305,12 +301,8 @@ def torchtune_write(data: Any, ctx: FileContext) -> FileResult:
         if k["offload_params"] or get(data, ("fsdp_cpu_offload",)) is not MISSING:
             res.set(("fsdp_cpu_offload",), bool(k["offload_params"]), "offload_params")
         res.expressed.add("offload_params")
-    for knob in ("zero_stage", "offload_optimizer"):
-        if knob in k:
-            if is_neutral(knob, k[knob]):
-                res.expressed.add(knob)
-            else:
-                res.cannot[knob] = f"torchtune: no setting for {knob} (FSDP, not DeepSpeed)"
+    res.unsupported(k, ("zero_stage", "offload_optimizer"),
+                    lambda knob: f"torchtune: no setting for {knob} (FSDP, not DeepSpeed)")
     return res
 
 
@@ -419,12 +411,8 @@ def nemo_write(data: Any, ctx: FileContext) -> FileResult:
         if gran == "full":
             res.set(("model", "activations_checkpoint_method"), "uniform", "gradient_checkpointing")
             res.set(("model", "activations_checkpoint_num_layers"), 1, "gradient_checkpointing")
-    for knob in ("zero_stage", "offload_optimizer", "offload_params", "lora_rank"):
-        if knob in k:
-            if is_neutral(knob, k[knob]):
-                res.expressed.add(knob)
-            else:
-                res.cannot[knob] = f"nemo ({ctx.name}): no setting for {knob} in this preset"
+    res.unsupported(k, ("zero_stage", "offload_optimizer", "offload_params", "lora_rank"),
+                    lambda knob: f"nemo ({ctx.name}): no setting for {knob} in this preset")
     return res
 
 
