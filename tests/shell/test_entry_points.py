@@ -100,3 +100,32 @@ def test_an_install_puts_scripts_and_profiles_where_the_shells_look(fresh_clone,
     [names] = bash_complete(["gpudoc profile show "], cwd=work, env=env)
     assert set(names) == shipped
     assert BASH_SCRIPT.is_file()
+
+
+def _venv_standing_in_for_bin_test(tmp_path: Path) -> Path:
+    """A venv directory whose python is this interpreter (pytest and gpudoc's deps already there),
+    stamped as installed so bin/test goes straight to pytest."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    stamp = venv / ".gpudoc-test-installed"
+    stamp.touch()
+    later = (REPO / "pyproject.toml").stat().st_mtime + 10
+    os.utime(stamp, (later, later))
+    return venv
+
+
+def test_bin_test_fails_loudly_when_pytest_collects_nothing(tmp_path):
+    venv = _venv_standing_in_for_bin_test(tmp_path)
+    env = {**os.environ, "GPUDOC_VENV": str(venv)}
+    done = subprocess.run([str(REPO / "bin" / "test"), "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "collected no tests" in done.stderr
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert "./bin/test" in readme and "./bin/gpudoc check" in readme
+    assert [line for line in ci.splitlines() if line and not line.startswith("#")][-1] == "exec ./bin/test"
