@@ -22,7 +22,7 @@ P2000 = "telegraf__plugins__inputs__nvidia_smi__testdata__quadro-p2000-v12.xml"
 
 HOST = HostFacts(hostname="box", user="me", uid=1000, cpu_count=16, ram_total_bytes=64 * GIB,
                  ram_available_bytes=48 * GIB, shm_total_bytes=32 * GIB, shm_free_bytes=32 * GIB,
-                 runs_dir="/work/.gpudoc/runs", runs_dir_free_bytes=200 * GIB, in_container=False)
+                 runs_dir="/home/ada/project/.gpudoc/runs", runs_dir_free_bytes=200 * GIB, in_container=False)
 
 
 def snap(*names: str, env: dict | None = None, host: HostFacts | None = None, live: bool = False) -> Facts:
