@@ -253,7 +253,13 @@ def plan_bindings(profile, command: list[str], *, cwd: Path) -> BindPlan:
         notes.extend(res.notes)
         conflicts.extend(res.conflicts)
     if results:
-        _require_expressed(profile, knobs, results, explicit | _placeholder_knobs(list(command)))
+        # Knobs the user says the job reads from GPUDOC_<KNOB> reach it through the environment.
+        via_env = set(bind.get("via_env", ())) if profile.bind_env else set()
+        for knob in sorted(via_env - set(knobs)):
+            close = difflib.get_close_matches(knob, list(knobs), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ProfileError(f"{profile.path}: bind.via_env: '{knob}' is not a knob in [train]{hint}")
+        _require_expressed(profile, knobs, results, explicit | via_env | _placeholder_knobs(list(command)))
 
     edits = [e for e in (st.edit() for st in files.values()) if e is not None]
     return BindPlan(argv, env, edits, _dedupe(conflicts), _dedupe(notes))
@@ -384,7 +390,8 @@ def _require_expressed(profile, knobs: Mapping[str, Any], results: list[tuple[st
     if problems:
         where = f"{profile.path}: " if getattr(profile, "path", None) else ""
         raise ProfileError(f"{where}[bind] cannot pass " + "; ".join(problems) +
-                           ". Bind it another way ([bind.files], a {knob} placeholder) or remove it from [train]")
+                           ". Bind it another way ([bind.files], a {knob} placeholder, or [bind] via_env = [\"<knob>\"] when "
+                           "the job reads GPUDOC_<KNOB> itself) or remove it from [train]")
 
 
 # -- applying --------------------------------------------------------------------------------------

@@ -209,6 +209,12 @@ def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
             stage = value.get("zero_stage")
             if isinstance(stage, int) and not 0 <= stage <= 3:
                 fail("train", "zero_stage", f"expected 0..3, got {stage}")
+        if table == "bind":
+            via_env = value.get("via_env", [])
+            if not all(isinstance(k, str) for k in via_env):
+                fail("bind", "via_env", "expected an array of knob names")
+            if via_env and value.get("env") is False:
+                fail("bind", "via_env", "needs env = true: the job reads these knobs from GPUDOC_<KNOB>")
         if table == "ladder":
             tu = value.get("target_utilization")
             if tu is not None and not 0 < tu <= 1:

@@ -62,6 +62,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "env": BOOL,
         "args": STR,
         "files": (dict,),
+        "via_env": (list,),  # knobs the job reads from GPUDOC_<KNOB> itself, beside the presets
     },
     "ladder": {
         "allow_semantic": BOOL,

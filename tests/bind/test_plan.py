@@ -220,3 +220,25 @@ def test_file_changed_since_planning_is_refused(tmp_path):
         apply_file_edits(plan)
     assert (tmp_path / "cfg.yaml").read_text() == "bs: 16\n"
     assert not (tmp_path / "ds.json.gpudoc.bak").exists()
+
+
+# -- knobs the job reads from the environment beside a preset ---------------------------------------
+def test_a_knob_no_preset_can_pass_is_refused_with_the_way_out(tmp_path):
+    p = profile(train={"micro_batch_size": 2, "zero_stage": 2}, bind={"args": "hf-trainer"})
+    with pytest.raises(ProfileError) as info:
+        plan_bindings(p, ["python", "train.py"], cwd=tmp_path)
+    assert "zero_stage = 2" in str(info.value) and "via_env" in str(info.value)
+
+
+def test_via_env_knobs_reach_the_job_through_gpudoc_variables(tmp_path):
+    p = profile(train={"micro_batch_size": 2, "zero_stage": 2}, bind={"args": "hf-trainer", "via_env": ["zero_stage"]})
+    plan = plan_bindings(p, ["python", "train.py"], cwd=tmp_path)
+    assert plan.env["GPUDOC_ZERO_STAGE"] == "2"
+    assert plan.argv == ["python", "train.py", "--per_device_train_batch_size", "2"]
+
+
+def test_via_env_names_only_declared_knobs(tmp_path):
+    p = profile(train={"micro_batch_size": 2, "zero_stage": 2}, bind={"args": "hf-trainer", "via_env": ["zero_stag"]})
+    with pytest.raises(ProfileError, match="bind.via_env: 'zero_stag' is not a knob in \\[train\\] "
+                                           "\\(did you mean 'zero_stage'\\?\\)"):
+        plan_bindings(p, ["python", "train.py"], cwd=tmp_path)

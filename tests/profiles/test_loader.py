@@ -200,3 +200,10 @@ def test_extends_cycle_is_reported(isolated_home):
 def test_extends_unknown_parent(isolated_home):
     path = write(isolated_home / "p.toml", 'extends = "gpu-42gb"\n')
     expect_error(path, "extends = 'gpu-42gb'", "unknown profile")
+
+
+def test_bind_via_env_needs_the_environment_binding(isolated_home):
+    path = write(isolated_home / "p.toml", '[train]\nzero_stage = 2\n[bind]\nenv = false\nvia_env = ["zero_stage"]\n')
+    expect_error(path, "bind.via_env", "needs env = true")
+    path = write(isolated_home / "q.toml", '[bind]\nvia_env = [2]\n')
+    expect_error(path, "bind.via_env", "array of knob names")
