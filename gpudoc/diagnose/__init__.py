@@ -236,15 +236,22 @@ def _summary_block_rank(lines: list[Line], i: int) -> tuple[int | None, str | No
         rank = int(m.group(1))
     for j in range(i - 1, max(-1, i - 5), -1):
         t = lines[j].text
-        if rank is None:
-            m = _SUMMARY_RANK.search(t)
-            if m:
-                rank = int(m.group(1))
-        h = _SUMMARY_HOST.match(t)
-        if h and host is None:
-            host = h.group(1)
+        rank, host = _rank_and_host(t, rank, host)
         if re.match(r"^\[\d+\]:\s*$", t):  # start of this entry
             break
+    return rank, host
+
+
+def _rank_and_host(text: str, rank: int | None, host: str | None) -> tuple[int | None, str | None]:
+    """The first ``rank :`` and ``host :`` values of a torchrun summary, one line at a time."""
+    if rank is None:
+        m = _SUMMARY_RANK.search(text)
+        if m:
+            rank = int(m.group(1))
+    if host is None:
+        h = _SUMMARY_HOST.match(text)
+        if h:
+            host = h.group(1)
     return rank, host
 
 
@@ -252,14 +259,8 @@ def _torchrun_root_cause(lines: list[Line]) -> tuple[int | None, str | None]:
     for i, line in enumerate(lines):
         if line.text.startswith("Root Cause"):
             rank = host = None
-            for t in (ln.text for ln in lines[i + 1:i + 12]):
-                if rank is None:
-                    m = _SUMMARY_RANK.search(t)
-                    if m:
-                        rank = int(m.group(1))
-                h = _SUMMARY_HOST.match(t)
-                if h and host is None:
-                    host = h.group(1)
+            for ln in lines[i + 1:i + 12]:
+                rank, host = _rank_and_host(ln.text, rank, host)
             return rank, host
     return None, None
 
