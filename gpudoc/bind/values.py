@@ -26,10 +26,6 @@ LADDER_KNOBS = (
     "lora_rank",
 )
 
-# Knobs that describe the job for `estimate` and are passed on where a preset has a natural
-# place for them; elsewhere they stay descriptive (a note, not an error).
-DESCRIPTIVE_KNOBS = ("optimizer", "quantization", "attention", "fsdp", "global_batch_size")
-
 # Values that need no flag at all: the frameworks' own defaults.
 NEUTRAL = {
     "gradient_checkpointing": (False,),

@@ -61,13 +61,6 @@ CATALOGUE: tuple[Check, ...] = (
 IDS = tuple(c.id for c in CATALOGUE)
 
 
-def by_id(check_id: str) -> Check:
-    for check in CATALOGUE:
-        if check.id == check_id:
-            return check
-    raise KeyError(check_id)
-
-
 def select(only: Iterable[str] = (), skip: Iterable[str] = ()) -> list[Check]:
     """The checks to run. ``only``/``skip`` take ids or group names (``env``); unknown ones are a
     usage error with a did-you-mean."""

@@ -91,7 +91,6 @@ class TrainSetup:
     loss_upcast: bool = True
     optimizer_in_backward: bool = False
     expandable_segments: bool = False
-    micro_batch_defaulted: bool = False
 
     @property
     def sharding_stage(self) -> int:
@@ -375,8 +374,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
     if not seq:
         raise _missing("train", "max_seq_len")
     mbs = train.get("micro_batch_size")
-    defaulted = mbs is None
-    if defaulted:
+    if mbs is None:
         notes.append("[train] micro_batch_size not set: estimated for 1")
     precision = _choice("train", "precision", train.get("precision"), _PRECISIONS, "fp32")
     env = {k: str(v) for k, v in (getattr(profile, "env", {}) or {}).items()}
@@ -405,7 +403,6 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         loss_upcast=bool(train.get("loss_upcast", True)),
         optimizer_in_backward=bool(train.get("optimizer_in_backward", False)),
         expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
-        micro_batch_defaulted=defaulted,
     )
 
 

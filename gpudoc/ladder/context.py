@@ -309,10 +309,6 @@ def shortfall(diagnosis: Mapping, savings: Savings | None, capacity: int | None,
     return None, None
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def nice_seq_len(old: int) -> int:
     new = int(math.floor(old * 3 / 4))
     if old >= 64 and old % 8 == 0:
