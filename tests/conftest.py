@@ -21,6 +21,9 @@ CONFIGS = FIXTURES / "real" / "configs"
 ERRORS_CORPUS = FIXTURES / "errors" / "corpus.jsonl"
 MEMORY_CASES = FIXTURES / "memory" / "cases.jsonl"
 SEEDS = FIXTURES / "seeds"
+# The interpreter running the tests is the project's venv (bin/test): its bin/ holds the programs
+# the tests drive. Not resolved through symlinks: a venv's python links to the base interpreter.
+VENV_BIN = str(Path(sys.executable).parent)
 
 
 @pytest.fixture(autouse=True)
@@ -32,6 +35,9 @@ def isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("GPUDOC_HOME", raising=False)
     monkeypatch.delenv("GPUDOC_PROFILE", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
+    # `python`, `torchrun` and `gpudoc` are the project venv's, never whatever a global
+    # interpreter happens to hold (a fresh machine has none of them).
+    monkeypatch.setenv("PATH", VENV_BIN + os.pathsep + os.environ.get("PATH", os.defpath))
     monkeypatch.chdir(work)
     home.chmod(0o500)  # any write into $HOME fails loudly
     yield work

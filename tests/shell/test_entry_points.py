@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -75,9 +76,11 @@ def test_bin_gpudoc_works_from_a_fresh_clone(fresh_clone, tmp_path):
 def test_an_install_puts_scripts_and_profiles_where_the_shells_look(fresh_clone, tmp_path):
     env = clean_env(tmp_path)
     prefix = tmp_path / "venv"
-    # System site-packages provide the dependencies; gpudoc itself is installed (not editable).
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(prefix)],
-                   check=True, env=env, timeout=120)
+    # gpudoc itself is installed (not editable); its dependencies come from the test venv through
+    # a .pth line (the global interpreter of a fresh machine has none of them).
+    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True, env=env, timeout=120)
+    [site] = (prefix / "lib").glob("python*/site-packages")
+    (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     install = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet",
                               "--no-deps", str(fresh_clone)], env=env, capture_output=True,
                              text=True, timeout=600)
