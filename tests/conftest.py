@@ -57,3 +57,18 @@ def gpudoc_cli(*args: str, cwd: Path | None = None, env: dict | None = None, inp
         text=True,
         timeout=timeout,
     )
+
+
+def captured_workspace(cwd: Path | None = None, *, environ: dict | None = None, stdin: str = "",
+                       nvml_backend: object = None, cls: type | None = None):
+    """A Workspace for calling a command in-process: its console writes into StringIO buffers
+    (``ws.console.out.getvalue()``), stdin is the given text, the environment is this test's
+    (plus ``environ``), NVML is the given fake backend."""
+    import io
+
+    from gpudoc.output import Console
+    from gpudoc.workspace import Workspace
+
+    console = Console(out=io.StringIO(), err=io.StringIO(), colour=False)
+    return (cls or Workspace)(cwd=Path(cwd or Path.cwd()), environ={**os.environ, **(environ or {})},
+                              console=console, stdin=io.StringIO(stdin), nvml_backend=nvml_backend)

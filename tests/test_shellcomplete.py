@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import subprocess
 import sys
 from pathlib import Path
@@ -34,14 +36,14 @@ def test_profile_names_match_the_loader(isolated_home, tmp_path, monkeypatch):
 
 
 def test_run_ids_match_the_store(isolated_home, tmp_path, monkeypatch):
-    store = RunStore()
+    store = RunStore.locate(isolated_home, os.environ)
     for run_id in ("20260101-000000-aaaaaa", "20260101-000001-bbbbbb"):
         store.create(RunRecord(id=run_id, command=["true"], cwd=str(isolated_home)))
     (store.root / "20260101-000002-cccccc").mkdir()
     assert shellcomplete.run_ids() == store.ids() == ["20260101-000000-aaaaaa",
                                                       "20260101-000001-bbbbbb"]
     monkeypatch.setenv("GPUDOC_HOME", str(tmp_path / "home"))
-    assert shellcomplete.run_ids() == RunStore().ids() == []
+    assert shellcomplete.run_ids() == RunStore.locate(isolated_home, os.environ).ids() == []
 
 
 def test_imports_nothing_heavy(isolated_home):

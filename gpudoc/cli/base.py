@@ -5,7 +5,9 @@ from __future__ import annotations
 from plumbum import cli
 from plumbum.cli.application import ShowCompletion, ShowHelp, ShowHelpAll, ShowVersion
 
+from gpudoc.cli import context
 from gpudoc.errors import UsageError
+from gpudoc.workspace import Workspace
 
 _META = (ShowHelp, ShowHelpAll, ShowVersion, ShowCompletion)
 
@@ -45,6 +47,11 @@ class Command(cli.Application):
             if isinstance(exc, _META):
                 raise
             raise UsageError(f"{self.PROGNAME}: {exc}") from None
+
+    @property
+    def workspace(self) -> Workspace:
+        """The one workspace of this invocation (built in ``gpudoc.cli.main``)."""
+        return context.current()
 
     @cli.switch(["-h", "--help"], overridable=True, group="Meta-switches")
     def help(self) -> None:

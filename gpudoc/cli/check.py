@@ -35,10 +35,9 @@ gpudoc check --snapshot nvidia-smi-q.xml --snapshot apps.csv --json
         if args:
             raise UsageError(f"gpudoc check: unexpected argument '{args[0]}'")
         from gpudoc.commands.check import check
-        from gpudoc.output import Console
 
         return check(
-            Console(),
+            self.workspace,
             profile_name=self.profile,
             as_json=self.json,
             strict=self.strict,

@@ -26,6 +26,7 @@ gpudoc clean --gpus 0 --yes
         if args:
             raise UsageError(f"gpudoc clean: unexpected argument '{args[0]}'")
         from gpudoc.commands.clean import clean
-        from gpudoc.output import Console
 
-        return clean(Console(), gpus=self.gpus, yes=self.yes, dry_run=self.dry_run, as_json=self.json)
+        ws = self.workspace
+        return clean(ws.console, gpus=self.gpus, yes=self.yes, dry_run=self.dry_run, as_json=self.json,
+                     runs=ws.store, gather=ws.gather, stdin=ws.stdin)

@@ -29,10 +29,9 @@ gpudoc estimate -p qwen2.5-7b-lora-24gb --micro-batch-size 4 --json
         if args:
             raise UsageError(f"gpudoc estimate: unexpected argument '{args[0]}'")
         from gpudoc.commands.estimate import estimate_command
-        from gpudoc.output import Console
 
         return estimate_command(
-            Console(),
+            self.workspace,
             profile_name=self.profile,
             as_json=self.json,
             gpu_memory_gib=self.gpu_memory,

@@ -35,10 +35,9 @@ gpudoc fix --log train.log -p gpudoc.toml --apply
 
     def main(self, *targets: str) -> int:
         from gpudoc.commands.fix import fix
-        from gpudoc.output import default_console
 
         return fix(
-            default_console(),
+            self.workspace,
             targets=tuple("-" if t == _STDIN else t for t in targets),
             logs=tuple("-" if log == _STDIN else log for log in self.logs),
             profile_name=self.profile,

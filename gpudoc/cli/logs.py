@@ -19,6 +19,5 @@ gpudoc logs 20250131-140509123-a1b2c3 | grep loss
 
     def main(self, run_id: str = None) -> int:  # noqa: RUF013 - plumbum reads the default
         from gpudoc.commands.logs import logs
-        from gpudoc.output import Console
 
-        return logs(Console(), run_id, follow=self.follow)
+        return logs(self.workspace, run_id, follow=self.follow)

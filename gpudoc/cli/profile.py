@@ -5,7 +5,6 @@ from __future__ import annotations
 from plumbum import cli
 
 from gpudoc.cli.base import Command
-from gpudoc.output import default_console
 
 
 class ProfileCommand(Command):
@@ -41,7 +40,7 @@ gpudoc profile list --json
     def main(self) -> int:
         from gpudoc.commands.profile import list_profiles
 
-        return list_profiles(default_console(), as_json=self.json)
+        return list_profiles(self.workspace, as_json=self.json)
 
 
 @ProfileCommand.subcommand("show")
@@ -57,7 +56,7 @@ gpudoc profile show ./gpudoc.toml --json
     def main(self, name: str) -> int:
         from gpudoc.commands.profile import show_profile
 
-        return show_profile(default_console(), name, as_json=self.json)
+        return show_profile(self.workspace, name, as_json=self.json)
 
 
 @ProfileCommand.subcommand("new")
@@ -75,4 +74,4 @@ gpudoc profile new my-box --from-gpu --snapshot nvidia-smi.xml
     def main(self, name: str) -> int:
         from gpudoc.commands.profile import new_profile
 
-        return new_profile(default_console(), name, from_gpu=self.from_gpu, snapshots=tuple(self.snapshots), force=self.force)
+        return new_profile(self.workspace, name, from_gpu=self.from_gpu, snapshots=tuple(self.snapshots), force=self.force)

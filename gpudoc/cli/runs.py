@@ -24,6 +24,5 @@ gpudoc runs --json --last 5
         if args:
             raise UsageError(f"gpudoc runs: unexpected argument '{args[0]}' (see `gpudoc logs RUN_ID`)")
         from gpudoc.commands.runs import runs
-        from gpudoc.output import Console
 
-        return runs(Console(), as_json=self.json, limit=self.last)
+        return runs(self.workspace, as_json=self.json, limit=self.last)

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
-from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from gpudoc.checks import CATALOGUE, run_checks, select
 from gpudoc.checks._common import has_profile, parse_gpu_list
-from gpudoc.errors import ExitStatus, GpudocError
-from gpudoc.facts.model import Facts
+from gpudoc.errors import ExitStatus
 from gpudoc.facts.torch_probe import installed_torch_version
 from gpudoc.findings import Finding, Severity
-from gpudoc.output import Console
 from gpudoc.profiles.model import Profile
+from gpudoc.workspace import Workspace
 
 
 def exit_status(findings: Iterable[Finding], *, strict: bool = False) -> int:
@@ -27,29 +26,15 @@ def exit_status(findings: Iterable[Finding], *, strict: bool = False) -> int:
     return ExitStatus.OK
 
 
-def target_python(python: str | None) -> str:
-    """The interpreter the job will run: ``--python``, else the ``python`` a shell would start."""
-    return python or shutil.which("python3") or shutil.which("python") or sys.executable
-
-
-def job_estimate(profile: Profile, facts: Facts, runs) -> object | None:
-    """The estimator's figure when the profile describes the model; None when it cannot say."""
-    if not has_profile(profile) or not profile.model:
-        return None
-    from gpudoc.estimate import estimate  # noqa: PLC0415 - only profiles with [model] pay for it
-
-    totals = [g.memory_total_bytes for g in facts.gpus if g.memory_total_bytes]
-    history = []
-    if runs is not None:
-        history = [r for r in runs.records() if (r.profile or {}).get("name") == profile.name]
-    try:
-        return estimate(profile, gpu_total_bytes=min(totals) if totals else None, history=history)
-    except GpudocError:
-        return None
+def target_python(python: str | None, environ: Mapping[str, str]) -> str:
+    """The interpreter the job will run: ``--python``, else the ``python3`` (or ``python``) a shell
+    with this environment would start, else gpudoc's own."""
+    path = environ.get("PATH", os.defpath)
+    return python or shutil.which("python3", path=path) or shutil.which("python", path=path) or sys.executable
 
 
 def check(
-    console: Console,
+    ws: Workspace,
     *,
     profile_name: str | None = None,
     as_json: bool = False,
@@ -61,10 +46,8 @@ def check(
     deep: bool = False,
     list_checks: bool = False,
     python: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    gather: Callable[..., Facts] | None = None,
-    runs=None,
 ) -> int:
+    console = ws.console
     from gpudoc.render.findings_text import render_catalogue, render_findings  # noqa: PLC0415
 
     if list_checks:
@@ -74,16 +57,9 @@ def check(
     select(only, skip)  # a typo in --only/--skip is a usage error before any slow work
     indexes = parse_gpu_list(gpus) if gpus else None
 
-    from gpudoc.profiles import load_profile  # noqa: PLC0415
-    from gpudoc.runs.store import RunStore  # noqa: PLC0415
-
-    profile = load_profile(profile_name)
-    runs = runs if runs is not None else RunStore()
-    python = target_python(python)
-    if gather is None:
-        from gpudoc.facts.gather import gather_facts as gather  # noqa: PLC0415
-    facts = gather(snapshot_files=[Path(s) for s in snapshots], deep=deep, python=python, runs=runs,
-                   environ=environ)
+    profile = ws.load_profile(profile_name)
+    python = target_python(python, ws.environ)
+    facts = ws.gather(snapshot_files=[ws.cwd / s for s in snapshots], deep=deep, python=python)
 
     torch_version = alloc_name = None
     if facts.torch is None and not facts.source.startswith("snapshot"):
@@ -92,8 +68,8 @@ def check(
         torch_version = installed_torch_version(python)
         alloc_name = alloc_env_name_for(torch_version) if torch_version else None
     findings = run_checks(
-        facts, profile, only=only, skip=skip, gpus=indexes, estimate=job_estimate(profile, facts, runs),
-        runs=runs, alloc_env_name=alloc_name, torch_version=torch_version,
+        facts, profile, only=only, skip=skip, gpus=indexes, estimate=ws.estimate(profile, facts),
+        runs=ws.store, alloc_env_name=alloc_name, torch_version=torch_version,
         profile_label=_label(profile),
     )
     status = exit_status(findings, strict=strict)

@@ -3,71 +3,44 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
 
 from gpudoc import __version__
 from gpudoc.errors import ExitStatus, ProfileError, UsageError
-from gpudoc.output import Console
 from gpudoc.units import GIB
+from gpudoc.workspace import Workspace
 
 
-def _detected_gpu_bytes(gather: Callable[..., Any] | None) -> tuple[int | None, str | None]:
+def _detected_gpu_bytes(ws: Workspace) -> tuple[int | None, str | None]:
     """The smallest visible GPU's capacity via the facts layer; (None, None) when none is visible."""
     try:
-        if gather is None:
-            from gpudoc.facts.gather import gather_facts as gather  # noqa: PLC0415 - NVML only when needed
-        facts = gather()
+        facts = ws.gather()
     except Exception:  # noqa: BLE001 - no driver, no NVML, no GPU: the estimate still stands
         return None, None
-    gpus = [g for g in getattr(facts, "gpus", ()) if getattr(g, "memory_total_bytes", None)]
+    gpus = [g for g in facts.gpus if g.memory_total_bytes]
     if not gpus:
         return None, None
-    smallest = min(gpus, key=lambda g: g.memory_total_bytes)
-    return int(smallest.memory_total_bytes), f"GPU {smallest.index} ({smallest.name or 'unknown'})"
-
-
-def _history(profile: Any, runs: Any) -> list:
-    """Run records of this profile: the same file when both know it, else the same name."""
-    from pathlib import Path  # noqa: PLC0415
-
-    if runs is None:
-        from gpudoc.runs.store import RunStore  # noqa: PLC0415
-
-        runs = RunStore()
-    mine = Path(profile.path).resolve() if getattr(profile, "path", None) else None
-    records = []
-    for record in runs.records():
-        recorded = record.profile or {}
-        theirs = recorded.get("path")
-        if mine is not None and theirs:
-            same = Path(theirs).resolve() == mine
-        else:
-            same = recorded.get("name") == profile.name
-        if same:
-            records.append(record)
-    return records
+    smallest = min(gpus, key=lambda g: g.memory_total_bytes or 0)
+    return int(smallest.memory_total_bytes or 0), f"GPU {smallest.index} ({smallest.name or 'unknown'})"
 
 
 def estimate_command(
-    console: Console,
+    ws: Workspace,
     *,
     profile_name: str | None = None,
     as_json: bool = False,
     gpu_memory_gib: float | None = None,
     micro_batch_size: int | None = None,
-    gather: Callable[..., Any] | None = None,
-    runs: Any = None,
 ) -> int:
     """Exit 0 with an estimate; 1 when the configuration does not fit the known GPU capacity."""
     from gpudoc.estimate import estimate  # noqa: PLC0415
     from gpudoc.estimate.render import render_estimate  # noqa: PLC0415
-    from gpudoc.profiles import load_profile  # noqa: PLC0415
+    console = ws.console
 
     if gpu_memory_gib is not None and gpu_memory_gib <= 0:
         raise UsageError(f"gpudoc estimate: --gpu-memory {gpu_memory_gib}: expected a positive size in GiB")
     if micro_batch_size is not None and micro_batch_size <= 0:
         raise UsageError(f"gpudoc estimate: --micro-batch-size {micro_batch_size}: expected a positive number")
-    profile = load_profile(profile_name)
+    profile = ws.load_profile(profile_name)
     if not profile.model:
         where = profile.path or "the profile"
         raise ProfileError(
@@ -84,9 +57,9 @@ def estimate_command(
     elif profile.gpu.get("memory_gib"):
         gpu_bytes, gpu_from = int(float(profile.gpu["memory_gib"]) * GIB), "[gpu] memory_gib"
     else:
-        gpu_bytes, gpu_from = _detected_gpu_bytes(gather)
+        gpu_bytes, gpu_from = _detected_gpu_bytes(ws)
 
-    result = estimate(profile, gpu_total_bytes=gpu_bytes, history=_history(profile, runs))
+    result = estimate(profile, gpu_total_bytes=gpu_bytes, history=ws.history(profile))
     fits = result.fits
     status = ExitStatus.NEGATIVE if fits is False else ExitStatus.OK
     if as_json:

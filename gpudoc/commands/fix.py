@@ -7,24 +7,31 @@ optionally write the first profile-changing rung and relaunch the recorded comma
 from __future__ import annotations
 
 import json
-import os
 import socket
-import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from gpudoc.commands.run_options import RunOptions, relaunch_switches
 from gpudoc.errors import ExitStatus, InputError, UsageError
 from gpudoc.ladder import suggest
 from gpudoc.ladder import upward_result
 from gpudoc.ladder.apply import apply_changes, target_path
 from gpudoc.ladder.explain import complete_diagnosis, explain, knob_diff_lines, saving_text
 from gpudoc.ladder.model import LadderResult, Suggestion
-from gpudoc.ladder.retry import job_python, job_torch_facts, profile_history, record_diagnosis
+from gpudoc.ladder.retry import job_python, job_torch_facts, record_diagnosis
 from gpudoc.output import Console
 from gpudoc.profiles.loader import load_profile, load_profile_file
 from gpudoc.profiles.model import Profile
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RunStore
 from gpudoc.units import format_bytes
+from gpudoc.workspace import Workspace
+
+if TYPE_CHECKING:
+    from gpudoc.estimate import Estimate
+    from gpudoc.facts.model import Facts
 
 
 @dataclass
@@ -32,14 +39,14 @@ class Source:
     """One thing to diagnose: a run record (with its log) or a log text."""
 
     label: str
-    record: Any = None
+    record: RunRecord | None = None
     text: str | None = None
     diagnosis: Any = None
     node: str | None = None  # which node of a multi-node job (records only)
 
 
 def fix(
-    console: Console,
+    ws: Workspace,
     *,
     targets: Sequence[str] = (),
     logs: Sequence[str] = (),
@@ -48,20 +55,12 @@ def fix(
     rerun: bool = False,
     allow_semantic: bool = False,
     as_json: bool = False,
-    store: Any = None,
-    stdin: TextIO | None = None,
-    facts: Any = None,
-    estimate: Any = None,
-    cwd: Path | None = None,
+    facts: Facts | None = None,
+    estimate: Estimate | None = None,
 ) -> int:
     """Diagnose, propose, and with ``apply``/``rerun`` act. 0 with a suggestion, 1 without."""
-    from gpudoc.runs.store import RunStore
-
-    cwd = Path(cwd or Path.cwd())
-    if store is None:
-        home = os.environ.get("GPUDOC_HOME")
-        store = RunStore(Path(home) if home else cwd / ".gpudoc")
-    sources = _sources(targets, logs, store, stdin or sys.stdin, cwd)
+    console, store, cwd = ws.console, ws.store, ws.cwd
+    sources = _sources(targets, logs, store, ws.stdin, cwd)
     diagnoses = [_diagnose(s, store) for s in sources]
     chosen_index, diag = _first_failure(sources, diagnoses, store)
     source = sources[chosen_index]
@@ -78,9 +77,8 @@ def fix(
     profile = _profile(profile_name, record, cwd)
     if facts is None and record is not None:
         # This machine's facts only describe the job when it ran here.
-        facts = _local_facts(record) if record.host == socket.gethostname() else job_torch_facts(record)
-    history = profile_history(profile, store, upto=record) if profile.path else ([record] if record else [])
-    history = [r for r in history if r is not None]
+        facts = _local_facts(ws, record) if record.host == socket.gethostname() else job_torch_facts(record)
+    history = ws.history(profile, upto=record)
 
     if diag.get("cause") == "ok" and record is not None:
         result = upward_result(profile, record, facts, estimate=estimate, history=history)
@@ -121,7 +119,7 @@ def fix(
     }
     relaunch = _rerun_options(record, Path(applied["path"]), allow_semantic) if rerun and applied else None
     if relaunch is not None:
-        payload["rerun"] = {"command": ["gpudoc", *_run_argv(relaunch)], "parent": record.id}
+        payload["rerun"] = {"command": ["gpudoc", *relaunch.to_argv()], "parent": record.id}
     if len(sources) > 1:
         payload["sources"] = [
             {
@@ -144,7 +142,7 @@ def fix(
     console.flush()
 
     if rerun and applied is not None:
-        return _relaunch(console, relaunch, record, store, quiet=as_json)
+        return _relaunch(ws, relaunch, record, quiet=as_json)
     if rerun and applied is None:
         return ExitStatus.NEGATIVE
     return ExitStatus.OK if result.suggestions else ExitStatus.NEGATIVE
@@ -152,7 +150,7 @@ def fix(
 
 # -- sources ----------------------------------------------------------------------------------
 
-def _sources(targets: Sequence[str], logs: Sequence[str], store: Any, stdin: TextIO, cwd: Path) -> list[Source]:
+def _sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, stdin: TextIO, cwd: Path) -> list[Source]:
     sources: list[Source] = []
     for target in targets:
         if target == "-":
@@ -171,7 +169,7 @@ def _sources(targets: Sequence[str], logs: Sequence[str], store: Any, stdin: Tex
             raise InputError(f"{log}: cannot read log: {exc.strerror}") from None
         sources.append(Source(str(log), text=data.decode("utf-8", errors="replace")))
     if not sources:
-        record = _latest(store)
+        record = store.latest()
         if record is None:
             raise InputError(
                 f"no run records in {store.root}: run the job with `gpudoc run`, or pass a log "
@@ -199,27 +197,6 @@ def _label_nodes(sources: list[Source]) -> None:
         if keys.count((host, rank)) > 1 or hosts.count(host) > 1 and rank is None:
             label += f" (run {source.record.id})"
         source.node = label
-
-
-def _latest(store: Any) -> Any:
-    """The most recently started run.
-
-    Run ids sort by the second only (their suffix is random), so among runs started within the
-    newest second (a retry chain), a parent comes before its child, then the job's own start
-    time (its processes' create_time) decides.
-    """
-    ids = store.ids()
-    if not ids:
-        return None
-    newest = [store.load(run_id) for run_id in ids if run_id[:15] == ids[-1][:15]]
-    parents = {r.parent for r in newest}
-
-    def key(record):
-        starts = [p.get("create_time") or 0 for p in (record.pids or []) if isinstance(p, dict)]
-        # Last, the id: ids carry milliseconds, so among runs alike in all else the newer wins.
-        return (record.id not in parents, min(starts) if starts else 0.0, record.id)
-
-    return max(newest, key=key)
 
 
 def _diagnose(source: Source, store: Any) -> dict:
@@ -298,15 +275,13 @@ def _profile(name: str | None, record: Any, cwd: Path) -> Profile:
     return load_profile(None, cwd=cwd)
 
 
-def _local_facts(record: Any) -> Any:
+def _local_facts(ws: Workspace, record: RunRecord) -> Facts | None:
     """Facts of this machine for the rungs that care (bf16 support, host RAM, allocator name).
 
     Optional: when the facts layer cannot answer, the ladder works from the profile alone.
     """
     try:
-        from gpudoc.facts.gather import gather_facts
-
-        facts = gather_facts(deep=False)
+        facts = ws.gather(deep=False)
     except Exception:  # noqa: BLE001 - facts only refine the suggestions
         return None
     try:
@@ -338,71 +313,36 @@ def _clean_command(diag: dict) -> str:
     return f"`gpudoc clean --gpus {gpu}`" if gpu is not None else "`gpudoc clean`"
 
 
-# Switches of the first run that say how to launch, kept for the relaunch. Not kept: -p (the new
-# profile replaces it), --retry-oom (this is the retry), --tmux/--dry-run/--json (how that
-# invocation talked, not how the job runs).
-_KEPT_SWITCHES = ("no_check", "force", "clean", "yes", "allow_semantic")
-
-
-def recorded_switches(record: Any) -> dict:
-    """gpudoc run's own switches as the record keeps them: {attribute: value}.
-
-    ``run_switches`` holds them; a record that only has ``argv`` keeps the launched command there
-    (it never starts with a dash), unless it is a switch list itself. A record of an older gpudoc
-    has none: the relaunch then runs with the defaults (pre-flight included).
-    """
-    from gpudoc.cli.run import parse_fast
-
-    switches = list(getattr(record, "run_switches", None) or [])
-    argv = list(getattr(record, "argv", None) or [])
-    if not switches and argv and (argv[0] == "run" or argv[0].startswith("-")):
-        switches = argv[1:] if argv[0] == "run" else argv
-        if "--" in switches:
-            switches = switches[: switches.index("--")]
-    if not switches:
-        return {}
-    values = parse_fast([*switches, "--", "true"])
-    if values is None:
-        raise InputError(f"run {record.id}: unreadable recorded switches {' '.join(switches)!r}")
-    return {key: values[key] for key in _KEPT_SWITCHES if values.get(key)}
-
-
-def _rerun_options(record: Any, profile_path: Path, allow_semantic: bool) -> Any:
+def _rerun_options(record: RunRecord, profile_path: Path, allow_semantic: bool) -> RunOptions:
     """The relaunch: the recorded command, as the user launched it (same switches), under the
     new profile."""
-    from gpudoc.commands.run import RunOptions
-
     command = list(record.command or [])
     if not command:
         raise UsageError(f"run {record.id} recorded no command to relaunch")
-    switches = recorded_switches(record)
+    switches = relaunch_switches(record.id, record.run_switches, record.argv)
     if allow_semantic:
         switches["allow_semantic"] = True
     return RunOptions(command=command, profile=str(profile_path), **switches)
 
 
-def _run_argv(options: Any) -> list[str]:
-    from gpudoc.commands.run import gpudoc_run_argv
-
-    return gpudoc_run_argv(options)
-
-
-def _relaunch(console: Console, options: Any, record: Any, store: Any, *, quiet: bool) -> int:
+def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: bool) -> int:
     """Launch it as a new run whose parent is the failed one; its exit status is fix's."""
     import shlex
 
     from gpudoc.commands.run import launch_once
 
-    cwd = Path(record.cwd) if record.cwd and Path(record.cwd).is_dir() else Path.cwd()
-    line = f"Relaunching: gpudoc {shlex.join(_run_argv(options))}"
+    console = ws.console
+    if record.cwd and Path(record.cwd).is_dir():
+        ws = ws.moved_to(Path(record.cwd))
+    line = f"Relaunching: gpudoc {shlex.join(options.to_argv())}"
     # With --json, stdout holds the one JSON object (the job's own output follows it there).
     if quiet:
         console.error(line)
     else:
         console.print(line)
     console.flush()
-    status, _new = launch_once(options, load_profile_file(Path(options.profile), cwd=cwd), console=console,
-                               environ=dict(os.environ), cwd=cwd, store=store, parent=record.id)
+    profile = load_profile_file(Path(str(options.profile)), cwd=ws.cwd)
+    status, _new = launch_once(options, profile, ws, parent=record.id)
     return int(status)
 
 

@@ -8,7 +8,9 @@ import os
 import time
 
 from gpudoc.errors import InputError
-from gpudoc.output import Console
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RECORD, RunStore
+from gpudoc.workspace import Workspace
 
 CHUNK = 1 << 16
 
@@ -25,29 +27,25 @@ def _copy(fd_in: int, fd_out: int) -> int:
         copied += len(data)
 
 
-def _still_running(store, run_id: str) -> bool:
+def _still_running(store: RunStore, run_id: str) -> bool:
     from gpudoc.commands.runs import live_status
 
     try:
-        with open(store.run_dir(run_id) / "run.json", encoding="utf-8") as handle:
+        with open(store.run_dir(run_id) / RECORD, encoding="utf-8") as handle:
             doc = json.load(handle)
     except (OSError, ValueError):
         return True  # mid-write: ask again
-    from gpudoc.runs.store import RunRecord
-
     return live_status(RunRecord.from_dict(doc)) == "running"
 
 
-def logs(console: Console, run_id: str | None = None, *, follow: bool = False, store=None,
-         out_fd: int | None = None, poll_s: float = 0.2) -> int:
-    from gpudoc.runs.store import RunStore
-
-    store = store or RunStore()
+def logs(ws: Workspace, run_id: str | None = None, *, follow: bool = False, out_fd: int | None = None,
+         poll_s: float = 0.2) -> int:
+    console, store = ws.console, ws.store
     if run_id is None:
-        latest = store.ids()
-        if not latest:
+        latest = store.latest()
+        if latest is None:
             raise InputError(f"no runs in {store.root} (see `gpudoc runs`)")
-        run_id = latest[-1]
+        run_id = latest.id
     else:
         run_id = store.load(run_id).id  # accepts a unique prefix; names the problem otherwise
     path = store.log_path(run_id)

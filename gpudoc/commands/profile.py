@@ -7,20 +7,20 @@ from pathlib import Path
 
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import ExitStatus, GpudocError, UsageError
-from gpudoc.output import Console
 from gpudoc.profiles.loader import list_profile_names, load_profile, search_dirs, shipped_profiles_dir
 from gpudoc.units import GIB
+from gpudoc.workspace import Workspace
 
 _ORIGIN = ("project", "user", "shipped")
 
 
-def list_profiles(console: Console, *, as_json: bool = False) -> int:
-    cwd = Path.cwd()
+def list_profiles(ws: Workspace, *, as_json: bool = False) -> int:
+    console, cwd = ws.console, ws.cwd
     origins = dict(zip(search_dirs(cwd), _ORIGIN))
     rows = []
     for name, path in sorted(list_profile_names(cwd).items()):
         try:
-            description = load_profile(str(path)).description
+            description = load_profile(str(path), cwd).description
         except GpudocError as exc:
             description = f"(invalid: {exc})"
         rows.append({"name": name, "origin": origins.get(path.parent, "?"), "path": str(path), "description": description})
@@ -33,8 +33,9 @@ def list_profiles(console: Console, *, as_json: bool = False) -> int:
     return ExitStatus.OK
 
 
-def show_profile(console: Console, name: str, *, as_json: bool = False) -> int:
-    profile = load_profile(name)
+def show_profile(ws: Workspace, name: str, *, as_json: bool = False) -> int:
+    console = ws.console
+    profile = ws.load_profile(name)
     data = profile.to_dict()
     data["extends_chain"] = [str(p) for p in profile.chain]
     data["world_size"] = profile.world_size
@@ -58,18 +59,19 @@ def show_profile(console: Console, name: str, *, as_json: bool = False) -> int:
     return ExitStatus.OK
 
 
-def new_profile(console: Console, name: str, *, from_gpu: bool = False, snapshots: tuple[str, ...] = (),
+def new_profile(ws: Workspace, name: str, *, from_gpu: bool = False, snapshots: tuple[str, ...] = (),
                 force: bool = False) -> int:
+    console = ws.console
     if not name or "/" in name or name.endswith(".toml"):
         raise UsageError(f"profile name '{name}' must be a plain name, e.g. my-box")
-    target = Path.cwd() / ".gpudoc" / "profiles" / f"{name}.toml"
+    target = ws.cwd / ".gpudoc" / "profiles" / f"{name}.toml"
     if target.exists() and not force:
         raise UsageError(f"{target} already exists (use --force to replace it; a backup is kept)")
     gpu_lines = ["count = 1", "min_free_gib = 10"]
     extends = None
     comment = "# Fill in your GPUs: `gpudoc profile new NAME --from-gpu` reads them from the driver."
     if from_gpu:
-        extends, gpu_lines, comment = _from_gpu(snapshots)
+        extends, gpu_lines, comment = _from_gpu(ws, snapshots)
     text = _template(name, extends, gpu_lines, comment)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists():
@@ -82,10 +84,8 @@ def new_profile(console: Console, name: str, *, from_gpu: bool = False, snapshot
     return ExitStatus.OK
 
 
-def _from_gpu(snapshots: tuple[str, ...]) -> tuple[str | None, list[str], str]:
-    from gpudoc.facts.gather import gather_facts
-
-    facts = gather_facts(snapshot_files=tuple(Path(s) for s in snapshots))
+def _from_gpu(ws: Workspace, snapshots: tuple[str, ...]) -> tuple[str | None, list[str], str]:
+    facts = ws.gather(snapshot_files=tuple(ws.cwd / s for s in snapshots))
     gpus = [g for g in facts.gpus if g.memory_total_bytes]
     if not gpus:
         reason = facts.nvml_error or "the driver reports no GPU"

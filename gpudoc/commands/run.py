@@ -6,18 +6,28 @@ diagnosis, the ladder and the run records, and owns the exit status.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from gpudoc.commands.run_options import RunOptions
 from gpudoc.errors import ExitStatus, GpudocError, LaunchError
 from gpudoc.output import Console
+from gpudoc.runs.record import RunRecord, now_iso
 from gpudoc.units import format_bytes, format_duration
+from gpudoc.workspace import Workspace
+
+if TYPE_CHECKING:
+    from gpudoc.facts.model import Facts
+    from gpudoc.launch.command import ResolvedCommand
+    from gpudoc.profiles.model import Profile
+
+__all__ = ["RunOptions", "launch_once", "run"]
 
 # The diagnosis reads the end of the log: a failure is near the end, and a 12-hour log can be huge.
 TAIL_BYTES = 2 * 1024 * 1024
@@ -27,47 +37,27 @@ DEFAULT_TERM_GRACE_S = 10.0
 _KEEP_EVENT_LINES = 20
 
 
-@dataclass
-class RunOptions:
-    command: list[str]
-    profile: str | None = None
-    no_check: bool = False
-    force: bool = False
-    clean: bool = False
-    yes: bool = False
-    retry_oom: int = 0
-    allow_semantic: bool = False
-    tmux: str | None = None
-    dry_run: bool = False
-    json: bool = False
-
-
-def run(options: RunOptions, *, console: Console | None = None, environ: Mapping[str, str] | None = None,
-        cwd: Path | None = None, nvml_backend: Any = None) -> int:
+def run(options: RunOptions, ws: Workspace) -> int:
     """The whole of `gpudoc run`; returns the exit status (the job's, or 125/126/127/130)."""
-    console = console or Console()
-    environ = dict(os.environ if environ is None else environ)
-    cwd = Path(cwd or Path.cwd())
+    console = ws.console
     if not options.command:
         raise LaunchError("nothing to run: gpudoc run [SWITCHES] -- COMMAND [ARGS...]")
     if options.tmux:
-        return start_in_tmux(options, console=console, environ=environ, cwd=cwd)
+        return start_in_tmux(options, ws)
     if options.retry_oom < 0:
         raise LaunchError("--retry-oom: expected a number of retries >= 0")
 
-    profile = _refusing(lambda: _load_profile(options.profile, cwd))
-    store = _store(cwd, environ)
+    profile = _refusing(lambda: ws.load_profile(options.profile))
     parent: str | None = None
     attempt = 0
     while True:
-        status, record = launch_once(options, profile, console=console, environ=environ, cwd=cwd,
-                                     store=store, parent=parent, nvml_backend=nvml_backend)
+        status, record = launch_once(options, profile, ws, parent=parent)
         if record is None or options.dry_run:
             return status
         if record.cause != "gpu_oom" or attempt >= options.retry_oom or record.status == "interrupted":
             return status  # fits, not a GPU OOM, no retries left, or the user stopped it
         attempt += 1
-        new_profile, rung = _next_attempt(record, profile, options, store, cwd)
+        new_profile, rung = _next_attempt(record, profile, options, ws)
         if new_profile is None:
             console.error("gpudoc: --retry-oom: no rung of the ladder is left to try "
                           f"(see `gpudoc fix {record.id}`)")
@@ -85,19 +75,6 @@ def _refusing(func):
         raise
     except GpudocError as exc:
         raise LaunchError(str(exc).removeprefix("gpudoc: ")) from None
-
-
-def _load_profile(name: str | None, cwd: Path):
-    from gpudoc.profiles import load_profile
-
-    return load_profile(name, cwd)
-
-
-def _store(cwd: Path, environ: Mapping[str, str]):
-    from gpudoc.runs.store import RunStore
-
-    home = environ.get("GPUDOC_HOME")
-    return RunStore(Path(home) if home else cwd / ".gpudoc")
 
 
 # -- resolving the command ---------------------------------------------------------------------
@@ -130,9 +107,10 @@ def _alloc_env_name(python: str | None) -> str | None:
 
 # -- one attempt -------------------------------------------------------------------------------
 
-def launch_once(options: RunOptions, profile, *, console: Console, environ: dict, cwd: Path, store,
-                parent: str | None, nvml_backend: Any = None):
+def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
+                parent: str | None) -> tuple[int, RunRecord | None]:
     """Gate, clean, bind, launch and record one attempt. Returns (status, record or None)."""
+    console, cwd, environ = ws.console, ws.cwd, ws.environ
     resolved, python = _refusing(lambda: resolve_command(profile, options.command, cwd=cwd, environ=environ))
     if options.dry_run:
         _print_dry_run(resolved, console, as_json=options.json)
@@ -140,17 +118,14 @@ def launch_once(options: RunOptions, profile, *, console: Console, environ: dict
     child_env = resolved.child_env(environ)
     facts = None
     if not options.no_check:
-        facts = _refusing(lambda: _gate(profile, python, child_env, store, console, force=options.force,
-                                        nvml_backend=nvml_backend))
+        facts = _refusing(lambda: _gate(profile, python, child_env, ws, force=options.force))
     if options.clean or bool(profile.run.get("clean", False)):
-        _refusing(lambda: _clean(facts, store, child_env, yes=options.yes, console=console,
-                                 nvml_backend=nvml_backend))
+        _refusing(lambda: _clean(facts, ws, child_env, yes=options.yes))
     _check_executable(resolved.argv, child_env, cwd)
     for note in (*resolved.conflicts, *resolved.notes):
         console.error(f"gpudoc: note: {note}")
     edits = _refusing(lambda: _apply_edits(resolved))
-    return _launch(options, profile, resolved, child_env, edits, console=console, cwd=cwd, store=store,
-                   parent=parent, nvml_backend=nvml_backend)
+    return _launch(options, profile, resolved, child_env, edits, ws, parent=parent)
 
 
 def _print_dry_run(resolved, console: Console, *, as_json: bool) -> None:
@@ -170,18 +145,17 @@ def _print_dry_run(resolved, console: Console, *, as_json: bool) -> None:
     console.print("(dry run: nothing launched, nothing changed)")
 
 
-def _gate(profile, python, child_env, store, console: Console, *, force: bool, nvml_backend: Any = None):
+def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws: Workspace, *,
+          force: bool) -> Facts:
     from gpudoc.checks import run_checks
-    from gpudoc.commands.check import job_estimate
-    from gpudoc.facts.gather import gather_facts
     from gpudoc.findings import Severity
 
-    facts = gather_facts(python=python, runs=store, environ=child_env, nvml_backend=nvml_backend)
+    console = ws.console
+    facts = ws.gather(python=python, environ=child_env)
     alloc = _alloc_env_name(python)
     # The same figure `gpudoc check` uses, so the gate and the doctor never disagree.
-    findings = run_checks(facts, profile, runs=store, alloc_env_name=alloc,
-                          profile_label=getattr(profile, "name", None),
-                          estimate=job_estimate(profile, facts, store))
+    findings = run_checks(facts, profile, runs=ws.store, alloc_env_name=alloc, profile_label=profile.name,
+                          estimate=ws.estimate(profile, facts))
     failed = [f for f in findings if f.severity is Severity.FAIL]
     shown = [f for f in findings if f.severity in (Severity.FAIL, Severity.WARN, Severity.ERROR)]
     if shown:
@@ -197,15 +171,12 @@ def _gate(profile, python, child_env, store, console: Console, *, force: bool, n
     return facts
 
 
-def _clean(facts, store, child_env, *, yes: bool, console: Console, nvml_backend: Any = None) -> None:
+def _clean(facts: Facts | None, ws: Workspace, child_env: Mapping[str, str], *, yes: bool) -> None:
     """`--clean`: the `gpudoc clean` flow on the job's GPUs, talking on stderr (stdout is the job's)."""
     from gpudoc.commands.clean import clean
-    from gpudoc.facts.gather import gather_facts
     from gpudoc.launch.watch import visible_selection
 
-    def gather(**kwargs):
-        return gather_facts(nvml_backend=nvml_backend, **kwargs)
-
+    console, store, gather = ws.console, ws.store, ws.gather
     current = facts if facts is not None else gather(runs=store)
     if current.nvml_error or not current.gpus:
         console.error(f"gpudoc: --clean: no GPU processes to look at ({current.nvml_error or 'no GPU visible'})")
@@ -213,7 +184,7 @@ def _clean(facts, store, child_env, *, yes: bool, console: Console, nvml_backend
     indices, _ = visible_selection(child_env)
     err = Console(out=console.err, err=console.err, colour=console.colour)
     status = clean(err, gpus=",".join(map(str, sorted(indices))) if indices else None, yes=yes, runs=store,
-                   gather=gather, stdin=sys.stdin)
+                   gather=gather, stdin=ws.stdin)
     if status != 0:
         raise LaunchError("--clean did not finish (see above): not launching")
 
@@ -261,14 +232,15 @@ class _Watch:
     ranks: set = field(default_factory=set)
 
 
-def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list[dict], *, console: Console,
-            cwd: Path, store, parent: str | None, nvml_backend: Any = None):
+def _launch(options: RunOptions, profile: Profile, resolved: ResolvedCommand, child_env: dict[str, str],
+            edits: list[dict], ws: Workspace, *, parent: str | None) -> tuple[int, RunRecord]:
     from gpudoc.launch.command import is_multi_process, job_identity
     from gpudoc.launch.scan import LiveScan
     from gpudoc.launch.spawn import LaunchOptions, Launcher
     from gpudoc.launch.watch import GpuSampler, SamplerThread, nvml_reader
-    from gpudoc.runs.store import RunRecord, new_run_id, now_iso
+    from gpudoc.runs.store import new_run_id
 
+    console, cwd, store, nvml_backend = ws.console, ws.cwd, ws.store, ws.nvml_backend
     run_id = new_run_id()
     identity = job_identity(resolved.argv, child_env)
     record = RunRecord(
@@ -278,7 +250,7 @@ def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list
         launcher_pid=os.getpid(), user=_user(),
     )
     record.argv = list(resolved.argv)
-    record.run_switches = gpudoc_run_argv(dataclasses.replace(options, command=[]))[1:-1]
+    record.run_switches = options.switches()
     child_env = dict(child_env, GPUDOC_RUN_ID=run_id)
     _refusing(store.ensure)  # an unwritable runs directory refuses the launch, before it
     run_dir = store.run_dir(run_id)
@@ -345,7 +317,7 @@ def _launch(options: RunOptions, profile, resolved, child_env: dict, edits: list
         sync = JobSync(store.root, identity.job_id, run_id, record.host)
     launch_options = LaunchOptions(
         argv=list(resolved.argv), env=child_env, cwd=cwd, log_path=log_path,
-        use_pty=_isatty(sys.stdout), term_fd=_fileno(sys.stdout), stdin_fd=_fileno(sys.stdin),
+        use_pty=_isatty(console.out), term_fd=_fileno(console.out), stdin_fd=_fileno(ws.stdin),
         term_grace_s=term_grace, on_start=on_start, on_tick=on_tick,
         scan=live,
     )
@@ -428,8 +400,6 @@ def _merge_pids(record, state: dict, procs) -> bool:
 
 
 def _finish_record(record, outcome, watch: _Watch, sampler, log_path: Path) -> None:
-    from gpudoc.runs.store import now_iso
-
     record.ended_at = now_iso()
     record.duration_s = round(outcome.ended - outcome.started, 3)
     record.exit_code = outcome.status
@@ -586,11 +556,12 @@ def _describe_rung(rung) -> str:
     return f"{name}" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def _next_attempt(record, profile, options: RunOptions, store, cwd: Path):
+def _next_attempt(record: RunRecord, profile: Profile, options: RunOptions, ws: Workspace):
     from gpudoc.ladder.retry import next_attempt
 
     allow = options.allow_semantic or profile.allow_semantic
-    return _refusing(lambda: next_attempt(record, profile, allow_semantic=allow, store=store, cwd=cwd))
+    return _refusing(lambda: next_attempt(record, profile, allow_semantic=allow, store=ws.store, cwd=ws.cwd,
+                                          history=ws.history(profile, upto=record)))
 
 
 def _user() -> str | None:
@@ -625,24 +596,10 @@ def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
 
 # -- tmux -------------------------------------------------------------------------------------
 
-def gpudoc_run_argv(options: RunOptions) -> list[str]:
-    """The same `gpudoc run`, minus --tmux, as switches (the job's own argv after ``--``)."""
-    args = ["run"]
-    if options.profile:
-        args += ["-p", options.profile]
-    for flag, on in (("--no-check", options.no_check), ("--force", options.force), ("--clean", options.clean),
-                     ("--yes", options.yes), ("--allow-semantic", options.allow_semantic),
-                     ("--json", options.json)):
-        if on:
-            args.append(flag)
-    if options.retry_oom:
-        args += ["--retry-oom", str(options.retry_oom)]
-    return args + ["--", *options.command]
-
-
-def start_in_tmux(options: RunOptions, *, console: Console, environ: Mapping[str, str], cwd: Path) -> int:
+def start_in_tmux(options: RunOptions, ws: Workspace) -> int:
     import subprocess
 
+    console, environ, cwd = ws.console, ws.environ, ws.cwd
     name = options.tmux
     if not name or any(c in name for c in ".:") or name.startswith("-"):
         raise LaunchError(f"--tmux: '{name}' is not a usable tmux session name (no '.', ':' or leading '-')")
@@ -654,7 +611,7 @@ def start_in_tmux(options: RunOptions, *, console: Console, environ: Mapping[str
     if probe.returncode == 0:
         raise LaunchError(f"--tmux: a tmux session named '{name}' already exists "
                           f"(attach: tmux attach -t {name}, or pick another name)")
-    inner = [sys.executable, "-m", "gpudoc", *gpudoc_run_argv(options)]
+    inner = [sys.executable, "-m", "gpudoc", *options.to_argv()]
     # A running tmux server gives new sessions its own environment, not ours: pass ours along
     # (only what differs, to stay far below tmux's command size limit).
     env_args = _tmux_env_args(tmux, env)

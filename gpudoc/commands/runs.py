@@ -7,13 +7,14 @@ import os
 import shlex
 import socket
 
-from gpudoc.output import Console
+from gpudoc.runs.record import RunRecord
 from gpudoc.units import format_duration
+from gpudoc.workspace import Workspace
 
 _COLUMNS = ("id", "started", "duration", "status", "cause", "command")
 
 
-def live_status(record, *, hostname: str | None = None) -> str:
+def live_status(record: RunRecord, *, hostname: str | None = None) -> str:
     """The record's status, except that a "running" run whose gpudoc is gone is "lost"."""
     if record.status != "running" or record.launcher_pid is None:
         return record.status
@@ -33,10 +34,8 @@ def _started(text: str | None) -> str:
     return (text or "-")[:19].replace("T", " ")
 
 
-def runs(console: Console, *, as_json: bool = False, limit: int | None = None, store=None) -> int:
-    from gpudoc.runs.store import RunStore
-
-    store = store or RunStore()
+def runs(ws: Workspace, *, as_json: bool = False, limit: int | None = None) -> int:
+    console, store = ws.console, ws.store
     records = list(store.records())
     if limit:
         records = records[-limit:]

@@ -43,10 +43,10 @@ def gather_facts(*, snapshot_files: Iterable[Path | str] = (), deep: bool = Fals
             if deep and facts.torch is None:
                 facts = replace(facts, torch=_torch(python))
             return facts
-        facts = replace(facts, env=relevant_env(environ), host=_host(runs))
+        facts = replace(facts, env=relevant_env(environ), host=_host(runs, environ))
     else:
         facts = _from_nvml(nvml_backend)
-        facts = replace(facts, processes=_processes(facts, runs), env=relevant_env(environ), host=_host(runs))
+        facts = replace(facts, processes=_processes(facts, runs), env=relevant_env(environ), host=_host(runs, environ))
     if deep:
         facts = replace(facts, torch=_torch(python))
     return facts
@@ -90,11 +90,12 @@ def _processes(facts: Facts, runs: Any | None):
         return ()  # the GPU facts still name the PIDs; checks treat them as unknown
 
 
-def _host(runs: Any | None) -> HostFacts:
+def _host(runs: Any | None, environ: Mapping[str, str]) -> HostFacts:
     root = getattr(runs, "root", None)
     if root is None:
-        env_home = os.environ.get("GPUDOC_HOME")
-        root = (Path(env_home) if env_home else Path.cwd() / ".gpudoc") / "runs"
+        from gpudoc.runs.store import RunStore  # noqa: PLC0415
+
+        root = RunStore.locate(Path.cwd(), environ).root
     try:
         from gpudoc.facts.host import host_facts  # noqa: PLC0415
 

@@ -31,29 +31,6 @@ def record_diagnosis(record: Any, store: Any = None) -> dict | None:
     return diagnose_text(text, exit_code=getattr(record, "exit_code", None), own_pids=own).to_dict()
 
 
-def profile_history(profile: Profile, store: Any = None, *, upto: Any = None) -> list:
-    """Earlier records of the same profile file, oldest first (the ladder's memory)."""
-    if store is None:
-        from gpudoc.runs.store import RunStore
-
-        store = RunStore()
-    wanted = str(Path(profile.path).resolve()) if profile.path else None
-    history = []
-    for record in store.records():
-        path = (record.profile or {}).get("path")
-        if wanted is None or path is None:
-            continue
-        try:
-            same = str(Path(path).resolve()) == wanted
-        except OSError:
-            same = False
-        if same:
-            history.append(record)
-    if upto is not None and all(r.id != upto.id for r in history):
-        history.append(upto)
-    return history
-
-
 def next_attempt(
     record: Any,
     profile: Profile,
@@ -63,6 +40,7 @@ def next_attempt(
     store: Any = None,
     estimate: Any = None,
     cwd: Path | None = None,
+    history: list | None = None,
 ) -> tuple[Profile | None, Suggestion | None]:
     """Apply the first rung that changes the profile; return the reloaded profile and the rung.
 
@@ -72,7 +50,7 @@ def next_attempt(
     diagnosis = record_diagnosis(record, store)
     if not diagnosis:
         return None, None
-    history = profile_history(profile, store, upto=record)
+    history = history if history is not None else [record]
     if facts is None:
         facts = job_torch_facts(record)
     result = suggest(diagnosis, profile, facts, history, allow_semantic=allow_semantic, estimate=estimate)

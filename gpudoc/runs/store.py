@@ -1,98 +1,30 @@
-"""Where run records live and how they are written (atomically) and read back."""
+"""Where run records live, how they are written (atomically) and read back, and which is which.
+
+The one owner of the ``GPUDOC_HOME`` rule, of "the latest run" and of "the history of a profile":
+every command asks this store instead of answering those questions itself.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import socket
 import time
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator
 
-from gpudoc import __version__
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import InputError
+from gpudoc.runs.record import RunRecord, now_iso, parse_iso
+
+__all__ = ["LOG", "RECORD", "SAMPLES", "RunRecord", "RunStore", "new_run_id", "now_iso", "parse_iso"]
 
 RECORD = "run.json"
 LOG = "output.log"
 SAMPLES = "gpu.csv"
 
 
-@dataclass
-class RunRecord:
-    """``run.json``: the SPEC's keys plus what gpudoc needs to clean up and retry.
-
-    ``process_group`` and ``pids`` let a later ``gpudoc clean`` recognise leftovers of this run,
-    with ``create_times`` guarding against PID reuse.
-    """
-
-    id: str
-    command: list[str]
-    cwd: str
-    profile: dict | None = None
-    env_set: dict[str, str] = field(default_factory=dict)
-    file_edits: list[dict] = field(default_factory=list)
-    started_at: str | None = None
-    ended_at: str | None = None
-    duration_s: float | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    status: str = "running"  # running | ok | failed | interrupted | refused
-    cause: str | None = None
-    diagnosis: dict | None = None
-    peak_memory_bytes: dict[str, int] = field(default_factory=dict)  # GPU index (str) -> bytes
-    gpus: list[dict] = field(default_factory=list)  # {"index", "name", "total_bytes"}
-    parent: str | None = None
-    host: str = field(default_factory=socket.gethostname)
-    job_id: str | None = None
-    # Which node of a multi-node job this was (Slurm's node id, torchrun's group/node rank), when
-    # the engine says: one job's nodes often share a host name in tests and containers.
-    node_rank: int | None = None
-    gpudoc_version: str = __version__
-    launcher_pid: int | None = None
-    process_group: int | None = None
-    pids: list[dict] = field(default_factory=list)  # {"pid", "create_time"} of the job's processes
-    user: str | None = None
-    # The launcher's account of the run (beyond the SPEC's keys):
-    argv: list[str] = field(default_factory=list)  # what was launched: command after bindings
-    # gpudoc run's own switches (--no-check, --force, ...): `fix --rerun` relaunches as the user did.
-    run_switches: list[str] = field(default_factory=list)
-    ended_by: str | None = None  # set when gpudoc ended the job itself, e.g. "gpu_oom" (fail-fast)
-    terminal_lost: bool = False  # the terminal went away mid-run (the log is still complete)
-    log_error: str | None = None  # why output.log is incomplete, when it is
-    survivors: list[int] = field(default_factory=list)  # PIDs that outlived even SIGKILL
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "RunRecord":
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
 # Clocks of different nodes disagree a little (the same allowance as the fail-fast markers).
 JOB_CLOCK_SLACK_S = 5.0
-
-
-def parse_iso(stamp: str | None) -> float | None:
-    """``now_iso()`` back to epoch seconds; None for a missing or foreign stamp."""
-    if not stamp:
-        return None
-    try:
-        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").timestamp()
-    except ValueError:
-        try:
-            return datetime.fromisoformat(stamp).timestamp()
-        except ValueError:
-            return None
-
-
-def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 _last_stamp_ms = 0
@@ -113,14 +45,21 @@ def new_run_id() -> str:
 
 
 class RunStore:
-    """The runs directory: ``$GPUDOC_HOME/runs`` or ``./.gpudoc/runs``."""
+    """The runs directory: ``$GPUDOC_HOME/runs``, else ``.gpudoc/runs`` under the working directory.
 
-    def __init__(self, home: Path | None = None) -> None:
-        if home is None:
-            env_home = os.environ.get("GPUDOC_HOME")
-            home = Path(env_home) if env_home else Path.cwd() / ".gpudoc"
+    A command builds one store (the workspace's) and asks it every question about the runs.
+    """
+
+    def __init__(self, home: Path) -> None:
         self.home = Path(home)
         self.root = self.home / "runs"
+        self._cache: dict[str, tuple[int, RunRecord]] = {}  # run id -> (run.json mtime, record)
+
+    @classmethod
+    def locate(cls, cwd: Path, environ: Mapping[str, str]) -> RunStore:
+        """The one rule for where gpudoc keeps its runs."""
+        home = environ.get("GPUDOC_HOME")
+        return cls(Path(home) if home else Path(cwd) / ".gpudoc")
 
     def ensure(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -164,12 +103,32 @@ class RunStore:
         return sorted(p.name for p in self.root.iterdir() if (p / RECORD).is_file())
 
     def records(self) -> Iterator[RunRecord]:
-        """Oldest first; records that cannot be read are skipped (a run may be mid-write)."""
+        """Oldest first; records that cannot be read are skipped (a run may be mid-write).
+
+        Each ``run.json`` is parsed once per store and again only when it changed on disk, so a
+        command that asks several questions of the history reads it once, and a long-lived store
+        (a follower, a test) still sees runs that other processes wrote meanwhile.
+        """
+        loaded: list[RunRecord] = []
+        seen: dict[str, tuple[int, RunRecord]] = {}
         for run_id in self.ids():
+            path = self.run_dir(run_id) / RECORD
             try:
-                yield self.load(run_id)
-            except InputError:
+                stamp = path.stat().st_mtime_ns
+            except OSError:
                 continue
+            cached = self._cache.get(run_id)
+            if cached is not None and cached[0] == stamp:
+                record = cached[1]
+            else:
+                try:
+                    record = self.load(run_id)
+                except InputError:
+                    continue
+            seen[run_id] = (stamp, record)
+            loaded.append(record)
+        self._cache = seen
+        return iter(loaded)
 
     def job_records(self, job_id: str, *, attempt_of: RunRecord | None = None,
                     slack_s: float = JOB_CLOCK_SLACK_S) -> list[RunRecord]:
@@ -230,11 +189,64 @@ class RunStore:
         return start, end + 1.0
 
     def latest(self) -> RunRecord | None:
+        """The most recently started run: what `fix`, `logs` and `runs` mean by "the last run".
+
+        Run ids sort by start time; among runs started within the newest second (a retry chain
+        relaunches at once), a parent comes before its child, then the job's own start (its
+        processes' create_time), then the id (ids carry milliseconds).
+        """
         ids = self.ids()
-        return self.load(ids[-1]) if ids else None
+        if not ids:
+            return None
+        newest = []
+        for run_id in ids:
+            if run_id[:15] != ids[-1][:15]:
+                continue
+            try:
+                newest.append(self.load(run_id))
+            except InputError:
+                continue  # mid-write
+        if not newest:
+            return None
+        parents = {r.parent for r in newest}
+
+        def order(record: RunRecord) -> tuple[bool, float, str]:
+            starts = [float(p.get("create_time") or 0) for p in record.pids or () if isinstance(p, dict)]
+            return (record.id not in parents, min(starts) if starts else 0.0, record.id)
+
+        return max(newest, key=order)
+
+    def history(self, *, profile_path: str | Path | None, profile_name: str | None,
+                upto: RunRecord | None = None) -> list[RunRecord]:
+        """Earlier runs of one profile, oldest first: what check, the run gate, estimate and fix
+        learn from.
+
+        A run belongs to the profile when both know its file and it is the same file; otherwise
+        when the names agree. ``upto``: the run being fixed, always included, and nothing newer.
+        """
+        wanted = _resolved(profile_path)
+        found = []
+        for record in self.records():
+            theirs = _resolved(record.profile_path)
+            same = theirs == wanted if wanted and theirs else (
+                profile_name is not None and record.profile_name == profile_name)
+            if same:
+                found.append(record)
+        if upto is not None and all(r.id != upto.id for r in found):
+            found.append(upto)
+        return found
 
     def log_path(self, run_id: str) -> Path:
         return self.run_dir(run_id) / LOG
 
     def samples_path(self, run_id: str) -> Path:
         return self.run_dir(run_id) / SAMPLES
+
+
+def _resolved(path: str | Path | None) -> str | None:
+    if not path:
+        return None
+    try:
+        return str(Path(path).resolve())
+    except (OSError, RuntimeError):
+        return str(path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 from types import SimpleNamespace
 
@@ -10,8 +9,9 @@ import pytest
 
 from gpudoc.commands.estimate import estimate_command
 from gpudoc.errors import ProfileError, UsageError
-from gpudoc.output import Console
 from gpudoc.runs.store import RunRecord, RunStore
+from gpudoc.workspace import Workspace
+from tests.conftest import captured_workspace
 
 PROFILE = """
 [train]
@@ -30,10 +30,20 @@ vocab = 32000
 """
 
 
-def _run(**kw):
-    out = io.StringIO()
-    status = estimate_command(Console(out=out, err=io.StringIO(), colour=False), **kw)
-    return status, out.getvalue()
+class _Machine(Workspace):
+    """A workspace whose facts come from ``facts_source`` (a callable) instead of NVML."""
+
+    facts_source = None
+
+    def gather(self, **kwargs):
+        return self.facts_source() if self.facts_source else super().gather(**kwargs)
+
+
+def _run(*, gather=None, home=None, **kw):
+    ws = captured_workspace(environ={"GPUDOC_HOME": str(home)} if home else None, cls=_Machine)
+    ws.facts_source = gather
+    status = estimate_command(ws, **kw)
+    return status, ws.console.out.getvalue()
 
 
 def _gather_with(total_bytes):
@@ -83,8 +93,8 @@ def test_history_of_the_same_profile_corrects_the_estimate(isolated_home):
     store.create(RunRecord(id="r2", command=["train"], cwd=".", status="ok", exit_code=0,
                            profile={"name": "other", "knobs": {"micro_batch_size": 2, "max_seq_len": 2048}},
                            peak_memory_bytes={"0": 70 * 1024**3}))
-    _, plain = _run(as_json=True, gpu_memory_gib=80.0, runs=RunStore(isolated_home / "empty"))
-    _, corrected = _run(as_json=True, gpu_memory_gib=80.0, runs=store)
+    _, plain = _run(as_json=True, gpu_memory_gib=80.0, home=isolated_home / "empty")
+    _, corrected = _run(as_json=True, gpu_memory_gib=80.0)
     plain, corrected = json.loads(plain), json.loads(corrected)
     assert corrected["source"] == "model corrected by 1 measured run"
     assert corrected["peak_bytes"] > plain["peak_bytes"]

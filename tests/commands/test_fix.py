@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import socket
 from pathlib import Path
@@ -11,10 +10,9 @@ import pytest
 
 from gpudoc.commands.fix import fix
 from gpudoc.errors import InputError, UsageError
-from gpudoc.output import Console
 from gpudoc.profiles.loader import load_profile_file
 from gpudoc.runs.store import RunRecord, RunStore
-from tests.conftest import gpudoc_cli
+from tests.conftest import captured_workspace, gpudoc_cli
 
 DIAGNOSIS_KEYS = {
     "cause", "backend", "requested_bytes", "total_bytes", "free_bytes", "allocated_bytes",
@@ -44,10 +42,10 @@ nproc_per_node = 2
 """
 
 
-def call(*, stdin: str = "", **kwargs) -> tuple[int, str]:
-    out = io.StringIO()
-    status = fix(Console(out=out, err=io.StringIO(), colour=False), stdin=io.StringIO(stdin), **kwargs)
-    return status, out.getvalue()
+def call(*, stdin: str = "", cwd: Path | None = None, store: RunStore | None = None, **kwargs) -> tuple[int, str]:
+    ws = captured_workspace(cwd, stdin=stdin, environ={"GPUDOC_HOME": str(store.home)} if store else None)
+    status = fix(ws, **kwargs)
+    return status, ws.console.out.getvalue()
 
 
 def write_profile(tmp: Path) -> Path:

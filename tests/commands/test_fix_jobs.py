@@ -3,20 +3,18 @@ named by node and rank, the other nodes as its consequences; the node rank the r
 
 from __future__ import annotations
 
-import io
 import json
 import socket
 import time
 
 import pytest
 
-from gpudoc.commands.fix import fix, recorded_switches
+from gpudoc.commands.fix import fix
 from gpudoc.commands.run import node_rank
 from gpudoc.errors import UsageError
 from gpudoc.launch.command import job_identity
-from gpudoc.output import Console
 from gpudoc.runs.store import RunRecord, RunStore, new_run_id
-from tests.conftest import gpudoc_cli
+from tests.conftest import captured_workspace, gpudoc_cli
 from tests.launch.helpers import RANKS, Gpudoc, assert_no_leftovers, job_env, marker, run_dirs
 
 OOM = (
@@ -47,9 +45,9 @@ def _record(store: RunStore, log: str, *, host: str, start: float, end: float, j
 
 
 def _fix(tmp_path, **kwargs) -> tuple[int, str]:
-    out = io.StringIO()
-    status = fix(Console(out=out, err=io.StringIO(), colour=False), cwd=tmp_path, **kwargs)
-    return status, out.getvalue()
+    ws = captured_workspace(tmp_path)
+    status = fix(ws, **kwargs)
+    return status, ws.console.out.getvalue()
 
 
 def test_no_arguments_reads_every_node_of_the_latest_attempt(tmp_path):
@@ -91,19 +89,6 @@ def test_rerun_of_a_job_across_nodes_is_refused_with_what_to_do(tmp_path):
     _record(store, NCCL, host="b", start=t, end=t + 5)
     with pytest.raises(UsageError, match="2 runs were read .one job.s nodes.: use --apply"):
         _fix(tmp_path, rerun=True)
-
-
-def test_recorded_switches_from_either_field():
-    rec = RunRecord(id="r", command=["python", "t.py"], cwd=".", run_switches=["-p", "x.toml", "--no-check", "--force",
-                                                                                 "--retry-oom", "3", "--json"])
-    assert recorded_switches(rec) == {"no_check": True, "force": True}
-    # argv that holds gpudoc's own switches (`run ... -- COMMAND`) reads the same.
-    rec = RunRecord(id="r", command=["python", "t.py"], cwd=".",
-                    argv=["run", "--clean", "--yes", "--allow-semantic", "--", "python", "t.py"])
-    assert recorded_switches(rec) == {"clean": True, "yes": True, "allow_semantic": True}
-    # argv that is the launched command: no switches known.
-    rec = RunRecord(id="r", command=["python", "t.py"], cwd=".", argv=["python", "t.py", "--bs", "2"])
-    assert recorded_switches(rec) == {}
 
 
 @pytest.mark.parametrize(

@@ -175,12 +175,13 @@ def test_clean_before_launch_reads_gpu_processes_and_leaves_others_alone(isolate
 import io, sys
 from gpudoc.commands.run import RunOptions, run
 from gpudoc.output import Console
+from gpudoc.workspace import Workspace
 from tests.facts.fake_nvml import FakeNvml
 from tests.conftest import NVIDIA_SMI
 backend = FakeNvml.from_snapshot(NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__tesla-t4.xml")
 err = io.StringIO()
 status = run(RunOptions(command=[sys.executable, "-c", "print('launched')"], no_check=True, clean=True, yes=True),
-             console=Console(out=sys.stdout, err=err), nvml_backend=backend)
+             Workspace(console=Console(out=sys.stdout, err=err), nvml_backend=backend))
 sys.stdout.flush()
 print("STATUS", status)
 print(err.getvalue())
@@ -204,13 +205,14 @@ import io, sys
 from gpudoc.commands.run import RunOptions, run
 from gpudoc.errors import GpudocError
 from gpudoc.output import Console
+from gpudoc.workspace import Workspace
 from tests.facts.fake_nvml import FakeNvml
 from tests.conftest import NVIDIA_SMI
 backend = FakeNvml.from_snapshot(NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__tesla-t4.xml")
 err = io.StringIO()
 try:
-    run(RunOptions(command=[sys.executable, "-c", "print('launched')"]), console=Console(out=sys.stdout, err=err),
-        nvml_backend=backend)
+    run(RunOptions(command=[sys.executable, "-c", "print('launched')"]),
+        Workspace(console=Console(out=sys.stdout, err=err), nvml_backend=backend))
 except GpudocError as exc:
     print("REFUSED", exc.exit_status, exc)
 print(err.getvalue())

@@ -7,13 +7,11 @@ what the guide's author ended up doing, or something better-founded, in a sensib
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 from gpudoc.commands.fix import fix
-from gpudoc.output import Console
-from tests.conftest import SEEDS, gpudoc_cli
+from tests.conftest import SEEDS, captured_workspace, gpudoc_cli
 
 OOM_TAIL = (
     " If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
@@ -25,15 +23,15 @@ OOM_TAIL = (
 def run_fix(tmp: Path, profile_text: str, log_text: str, *extra: str) -> tuple[int, dict]:
     (tmp / "job.toml").write_text(profile_text)
     (tmp / "oom.log").write_text(log_text)
-    out = io.StringIO()
+    ws = captured_workspace(tmp)
     status = fix(
-        Console(out=out, err=io.StringIO(), colour=False),
+        ws,
         logs=[str(tmp / "oom.log")],
         profile_name=str(tmp / "job.toml"),
         allow_semantic="--allow-semantic" in extra,
         as_json=True,
     )
-    return status, json.loads(out.getvalue())
+    return status, json.loads(ws.console.out.getvalue())
 
 
 def rungs(payload: dict, key: str = "suggestions") -> list[str]:

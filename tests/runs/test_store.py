@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -56,9 +57,11 @@ def test_a_corrupt_record_is_one_clear_error_and_skipped_when_listing(tmp_path):
     assert [r.id for r in store.records()] == [good.id]
 
 
-def test_gpudoc_home_overrides_the_working_directory(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUDOC_HOME", str(tmp_path / "shared"))
-    assert RunStore().root == tmp_path / "shared" / "runs"
+def test_gpudoc_home_overrides_the_working_directory(tmp_path):
+    work = tmp_path / "work"
+    assert RunStore.locate(work, {"GPUDOC_HOME": str(tmp_path / "shared")}).root == tmp_path / "shared" / "runs"
+    assert RunStore.locate(work, {"GPUDOC_HOME": ""}).root == work / ".gpudoc" / "runs"
+    assert RunStore.locate(work, {}).root == work / ".gpudoc" / "runs"
 
 
 def test_unknown_keys_from_newer_versions_are_ignored(tmp_path):
@@ -107,3 +110,55 @@ def test_job_records_leave_out_an_attempt_that_ended_just_before_this_one(tmp_pa
     store.log_path(retried.id).write_text("x\n")
     assert [r.id for r in store.job_records("slurm-9", attempt_of=latest)] == [retried.id, latest.id]
     assert before.id not in [r.id for r in store.job_records("slurm-9", attempt_of=latest)]
+
+
+def test_latest_follows_the_retry_chain_within_one_second(tmp_path):
+    store = RunStore(tmp_path)
+    # Same second; the child's random suffix sorts before its parent's, so "the last id" is wrong.
+    store.create(RunRecord(id="20250101-000000-ffffff", command=["a"], cwd="/"))
+    store.create(RunRecord(id="20250101-000000-000000", command=["a"], cwd="/", parent="20250101-000000-ffffff"))
+    assert store.ids()[-1] == "20250101-000000-ffffff"
+    assert store.latest().id == "20250101-000000-000000"
+    # An older second never competes, whatever its order inside the chain.
+    store.create(RunRecord(id="20250101-000001-aaaaaa", command=["a"], cwd="/"))
+    assert store.latest().id == "20250101-000001-aaaaaa"
+
+
+def test_records_are_parsed_once_and_again_only_when_changed(tmp_path):
+    store = RunStore(tmp_path)
+    first = make(store)
+    [again] = store.records()
+    assert [r for r in store.records()][0] is again  # the same object: not parsed a second time
+    # Another process rewrites the record (a later `gpudoc run` finishing): the store sees it.
+    other = RunStore(tmp_path)
+    changed = other.load(first.id)
+    changed.status = "ok"
+    path = store.run_dir(first.id) / RECORD
+    stamp = path.stat().st_mtime_ns
+    other.save(changed)
+    os.utime(path, ns=(stamp + 10**9, stamp + 10**9))  # coarse file-system clocks
+    [seen] = store.records()
+    assert seen.status == "ok" and seen is not again
+    # A record another process added is found too.
+    added = make(other)
+    assert [r.id for r in store.records()] == [first.id, added.id]
+
+
+def test_history_is_the_same_file_when_both_know_it_else_the_same_name(tmp_path):
+    store = RunStore(tmp_path / "home")
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    profile = work / "gpudoc.toml"
+    profile.write_text("")
+    same_file = make(store, profile={"name": "other-name", "path": str(work / "sub" / ".." / "gpudoc.toml")})
+    other_file = make(store, profile={"name": "gpudoc", "path": str(work / "elsewhere.toml")})
+    same_name = make(store, profile={"name": "gpudoc"})
+    make(store, profile=None)
+    found = store.history(profile_path=profile, profile_name="gpudoc")
+    assert [r.id for r in found] == [same_file.id, same_name.id]
+    assert other_file.id not in [r.id for r in found]
+    # By name alone (a profile with no file): only records that name it.
+    assert [r.id for r in store.history(profile_path=None, profile_name="gpudoc")] == [other_file.id, same_name.id]
+    # The run being fixed is part of its own history even when it ran under another profile.
+    stranger = make(store, profile={"name": "x"})
+    assert store.history(profile_path=profile, profile_name="gpudoc", upto=stranger)[-1] is stranger

@@ -1,0 +1,167 @@
+"""``run.json``: one run's record, and the typed questions other rooms ask of it.
+
+Other rooms read a record through the accessors below (``knobs``, ``peak_bytes``,
+``succeeded``, ...) instead of reaching into its dicts, so the record's layout has one owner.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpudoc import __version__
+
+# What a run ended as: running | ok | failed | interrupted | refused
+RUNNING = "running"
+
+
+@dataclass
+class RunRecord:
+    """``run.json``: the SPEC's keys plus what gpudoc needs to clean up and retry.
+
+    ``process_group`` and ``pids`` let a later ``gpudoc clean`` recognise leftovers of this run,
+    with their ``create_time`` guarding against PID reuse.
+    """
+
+    id: str
+    command: list[str]
+    cwd: str
+    profile: dict | None = None
+    env_set: dict[str, str] = field(default_factory=dict)
+    file_edits: list[dict] = field(default_factory=list)
+    started_at: str | None = None
+    ended_at: str | None = None
+    duration_s: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    status: str = RUNNING
+    cause: str | None = None
+    diagnosis: dict | None = None
+    peak_memory_bytes: dict[str, int] = field(default_factory=dict)  # GPU index (str) -> bytes
+    gpus: list[dict] = field(default_factory=list)  # {"index", "name", "total_bytes"}
+    parent: str | None = None
+    host: str = field(default_factory=socket.gethostname)
+    job_id: str | None = None
+    # Which node of a multi-node job this was (Slurm's node id, torchrun's group/node rank), when
+    # the engine says: one job's nodes often share a host name in tests and containers.
+    node_rank: int | None = None
+    gpudoc_version: str = __version__
+    launcher_pid: int | None = None
+    process_group: int | None = None
+    pids: list[dict] = field(default_factory=list)  # {"pid", "create_time"} of the job's processes
+    user: str | None = None
+    # The launcher's account of the run (beyond the SPEC's keys):
+    argv: list[str] = field(default_factory=list)  # what was launched: command after bindings
+    # gpudoc run's own switches (--no-check, --force, ...): `fix --rerun` relaunches as the user did.
+    run_switches: list[str] = field(default_factory=list)
+    ended_by: str | None = None  # set when gpudoc ended the job itself, e.g. "gpu_oom" (fail-fast)
+    terminal_lost: bool = False  # the terminal went away mid-run (the log is still complete)
+    log_error: str | None = None  # why output.log is incomplete, when it is
+    survivors: list[int] = field(default_factory=list)  # PIDs that outlived even SIGKILL
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    # -- what other rooms ask of a record ------------------------------------------------------
+
+    @property
+    def profile_path(self) -> str | None:
+        path = (self.profile or {}).get("path")
+        return str(path) if path else None
+
+    @property
+    def profile_name(self) -> str | None:
+        name = (self.profile or {}).get("name")
+        return str(name) if name else None
+
+    @property
+    def knobs(self) -> dict[str, Any]:
+        """The knobs the run was launched with (older records kept them under ``train``)."""
+        profile = self.profile or {}
+        return dict(profile.get("knobs") or profile.get("train") or {})
+
+    @property
+    def launch(self) -> dict[str, Any]:
+        return dict((self.profile or {}).get("launch") or {})
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment the profile asked for, with what gpudoc really set on top."""
+        env = dict((self.profile or {}).get("env") or {})
+        env.update(self.env_set or {})
+        return env
+
+    @property
+    def peak_bytes(self) -> int | None:
+        """The highest peak of any GPU, or None when nothing was sampled."""
+        peaks = [int(v) for v in (self.peak_memory_bytes or {}).values()
+                 if isinstance(v, (int, float)) and v > 0]
+        return max(peaks) if peaks else None
+
+    @property
+    def gpu_totals(self) -> dict[str, int]:
+        """GPU index (str, as in ``peak_memory_bytes``) -> capacity in bytes."""
+        return {str(g.get("index")): int(g["total_bytes"]) for g in self.gpus or ()
+                if isinstance(g, dict) and g.get("total_bytes")}
+
+    @property
+    def gpu_names(self) -> list[str]:
+        return [str(g["name"]) for g in self.gpus or () if isinstance(g, dict) and g.get("name")]
+
+    @property
+    def job_pids(self) -> list[int]:
+        return [int(p["pid"]) for p in self.pids or () if isinstance(p, dict) and p.get("pid")]
+
+    @property
+    def diagnosed_cause(self) -> str | None:
+        """The cause, from the record's own field or else its diagnosis."""
+        if self.cause:
+            return self.cause
+        diagnosis = self.diagnosis
+        cause = diagnosis.get("cause") if isinstance(diagnosis, dict) else getattr(diagnosis, "cause", None)
+        return str(cause) if cause else None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "ok" or (self.exit_code == 0 and self.cause in (None, "ok"))
+
+    @property
+    def failed_oom(self) -> bool:
+        return self.diagnosed_cause == "gpu_oom"
+
+    @property
+    def finished(self) -> bool:
+        return self.status != RUNNING
+
+    @property
+    def started_epoch(self) -> float | None:
+        return parse_iso(self.started_at)
+
+    @property
+    def ended_epoch(self) -> float | None:
+        return parse_iso(self.ended_at)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def parse_iso(stamp: str | None) -> float | None:
+    """``now_iso()`` back to epoch seconds; None for a missing or foreign stamp."""
+    if not stamp:
+        return None
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        try:
+            return datetime.fromisoformat(stamp).timestamp()
+        except ValueError:
+            return None

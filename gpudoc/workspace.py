@@ -1,0 +1,98 @@
+"""The world one gpudoc command works in, built once at the CLI boundary and handed down.
+
+Commands take a ``Workspace`` instead of reaching for ``os.environ``, ``Path.cwd()``,
+``sys.stdin`` or a fresh ``RunStore()`` themselves, so that one rule answers each shared question
+(where the runs live, which run is the latest, which runs are this profile's history) and tests
+hand in a fake NVML, a captured console and a temporary directory instead of patching modules.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from gpudoc.output import Console
+from gpudoc.runs.store import RunStore
+
+if TYPE_CHECKING:
+    from gpudoc.estimate import Estimate
+    from gpudoc.facts.model import Facts
+    from gpudoc.facts.nvml import NvmlBackend
+    from gpudoc.profiles.model import Profile
+    from gpudoc.runs.record import RunRecord
+
+
+@dataclass
+class Workspace:
+    """Where and with what a command runs: directory, environment, streams, NVML, run records."""
+
+    cwd: Path = field(default_factory=Path.cwd)
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    console: Console = field(default_factory=Console)
+    stdin: TextIO = field(default_factory=lambda: sys.stdin)
+    # None: the real NVML (imported only when facts are gathered); tests pass a fake backend.
+    nvml_backend: NvmlBackend | None = None
+
+    def __post_init__(self) -> None:
+        self.cwd = Path(self.cwd)
+
+    @cached_property
+    def store(self) -> RunStore:
+        """The run records of this workspace (``$GPUDOC_HOME`` or ``./.gpudoc``)."""
+        return RunStore.locate(self.cwd, self.environ)
+
+    def moved_to(self, cwd: Path) -> Workspace:
+        """The same workspace in another directory, keeping its run store (a relaunch in the
+        recorded run's directory still records next to the run it retries)."""
+        moved = replace(self, cwd=Path(cwd))
+        moved.__dict__["store"] = self.store
+        return moved
+
+    def load_profile(self, name: str | None) -> Profile:
+        """``-p NAME|FILE``, else ``$GPUDOC_PROFILE``, else ``./gpudoc.toml``, else no profile."""
+        from gpudoc.profiles.loader import load_profile  # noqa: PLC0415 - tomllib only when asked
+
+        return load_profile(name, self.cwd)
+
+    def history(self, profile: Profile, *, upto: RunRecord | None = None) -> list[RunRecord]:
+        """Earlier runs of this profile, oldest first: the one rule check, the run gate, estimate
+        and fix use (see ``RunStore.history``)."""
+        if profile.path is None and not _named(profile):
+            return [upto] if upto is not None else []
+        return self.store.history(profile_path=profile.path, profile_name=_named(profile), upto=upto)
+
+    def gather(self, **kwargs: Any) -> Facts:
+        """One facts snapshot through this workspace's NVML, environment and runs directory."""
+        from gpudoc.facts.gather import gather_facts  # noqa: PLC0415 - NVML and psutil only when asked
+
+        kwargs.setdefault("environ", self.environ)
+        kwargs.setdefault("runs", self.store)
+        return gather_facts(nvml_backend=self.nvml_backend, **kwargs)
+
+    def estimate(self, profile: Profile, facts: Facts | None) -> Estimate | None:
+        """The estimator's figure for the job on these GPUs (measured runs included), or None when
+        the profile does not describe the model. `check`, the run gate and `fix` all weigh this."""
+        if not profile.model:
+            return None
+        from gpudoc.errors import GpudocError  # noqa: PLC0415
+        from gpudoc.estimate import estimate  # noqa: PLC0415 - only profiles with [model] pay for it
+
+        totals = [g.memory_total_bytes for g in (facts.gpus if facts is not None else ()) if g.memory_total_bytes]
+        try:
+            return estimate(profile, gpu_total_bytes=min(totals) if totals else None,
+                            history=self.history(profile))
+        except GpudocError:
+            return None
+
+
+def _named(profile: Profile) -> str | None:
+    """A profile's name when it is a real one (the empty stand-in for "no profile" has none)."""
+    from gpudoc.profiles.model import EMPTY  # noqa: PLC0415
+
+    declared = any((profile.gpu, profile.env, profile.train, profile.launch, profile.model))
+    return profile.name if profile is not EMPTY and (profile.path is not None or declared) else None
