@@ -28,10 +28,14 @@ class GpudocError(Exception):
 
     exit_status: ExitStatus = ExitStatus.USAGE
 
-    def __init__(self, message: str, *, exit_status: ExitStatus | None = None) -> None:
+    def __init__(self, message: str, *, exit_status: ExitStatus | None = None, file: str | None = None,
+                 key: str | None = None) -> None:
         super().__init__(message)
         if exit_status is not None:
             self.exit_status = exit_status
+        # What the message names, for the JSON error envelope (`--json`): the file and the key.
+        self.file = file
+        self.key = key
 
 
 class UsageError(GpudocError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from gpudoc import __version__
 from gpudoc.cli.base import Command
 

@@ -41,21 +41,54 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
     except KeyboardInterrupt:
         # Ctrl-C while gpudoc itself works (imports, NVML, a prompt): no traceback.
         err.write("\ngpudoc: interrupted\n")
-        return ExitStatus.INTERRUPTED
+        return _error_envelope(ws, argv, ExitStatus.INTERRUPTED, "interrupted")
     except GpudocError as exc:
         _flush_stdout()
-        err.write(f"gpudoc: {exc}\n" if not str(exc).startswith("gpudoc") else f"{exc}\n")
-        return int(exc.exit_status)
+        message = str(exc) if str(exc).startswith("gpudoc") else f"gpudoc: {exc}"
+        err.write(message + "\n")
+        return _error_envelope(ws, argv, exc.exit_status, message, file=exc.file, key=exc.key)
     except BrokenPipeError:
         _silence_stdout()
         return ExitStatus.NEGATIVE
     except Exception:  # noqa: BLE001 - this is the boundary
         report = _write_crash_report(argv, err)
+        message = f"gpudoc: internal error (a bug in gpudoc, not in your job); crash report: {report}"
         err.write(
             "gpudoc: internal error (a bug in gpudoc, not in your job).\n"
             f"A crash report ready to paste into an issue is in {report}\n"
         )
-        return ExitStatus.INTERNAL
+        return _error_envelope(ws, argv, ExitStatus.INTERNAL, message, file=report)
+
+
+def _error_envelope(ws: Workspace, argv: list[str], status: int, message: str, *, file: str | None = None,
+                    key: str | None = None) -> int:
+    """Once ``--json`` was asked, a failure is the JSON envelope too (on stdout, where the caller
+    reads the document), beside the one line on stderr. Returns the exit status."""
+    command = _json_command(argv[1:])
+    if command is not None:
+        from gpudoc.render.show import show  # noqa: PLC0415
+        from gpudoc.results import ErrorResult  # noqa: PLC0415
+
+        try:
+            show(ErrorResult(command, int(status), message, file=file, key=key), ws.console, as_json=True)
+        except (BrokenPipeError, OSError):
+            _silence_stdout()
+    return int(status)
+
+
+def _json_command(args: list[str]) -> str | None:
+    """The command's name when its own switches (never the job's, after ``--``) ask for JSON."""
+    if not args:
+        return None
+    if args[0] == "run":
+        from gpudoc.commands.run_options import split_command, takes_value  # noqa: PLC0415
+
+        args = ["run", *split_command(args[1:], takes_value())]
+    own = args[: args.index("--")] if "--" in args else args
+    if "--json" not in own:
+        return None
+    words = [a for a in own[:2] if not a.startswith("-")]
+    return " ".join(words[:2]) if words[:1] == ["profile"] else (words[0] if words else "gpudoc")
 
 
 def _flush_stdout() -> None:

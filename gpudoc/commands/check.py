@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from gpudoc.checks import CATALOGUE, run_checks, select
 from gpudoc.checks._common import has_profile, parse_gpu_list
@@ -13,6 +14,8 @@ from gpudoc.errors import ExitStatus
 from gpudoc.facts.torch_probe import installed_torch_version
 from gpudoc.findings import Finding, Severity
 from gpudoc.profiles.model import Profile
+from gpudoc.render.show import show
+from gpudoc.results import CatalogueResult, CheckResult
 from gpudoc.workspace import Workspace
 
 
@@ -47,12 +50,8 @@ def check(
     list_checks: bool = False,
     python: str | None = None,
 ) -> int:
-    console = ws.console
-    from gpudoc.render.findings_text import render_catalogue, render_findings  # noqa: PLC0415
-
     if list_checks:
-        render_catalogue(CATALOGUE, console)
-        return ExitStatus.OK
+        return show(CatalogueResult(tuple((c.id, c.title) for c in CATALOGUE)), ws.console, as_json=as_json)
     only, skip = tuple(only), tuple(skip)
     select(only, skip)  # a typo in --only/--skip is a usage error before any slow work
     indexes = parse_gpu_list(gpus) if gpus else None
@@ -72,21 +71,9 @@ def check(
         runs=ws.store, alloc_env_name=alloc_name, torch_version=torch_version,
         profile_label=_label(profile),
     )
-    status = exit_status(findings, strict=strict)
-    if as_json:
-        from gpudoc.render.json_doc import check_document, dumps  # noqa: PLC0415
-
-        doc = check_document(facts, findings, exit_code=status,
-                             profile=profile.to_dict() if has_profile(profile) else None)
-        console.print(dumps(doc))
-        return status
-    header = f"gpudoc check: facts from {facts.source}"
-    if has_profile(profile):
-        header += f", profile {_label(profile)}"
-    console.print(console.style(header, "dim"))
-    console.print()
-    render_findings(findings, console)
-    return status
+    result = CheckResult(facts=facts, findings=tuple(findings), exit_code=exit_status(findings, strict=strict),
+                         profile=profile.to_dict() if has_profile(profile) else None, profile_label=_label(profile))
+    return show(result, ws.console, as_json=as_json)
 
 
 def _label(profile: Profile) -> str | None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
-from gpudoc import __version__
 from gpudoc.errors import ExitStatus, ProfileError, UsageError
+from gpudoc.render.show import show
+from gpudoc.results import EstimateResult
 from gpudoc.units import GIB
 from gpudoc.workspace import Workspace
 
@@ -33,7 +32,6 @@ def estimate_command(
 ) -> int:
     """Exit 0 with an estimate; 1 when the configuration does not fit the known GPU capacity."""
     from gpudoc.estimate import estimate  # noqa: PLC0415
-    from gpudoc.estimate.render import render_estimate  # noqa: PLC0415
     console = ws.console
 
     if gpu_memory_gib is not None and gpu_memory_gib <= 0:
@@ -60,19 +58,5 @@ def estimate_command(
         gpu_bytes, gpu_from = _detected_gpu_bytes(ws)
 
     result = estimate(profile, gpu_total_bytes=gpu_bytes, history=ws.history(profile))
-    fits = result.fits
-    status = ExitStatus.NEGATIVE if fits is False else ExitStatus.OK
-    if as_json:
-        doc = {
-            "schema_version": 1,
-            "gpudoc_version": __version__,
-            "command": "estimate",
-            "profile": profile.name,
-            "exit_code": int(status),
-            **result.to_dict(),
-            "gpu_total_from": gpu_from,
-        }
-        console.print(json.dumps(doc, indent=2))
-    else:
-        render_estimate(result, console, profile_name=profile.name, gpu_from=gpu_from)
-    return int(status)
+    status = ExitStatus.NEGATIVE if result.fits is False else ExitStatus.OK
+    return show(EstimateResult(result, profile.name, gpu_from, int(status)), console, as_json=as_json)

@@ -6,7 +6,6 @@ optionally write the first profile-changing rung and relaunch the recorded comma
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -15,8 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from gpudoc.commands.run_options import RunOptions, relaunch_switches
 from gpudoc.errors import ExitStatus, InputError, UsageError
-from gpudoc.ladder import suggest
-from gpudoc.ladder import upward_result
+from gpudoc.ladder import suggest, upward_result
 from gpudoc.ladder.apply import apply_changes, target_path
 from gpudoc.ladder.explain import complete_diagnosis, explain, knob_diff_lines, saving_text
 from gpudoc.ladder.model import LadderResult, Suggestion
@@ -24,6 +22,7 @@ from gpudoc.ladder.retry import job_python, job_torch_facts, record_diagnosis
 from gpudoc.output import Console
 from gpudoc.profiles.loader import load_profile, load_profile_file
 from gpudoc.profiles.model import Profile
+from gpudoc.results import status_of
 from gpudoc.runs.record import RunRecord
 from gpudoc.runs.store import RunStore
 from gpudoc.units import format_bytes
@@ -135,17 +134,22 @@ def fix(
             }
             for i, (s, d) in enumerate(zip(sources, diagnoses))
         ]
+    answer = ExitStatus.OK if result.suggestions else ExitStatus.NEGATIVE
+    if rerun and applied is None:
+        answer = ExitStatus.NEGATIVE
     if as_json:
-        console.print(json.dumps(payload, indent=2, default=str))
+        # With --rerun the process then exits with the relaunched job's status; this document
+        # describes fix's own answer.
+        from gpudoc.render.json_doc import dumps, envelope  # noqa: PLC0415
+
+        console.print(dumps(envelope("fix", status=status_of(answer), exit_code=answer, **payload)))
     else:
         _render(console, payload, result, profile, diag, sources, diagnoses, chosen_index, cwd)
     console.flush()
 
     if rerun and applied is not None:
         return _relaunch(ws, relaunch, record, quiet=as_json)
-    if rerun and applied is None:
-        return ExitStatus.NEGATIVE
-    return ExitStatus.OK if result.suggestions else ExitStatus.NEGATIVE
+    return answer
 
 
 # -- sources ----------------------------------------------------------------------------------

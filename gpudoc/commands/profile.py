@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import ExitStatus, GpudocError, UsageError
 from gpudoc.profiles.loader import list_profile_names, load_profile, search_dirs, shipped_profiles_dir
+from gpudoc.render.show import show
+from gpudoc.results import ProfileListResult, ProfileNewResult, ProfileShowResult
 from gpudoc.units import GIB
 from gpudoc.workspace import Workspace
 
@@ -24,39 +23,16 @@ def list_profiles(ws: Workspace, *, as_json: bool = False) -> int:
         except GpudocError as exc:
             description = f"(invalid: {exc})"
         rows.append({"name": name, "origin": origins.get(path.parent, "?"), "path": str(path), "description": description})
-    if as_json:
-        console.print(json.dumps(rows, indent=2))
-        return ExitStatus.OK
-    width = max((len(r["name"]) for r in rows), default=4)
-    for row in rows:
-        console.print(f"{row['name']:<{width}}  {row['origin']:<7}  {row['description']}")
-    return ExitStatus.OK
+    return show(ProfileListResult(tuple(rows)), console, as_json=as_json)
 
 
 def show_profile(ws: Workspace, name: str, *, as_json: bool = False) -> int:
-    console = ws.console
     profile = ws.load_profile(name)
     data = profile.to_dict()
     data["extends_chain"] = [str(p) for p in profile.chain]
     data["world_size"] = profile.world_size
     data["global_batch_size"] = profile.global_batch_size
-    if as_json:
-        console.print(json.dumps(data, indent=2, default=str))
-        return ExitStatus.OK
-    console.print(f"{console.style(profile.name, 'bold')}  {profile.description}")
-    console.print(f"  file:   {profile.path}" + (" (shipped: edits go to ./gpudoc.toml)" if profile.shipped else ""))
-    if len(profile.chain) > 1:
-        console.print("  extends: " + " -> ".join(p.stem for p in profile.chain[1:]))
-    for table in ("gpu", "env", "train", "launch", "model", "bind", "run"):
-        values = data["knobs" if table == "train" else table]
-        if not values:
-            continue
-        console.print(f"  [{table}]")
-        for key, value in values.items():
-            console.print(f"    {key} = {json.dumps(value, default=str)}")
-    if profile.global_batch_size:
-        console.print(f"  global batch = {profile.global_batch_size} (micro x accumulation x world size {profile.world_size})")
-    return ExitStatus.OK
+    return show(ProfileShowResult(data, shipped=profile.shipped), ws.console, as_json=as_json)
 
 
 def new_profile(ws: Workspace, name: str, *, from_gpu: bool = False, snapshots: tuple[str, ...] = (),
@@ -79,9 +55,7 @@ def new_profile(ws: Workspace, name: str, *, from_gpu: bool = False, snapshots: 
 
         backup(target)
     atomic_write_text(target, text)
-    console.print(f"wrote {target}")
-    console.print(f"next: edit [train] and [model], then `gpudoc check -p {name}`")
-    return ExitStatus.OK
+    return show(ProfileNewResult(str(target), name), console, as_json=False)
 
 
 def _from_gpu(ws: Workspace, snapshots: tuple[str, ...]) -> tuple[str | None, list[str], str]:

@@ -6,7 +6,6 @@ diagnosis, the ladder and the run records, and owns the exit status.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -18,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from gpudoc.commands.run_options import RunOptions
 from gpudoc.errors import ExitStatus, GpudocError, LaunchError
 from gpudoc.output import Console
+from gpudoc.render.show import show
+from gpudoc.results import DryRunResult, RunResult
 from gpudoc.runs.record import RunRecord, now_iso
-from gpudoc.units import format_bytes, format_duration
 from gpudoc.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -113,8 +113,7 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     console, cwd, environ = ws.console, ws.cwd, ws.environ
     resolved, python = _refusing(lambda: resolve_command(profile, options.command, cwd=cwd, environ=environ))
     if options.dry_run:
-        _print_dry_run(resolved, console, as_json=options.json)
-        return 0, None
+        return show(_dry_run_result(resolved), console, as_json=options.json), None
     child_env = resolved.child_env(environ)
     facts = None
     if not options.no_check:
@@ -128,21 +127,10 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     return _launch(options, profile, resolved, child_env, edits, ws, parent=parent)
 
 
-def _print_dry_run(resolved, console: Console, *, as_json: bool) -> None:
+def _dry_run_result(resolved: ResolvedCommand) -> DryRunResult:
     doc = resolved.to_dict()
-    if as_json:
-        console.print(json.dumps(doc, indent=2))
-        return
-    import shlex
-
-    console.print(console.style("command:", "bold") + " " + shlex.join(doc["command"]))
-    console.print(console.style("environment:", "bold") + ("" if doc["env_set"] else " (nothing set)"))
-    for key, value in doc["env_set"].items():
-        console.print(f"  {key}={shlex.quote(value)}")
-    console.print(console.style("file edits:", "bold") + ("" if doc["file_edits"] else " (none)"))
-    for edit in doc["file_edits"]:
-        console.print(edit["diff"].rstrip("\n"))
-    console.print("(dry run: nothing launched, nothing changed)")
+    return DryRunResult(argv=tuple(doc["command"]), env_set=doc["env_set"], file_edits=tuple(doc["file_edits"]),
+                        notes=(*resolved.conflicts, *resolved.notes))
 
 
 def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws: Workspace, *,
@@ -236,7 +224,7 @@ def _launch(options: RunOptions, profile: Profile, resolved: ResolvedCommand, ch
             edits: list[dict], ws: Workspace, *, parent: str | None) -> tuple[int, RunRecord]:
     from gpudoc.launch.command import is_multi_process, job_identity
     from gpudoc.launch.scan import LiveScan
-    from gpudoc.launch.spawn import LaunchOptions, Launcher
+    from gpudoc.launch.spawn import Launcher, LaunchOptions
     from gpudoc.launch.watch import GpuSampler, SamplerThread, nvml_reader
     from gpudoc.runs.store import new_run_id
 
@@ -341,8 +329,11 @@ def _launch(options: RunOptions, profile: Profile, resolved: ResolvedCommand, ch
         diag = record.diagnosis or {}
         sync.announce("gpu_oom", rank=diag.get("rank"), line=str(diag.get("summary") or ""))
     store.save(record)
+    result = RunResult(record=record, exit_code=outcome.status, log_path=str(log_path),
+                       killed_by=outcome.signal, interrupted_by=outcome.interrupted_by)
     try:
-        _summary(record, outcome, console, log_path, as_json=options.json)
+        # gpudoc's own words go to stderr: stdout is the job's.
+        show(result, Console(out=console.err, err=console.err, colour=console.colour), as_json=options.json)
     except OSError:
         pass  # the terminal is gone (hang-up): the record has it all
     return outcome.status, record
@@ -480,65 +471,6 @@ def _profile_doc(profile) -> dict | None:
 
 
 # -- the summary ------------------------------------------------------------------------------
-
-def _summary(record, outcome, console: Console, log_path: Path, *, as_json: bool) -> None:
-    if as_json:
-        console.err.write(json.dumps(record_dict(record)) + "\n")
-        console.err.flush()
-        return
-    err = console.error
-    style = console.style
-    status_text = {"ok": style("finished", "green", "bold"), "failed": style("FAILED", "red", "bold"),
-                   "interrupted": style("interrupted", "yellow", "bold")}.get(record.status, record.status)
-    how = f"exit {outcome.status}"
-    if outcome.signal is not None:
-        how += f" (killed by {_signame(outcome.signal)})"
-    elif outcome.interrupted_by is not None and outcome.status != 0:
-        how += f" ({_signame(outcome.interrupted_by)} from the user)"
-    err("")
-    err(f"gpudoc: run {record.id} {status_text} after {format_duration(record.duration_s or 0)}: {how}")
-    if record.peak_memory_bytes:
-        err("  peak GPU memory: " + ", ".join(_peak_text(record)))
-    if record.cause and record.cause != "ok":
-        summary = (record.diagnosis or {}).get("summary") or ""
-        err(f"  cause: {style(record.cause, 'bold')}" + (f" — {summary}" if summary else ""))
-    if outcome.ended_by:
-        err(f"  gpudoc ended the job early ({outcome.ended_by}) instead of waiting for a timeout")
-    if outcome.terminal_lost:
-        err("  the terminal went away during the run; the log is complete")
-    if outcome.log_error:
-        err(f"  the log is incomplete: {outcome.log_error}")
-    err(f"  log: {log_path}")
-    if record.status != "ok":
-        err(f"  next: gpudoc fix {record.id}")
-    elif _unused_share(record) is not None and _unused_share(record) > 0.4:
-        err(f"  next: gpudoc fix {record.id}   (memory was left unused: it can propose a bigger batch)")
-
-
-def _unused_share(record) -> float | None:
-    shares = []
-    totals = {str(g.get("index")): g.get("total_bytes") for g in record.gpus}
-    for key, peak in record.peak_memory_bytes.items():
-        total = totals.get(key)
-        if total:
-            shares.append(1 - peak / total)
-    return min(shares) if shares else None
-
-
-def _peak_text(record) -> list[str]:
-
-    totals = {str(g.get("index")): g.get("total_bytes") for g in record.gpus}
-    out = []
-    for key, peak in sorted(record.peak_memory_bytes.items(), key=lambda kv: int(kv[0])):
-        total = totals.get(key)
-        share = f" / {format_bytes(total)} ({100 * peak / total:.0f}%)" if total else ""
-        out.append(f"GPU {key} {format_bytes(peak)}{share}")
-    return out
-
-
-def record_dict(record) -> dict:
-    return record.to_dict()
-
 
 def _signame(sig: int | None) -> str:
     from gpudoc.launch.signals import signal_name

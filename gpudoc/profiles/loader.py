@@ -155,11 +155,11 @@ def parse_profile_text(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ProfileError(f"{path}: cannot read profile: {exc.strerror}") from None
+        raise ProfileError(f"{path}: cannot read profile: {exc.strerror}", file=str(path)) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+        raise ProfileError(f"{path}: not valid TOML: {exc}", file=str(path)) from None
     validate(data, path, text)
     return data
 
@@ -169,7 +169,7 @@ def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
         line = _line_of(text, table, key)
         where = f"{path}:{line}" if line else str(path)
         dotted = f"{table}.{key}" if table else key
-        raise ProfileError(f"{where}: {dotted}: {message}")
+        raise ProfileError(f"{where}: {dotted}: {message}", file=str(path), key=dotted)
 
     allowed_top = {**schema.TOP_LEVEL, **{t: (dict,) for t in schema.TABLES}, "env": (dict,)}
     for key, value in data.items():

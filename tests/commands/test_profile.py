@@ -17,14 +17,16 @@ def test_list_shows_shipped_profiles_with_descriptions():
 def test_list_json_marks_project_profiles(isolated_home):
     (isolated_home / ".gpudoc" / "profiles").mkdir(parents=True)
     (isolated_home / ".gpudoc" / "profiles" / "mine.toml").write_text('description = "my box"\n')
-    rows = json.loads(gpudoc_cli("profile", "list", "--json", cwd=isolated_home).stdout)
+    doc = json.loads(gpudoc_cli("profile", "list", "--json", cwd=isolated_home).stdout)
+    assert doc["command"] == "profile list" and doc["exit_code"] == 0
+    rows = doc["profiles"]
     mine = next(r for r in rows if r["name"] == "mine")
     assert mine["origin"] == "project" and mine["description"] == "my box"
 
 
 def test_show_resolves_extends():
     result = gpudoc_cli("profile", "show", "qwen2.5-7b-lora-24gb", "--json")
-    data = json.loads(result.stdout)
+    data = json.loads(result.stdout)["profile"]
     assert data["knobs"]["lora_rank"] == 128
     assert data["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128,expandable_segments:True"
     assert data["env"]["TOKENIZERS_PARALLELISM"] == "false"
@@ -43,7 +45,7 @@ def test_new_writes_a_valid_profile_and_refuses_to_overwrite(isolated_home):
     result = gpudoc_cli("profile", "new", "box", cwd=isolated_home)
     assert result.returncode == 0, result.stderr
     shown = gpudoc_cli("profile", "show", "box", "--json", cwd=isolated_home)
-    assert json.loads(shown.stdout)["knobs"]["micro_batch_size"] == 1
+    assert json.loads(shown.stdout)["profile"]["knobs"]["micro_batch_size"] == 1
     again = gpudoc_cli("profile", "new", "box", cwd=isolated_home)
     assert again.returncode == 2 and "already exists" in again.stderr
 
@@ -52,7 +54,7 @@ def test_new_from_gpu_reads_a_real_snapshot(isolated_home):
     snapshot = NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__dual_a5000-v13.xml"
     result = gpudoc_cli("profile", "new", "a5000s", "--from-gpu", "--snapshot", str(snapshot), cwd=isolated_home)
     assert result.returncode == 0, result.stderr
-    data = json.loads(gpudoc_cli("profile", "show", "a5000s", "--json", cwd=isolated_home).stdout)
+    data = json.loads(gpudoc_cli("profile", "show", "a5000s", "--json", cwd=isolated_home).stdout)["profile"]
     assert data["gpu"]["count"] == 2
     assert "A5000" in data["gpu"]["name"]
     # 24564 MiB cards: 23.99 GiB, nearest tier at or below is the 22.5 GiB one.

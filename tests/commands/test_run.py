@@ -38,8 +38,8 @@ def test_dry_run_json_shows_everything_and_changes_nothing(isolated_home):
     done = gpudoc_cli("run", "--dry-run", "--json", "--", "python", "train.py", "--bs", "{micro_batch_size}")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    assert set(doc) == {"command", "env_set", "file_edits"}
-    assert doc["command"] == ["python", "train.py", "--bs", "8"]
+    assert doc["command"] == "run" and doc["dry_run"] is True and doc["schema_version"] == 1
+    assert doc["argv"] == ["python", "train.py", "--bs", "8"]
     # torch 2.13 reads PYTORCH_ALLOC_CONF: the profile's old spelling is written under that name.
     assert doc["env_set"]["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"
     assert "PYTORCH_CUDA_ALLOC_CONF" not in doc["env_set"]

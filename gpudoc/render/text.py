@@ -1,0 +1,199 @@
+"""Results as text for a person at a terminal: one renderer per result type.
+
+``text(result, console)`` dispatches on the result's type; JSON is ``gpudoc.render.show``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from functools import singledispatch
+from typing import Any
+
+from gpudoc.output import Console
+from gpudoc.results import (
+    CatalogueResult,
+    CheckResult,
+    DryRunResult,
+    ErrorResult,
+    EstimateResult,
+    ProfileListResult,
+    ProfileNewResult,
+    ProfileShowResult,
+    RunResult,
+    RunsResult,
+)
+from gpudoc.units import format_bytes, format_duration
+
+
+@singledispatch
+def text(result: Any, console: Console) -> None:
+    """The human rendering of a result."""
+    raise NotImplementedError(f"no text rendering for {type(result).__name__}")
+
+
+@text.register
+def _check(result: CheckResult, console: Console) -> None:
+    from gpudoc.render.findings_text import render_findings  # noqa: PLC0415
+
+    header = f"gpudoc check: facts from {result.facts.source}"
+    if result.profile_label:
+        header += f", profile {result.profile_label}"
+    console.print(console.style(header, "dim"))
+    console.print()
+    render_findings(list(result.findings), console)
+
+
+@text.register
+def _catalogue(result: CatalogueResult, console: Console) -> None:
+    width = max((len(cid) for cid, _ in result.checks), default=0)
+    for cid, title in result.checks:
+        console.print(f"{cid.ljust(width)}  {title}")
+
+
+@text.register
+def _estimate(result: EstimateResult, console: Console) -> None:
+    from gpudoc.estimate.render import render_estimate  # noqa: PLC0415
+
+    render_estimate(result.estimate, console, profile_name=result.profile_name, gpu_from=result.gpu_from)
+
+
+_RUNS_COLUMNS = ("id", "started", "duration", "status", "cause", "command")
+_STATUS_COLOURS = {"ok": "green", "failed": "red", "interrupted": "yellow", "lost": "red", "running": "cyan"}
+
+
+@text.register
+def _runs(result: RunsResult, console: Console) -> None:
+    if not result.records:
+        console.print(f"No runs yet in {result.runs_dir} (start one with `gpudoc run -- COMMAND`).")
+        return
+    rows = []
+    for record, status in zip(result.records, result.live_status):
+        command = shlex.join(record.command)
+        rows.append((record.id, _started(record.started_at), format_duration(record.duration_s), status,
+                     record.cause or "-", command if len(command) <= 60 else command[:59] + "…"))
+    widths = [max(len(_RUNS_COLUMNS[i]), *(len(row[i]) for row in rows)) for i in range(len(_RUNS_COLUMNS) - 1)]
+    header = "  ".join(c.upper().ljust(w) for c, w in zip(_RUNS_COLUMNS, widths)) + "  COMMAND"
+    console.print(console.style(header, "bold"))
+    for row in rows:
+        cells = [cell.ljust(w) for cell, w in zip(row, widths)]
+        cells[3] = console.style(cells[3], _STATUS_COLOURS.get(row[3], "dim"))
+        console.print("  ".join(cells) + "  " + row[-1])
+
+
+def _started(stamp: str | None) -> str:
+    # "2026-01-31T14:05:09+0100" -> "2026-01-31 14:05:09"
+    return (stamp or "-")[:19].replace("T", " ")
+
+
+@text.register
+def _profile_list(result: ProfileListResult, console: Console) -> None:
+    width = max((len(row["name"]) for row in result.profiles), default=4)
+    for row in result.profiles:
+        console.print(f"{row['name']:<{width}}  {row['origin']:<7}  {row['description']}")
+
+
+@text.register
+def _profile_show(result: ProfileShowResult, console: Console) -> None:
+    data = result.profile
+    console.print(f"{console.style(str(data['name']), 'bold')}  {data.get('description') or ''}")
+    console.print(f"  file:   {data.get('path')}" + (" (shipped: edits go to ./gpudoc.toml)" if result.shipped else ""))
+    chain = data.get("extends_chain") or []
+    if len(chain) > 1:
+        console.print("  extends: " + " -> ".join(_stem(p) for p in chain[1:]))
+    for table in ("gpu", "env", "train", "launch", "model", "bind", "run"):
+        values = data.get("knobs" if table == "train" else table)
+        if not values:
+            continue
+        console.print(f"  [{table}]")
+        for key, value in values.items():
+            console.print(f"    {key} = {json.dumps(value, default=str)}")
+    if data.get("global_batch_size"):
+        console.print(f"  global batch = {data['global_batch_size']} (micro x accumulation x world size "
+                      f"{data.get('world_size')})")
+
+
+def _stem(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return name[:-5] if name.endswith(".toml") else name
+
+
+@text.register
+def _profile_new(result: ProfileNewResult, console: Console) -> None:
+    console.print(f"wrote {result.path}")
+    console.print(f"next: edit [train] and [model], then `gpudoc check -p {result.name}`")
+
+
+@text.register
+def _dry_run(result: DryRunResult, console: Console) -> None:
+    console.print(console.style("command:", "bold") + " " + shlex.join(result.argv))
+    console.print(console.style("environment:", "bold") + ("" if result.env_set else " (nothing set)"))
+    for key, value in result.env_set.items():
+        console.print(f"  {key}={shlex.quote(value)}")
+    console.print(console.style("file edits:", "bold") + ("" if result.file_edits else " (none)"))
+    for edit in result.file_edits:
+        console.print(edit["diff"].rstrip("\n"))
+    for note in result.notes:
+        console.print(console.style(f"note: {note}", "dim"))
+    console.print("(dry run: nothing launched, nothing changed)")
+
+
+@text.register
+def _run(result: RunResult, console: Console) -> None:
+    """The summary after a run (gpudoc's own words go to stderr: stdout is the job's)."""
+    from gpudoc.launch.signals import signal_name  # noqa: PLC0415
+
+    record = result.record
+    say, style = console.print, console.style
+    status_text = {"ok": style("finished", "green", "bold"), "failed": style("FAILED", "red", "bold"),
+                   "interrupted": style("interrupted", "yellow", "bold")}.get(record.status, record.status)
+    how = f"exit {result.exit_code}"
+    if result.killed_by is not None:
+        how += f" (killed by {signal_name(result.killed_by)})"
+    elif result.interrupted_by is not None and result.exit_code != 0:
+        how += f" ({signal_name(result.interrupted_by)} from the user)"
+    say("")
+    say(f"gpudoc: run {record.id} {status_text} after {format_duration(record.duration_s or 0)}: {how}")
+    if record.peak_memory_bytes:
+        say("  peak GPU memory: " + ", ".join(_peak_text(record.peak_memory_bytes, record.gpu_totals)))
+    if record.cause and record.cause != "ok":
+        summary = _diagnosis_summary(record.diagnosis)
+        say(f"  cause: {style(record.cause, 'bold')}" + (f" — {summary}" if summary else ""))
+    if record.ended_by:
+        say(f"  gpudoc ended the job early ({record.ended_by}) instead of waiting for a timeout")
+    if record.terminal_lost:
+        say("  the terminal went away during the run; the log is complete")
+    if record.log_error:
+        say(f"  the log is incomplete: {record.log_error}")
+    say(f"  log: {result.log_path}")
+    unused = _unused_share(record.peak_memory_bytes, record.gpu_totals)
+    if record.status != "ok":
+        say(f"  next: gpudoc fix {record.id}")
+    elif unused is not None and unused > 0.4:
+        say(f"  next: gpudoc fix {record.id}   (memory was left unused: it can propose a bigger batch)")
+
+
+def _diagnosis_summary(diagnosis: Any) -> str:
+    if diagnosis is None:
+        return ""
+    summary = diagnosis.get("summary") if isinstance(diagnosis, dict) else getattr(diagnosis, "summary", None)
+    return str(summary or "")
+
+
+def _unused_share(peaks: dict[str, int], totals: dict[str, int]) -> float | None:
+    shares = [1 - peak / totals[key] for key, peak in peaks.items() if totals.get(key)]
+    return min(shares) if shares else None
+
+
+def _peak_text(peaks: dict[str, int], totals: dict[str, int]) -> list[str]:
+    out = []
+    for key, peak in sorted(peaks.items(), key=lambda kv: int(kv[0])):
+        total = totals.get(key)
+        share = f" / {format_bytes(total)} ({100 * peak / total:.0f}%)" if total else ""
+        out.append(f"GPU {key} {format_bytes(peak)}{share}")
+    return out
+
+
+@text.register
+def _error(result: ErrorResult, console: Console) -> None:
+    console.error(result.message)

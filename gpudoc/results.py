@@ -1,0 +1,204 @@
+"""What each command found, as typed objects: commands build them, ``gpudoc.render`` shows them.
+
+A command's flow ends by handing its result to ``gpudoc.render.show``, which prints it as text or
+as the one versioned JSON envelope (``schema_version``, ``gpudoc_version``, ``command``,
+``status``, ``exit_code``, then the command's own keys from ``json_body``). Nothing here prints.
+
+``status`` says the outcome in one word: ``ok``; ``warn`` (check: warnings only); ``fail`` (the
+command's answer is negative: a failed check, an estimate that does not fit, no suggestion);
+``error`` (gpudoc could not do what was asked); for ``run``, the run's own status (``ok``,
+``failed``, ``interrupted``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from gpudoc.errors import ExitStatus
+from gpudoc.findings import Finding, overall_status, summarize
+
+if TYPE_CHECKING:
+    from gpudoc.estimate import Estimate
+    from gpudoc.facts.model import Facts
+    from gpudoc.runs.record import RunRecord
+
+
+def status_of(exit_code: int) -> str:
+    """The status word of a command whose exit code says it all."""
+    if exit_code == ExitStatus.OK:
+        return "ok"
+    if exit_code == ExitStatus.NEGATIVE:
+        return "fail"
+    return "error"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """`gpudoc check`: the facts (readable back with ``--snapshot``) and the findings."""
+
+    command: ClassVar[str] = "check"
+    facts: Facts
+    findings: tuple[Finding, ...]
+    exit_code: int
+    profile: dict[str, Any] | None = None  # the resolved profile, when one was used
+    profile_label: str | None = None
+
+    @property
+    def status(self) -> str:
+        # Describes the findings: `warn` stays `warn` under --strict; exit_code says what --strict did.
+        return overall_status(self.findings)
+
+    def json_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"facts": self.facts.to_dict(), "findings": [f.to_dict() for f in self.findings],
+                                "summary": summarize(self.findings)}
+        if self.profile is not None:
+            body["profile"] = self.profile
+        return body
+
+
+@dataclass(frozen=True)
+class CatalogueResult:
+    """`gpudoc check --list-checks`: every check id with its title."""
+
+    command: ClassVar[str] = "check"
+    checks: tuple[tuple[str, str], ...]  # (id, title)
+    exit_code: int = ExitStatus.OK
+    status: str = "ok"
+
+    def json_body(self) -> dict[str, Any]:
+        return {"checks": [{"id": cid, "title": title} for cid, title in self.checks]}
+
+
+@dataclass(frozen=True)
+class EstimateResult:
+    """`gpudoc estimate`: the peak, its breakdown and the largest micro batch that fits."""
+
+    command: ClassVar[str] = "estimate"
+    estimate: Estimate
+    profile_name: str
+    gpu_from: str | None
+    exit_code: int
+
+    @property
+    def status(self) -> str:
+        return status_of(self.exit_code)
+
+    def json_body(self) -> dict[str, Any]:
+        return {"profile": self.profile_name, **self.estimate.to_dict(), "gpu_total_from": self.gpu_from}
+
+
+@dataclass(frozen=True)
+class RunsResult:
+    """`gpudoc runs`: the records, oldest first, each with its live status."""
+
+    command: ClassVar[str] = "runs"
+    runs_dir: str
+    records: tuple[RunRecord, ...]
+    live_status: tuple[str, ...]  # per record: its status, "lost" when its launcher is gone
+    exit_code: int = ExitStatus.OK
+    status: str = "ok"
+
+    def json_body(self) -> dict[str, Any]:
+        docs = []
+        for record, status in zip(self.records, self.live_status):
+            doc = record.to_dict()
+            doc["status"] = status
+            docs.append(doc)
+        return {"runs_dir": self.runs_dir, "runs": docs}
+
+
+@dataclass(frozen=True)
+class ProfileListResult:
+    """`gpudoc profile list`: the profiles visible from here."""
+
+    command: ClassVar[str] = "profile list"
+    profiles: tuple[dict[str, Any], ...]  # {"name", "origin", "path", "description"}
+    exit_code: int = ExitStatus.OK
+    status: str = "ok"
+
+    def json_body(self) -> dict[str, Any]:
+        return {"profiles": list(self.profiles)}
+
+
+@dataclass(frozen=True)
+class ProfileShowResult:
+    """`gpudoc profile show`: one profile after ``extends``."""
+
+    command: ClassVar[str] = "profile show"
+    profile: dict[str, Any]
+    shipped: bool
+    exit_code: int = ExitStatus.OK
+    status: str = "ok"
+
+    def json_body(self) -> dict[str, Any]:
+        return {"profile": self.profile}
+
+
+@dataclass(frozen=True)
+class ProfileNewResult:
+    """`gpudoc profile new`: the file written."""
+
+    command: ClassVar[str] = "profile new"
+    path: str
+    name: str
+    exit_code: int = ExitStatus.OK
+    status: str = "ok"
+
+    def json_body(self) -> dict[str, Any]:
+        return {"path": self.path, "name": self.name}
+
+
+@dataclass(frozen=True)
+class DryRunResult:
+    """`gpudoc run --dry-run`: what would be launched, set and edited.
+
+    The envelope's ``command`` key names gpudoc's command, so the job's resolved command line is
+    ``argv`` here.
+    """
+
+    command: ClassVar[str] = "run"
+    argv: tuple[str, ...]
+    env_set: dict[str, str]
+    file_edits: tuple[dict[str, str], ...]  # {"path", "diff"}
+    notes: tuple[str, ...] = ()
+    exit_code: int = ExitStatus.OK
+    status: str = "ok"
+
+    def json_body(self) -> dict[str, Any]:
+        return {"dry_run": True, "argv": list(self.argv), "env_set": dict(self.env_set),
+                "file_edits": [dict(e) for e in self.file_edits], "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """`gpudoc run`, after the job ended: its record."""
+
+    command: ClassVar[str] = "run"
+    record: RunRecord
+    exit_code: int
+    log_path: str
+    killed_by: int | None = None  # the signal that ended the job, when one did
+    interrupted_by: int | None = None  # the signal the user sent gpudoc (Ctrl-C, SIGTERM)
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    def json_body(self) -> dict[str, Any]:
+        return {"run": self.record.to_dict(), "log": self.log_path}
+
+
+@dataclass(frozen=True)
+class ErrorResult:
+    """Any command that could not do what was asked, once ``--json`` was asked."""
+
+    command: str
+    exit_code: int
+    message: str
+    file: str | None = None
+    key: str | None = None
+    status: str = "error"
+
+    def json_body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "file": self.file, "key": self.key}}
