@@ -24,7 +24,7 @@ from gpudoc.profiles.loader import load_profile, load_profile_file
 from gpudoc.profiles.model import Profile
 from gpudoc.results import status_of
 from gpudoc.runs.record import RunRecord
-from gpudoc.runs.store import RunStore
+from gpudoc.runs.store import TAIL_BYTES, RunStore, read_tail
 from gpudoc.units import format_bytes
 from gpudoc.workspace import Workspace
 
@@ -158,20 +158,22 @@ def _sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, stdin
     sources: list[Source] = []
     for target in targets:
         if target == "-":
-            sources.append(Source("<stdin>", text=stdin.read()))
+            sources.append(Source("<stdin>", text=_stream_tail(stdin)))
         else:
             record = store.load(target)
             sources.append(Source(f"run {record.id}", record=record))
     for log in logs:
         if log == "-":
-            sources.append(Source("<stdin>", text=stdin.read()))
+            sources.append(Source("<stdin>", text=_stream_tail(stdin)))
             continue
         path = cwd / log
         try:
-            data = path.read_bytes()
+            with open(path, "rb"):
+                pass
         except OSError as exc:
             raise InputError(f"{log}: cannot read log: {exc.strerror}") from None
-        sources.append(Source(str(log), text=data.decode("utf-8", errors="replace")))
+        # Only the end: a failure is near it, and a log can be far larger than memory.
+        sources.append(Source(str(log), text=read_tail(path)))
     if not sources:
         record = store.latest()
         if record is None:
@@ -185,6 +187,16 @@ def _sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, stdin
         sources.extend(Source(f"run {r.id}", record=r) for r in (members or [record]))
     _label_nodes(sources)
     return sources
+
+
+def _stream_tail(stream: TextIO, limit: int = TAIL_BYTES) -> str:
+    """The last ``limit`` characters of a stream read to its end in chunks (bounded memory)."""
+    tail = ""
+    while True:
+        chunk = stream.read(1 << 16)
+        if not chunk:
+            return tail
+        tail = (tail + chunk)[-limit:]
 
 
 def _label_nodes(sources: list[Source]) -> None:
@@ -260,8 +272,7 @@ def _role(diag: dict) -> str:
 def _text_of(source: Source, store: Any) -> str:
     if source.text is not None:
         return source.text
-    log = store.log_path(source.record.id)
-    return log.read_bytes().decode("utf-8", errors="replace") if log.is_file() else ""
+    return store.log_tail(source.record.id)
 
 
 # -- profile and facts ------------------------------------------------------------------------

@@ -105,8 +105,8 @@ def _host(runs: Any | None, environ: Mapping[str, str]) -> HostFacts:
 
 
 def _torch(python: str | None):
-    from gpudoc.facts.torch_probe import probe_torch  # noqa: PLC0415
     from gpudoc.facts.model import TorchFacts  # noqa: PLC0415
+    from gpudoc.facts.torch_probe import probe_torch  # noqa: PLC0415
 
     try:
         return probe_torch(python)

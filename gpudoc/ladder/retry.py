@@ -21,12 +21,11 @@ def record_diagnosis(record: Any, store: Any = None) -> dict | None:
         from gpudoc.runs.store import RunStore
 
         store = RunStore()
-    log = store.log_path(record.id)
-    if not log.is_file():
+    if not store.log_path(record.id).is_file():
         return None
     from gpudoc.diagnose import diagnose_text
 
-    text = log.read_bytes().decode("utf-8", errors="replace")
+    text = store.log_tail(record.id)
     own = [p.get("pid") for p in (getattr(record, "pids", None) or []) if isinstance(p, dict) and p.get("pid")]
     return diagnose_text(text, exit_code=getattr(record, "exit_code", None), own_pids=own).to_dict()
 

@@ -7,6 +7,7 @@ every command asks this store instead of answering those questions itself.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from collections.abc import Iterator, Mapping
@@ -16,12 +17,16 @@ from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import InputError
 from gpudoc.runs.record import RunRecord, now_iso, parse_iso
 
-__all__ = ["LOG", "RECORD", "SAMPLES", "RunRecord", "RunStore", "new_run_id", "now_iso", "parse_iso"]
+__all__ = ["LOG", "RECORD", "SAMPLES", "TAIL_BYTES", "RunRecord", "RunStore", "new_run_id", "now_iso", "parse_iso",
+           "read_tail"]
 
 RECORD = "run.json"
 LOG = "output.log"
 SAMPLES = "gpu.csv"
 
+
+# What a diagnosis reads of a log: a failure is near the end, and a 12-hour log can be huge.
+TAIL_BYTES = 2 * 1024 * 1024
 
 # Clocks of different nodes disagree a little (the same allowance as the fail-fast markers).
 JOB_CLOCK_SLACK_S = 5.0
@@ -236,6 +241,9 @@ class RunStore:
             found.append(upto)
         return found
 
+    def log_tail(self, run_id: str, limit: int = TAIL_BYTES) -> str:
+        return read_tail(self.log_path(run_id), limit)
+
     def log_path(self, run_id: str) -> Path:
         return self.run_dir(run_id) / LOG
 
@@ -250,3 +258,22 @@ def _resolved(path: str | Path | None) -> str | None:
         return str(Path(path).resolve())
     except (OSError, RuntimeError):
         return str(path)
+
+
+def read_tail(path: Path, limit: int = TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of a log as text, from the start of a line; "" when unreadable.
+
+    Memory stays bounded whatever the log's size (a 12-hour job, ``/dev/zero``)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            data = handle.read(limit)
+    except OSError:
+        return ""
+    if size > limit:
+        newline = data.find(b"\n")
+        if 0 <= newline < 4096:
+            data = data[newline + 1:]  # start on a whole line
+    return data.decode("utf-8", "replace")

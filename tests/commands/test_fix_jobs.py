@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gpudoc.commands.fix import fix
-from gpudoc.commands.run import node_rank
+from gpudoc.commands.run_attempt import node_rank
 from gpudoc.errors import UsageError
 from gpudoc.launch.command import job_identity
 from gpudoc.runs.store import RunRecord, RunStore, new_run_id

@@ -1,0 +1,68 @@
+"""`gpudoc run --tmux NAME`: the same `gpudoc run` in a new detached tmux session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from gpudoc.commands.run_options import RunOptions
+from gpudoc.errors import LaunchError
+from gpudoc.workspace import Workspace
+
+if TYPE_CHECKING:
+    pass
+
+
+# The diagnosis reads the end of the log: a failure is near the end, and a 12-hour log can be huge.
+def start_in_tmux(options: RunOptions, ws: Workspace) -> int:
+    import subprocess
+
+    console, environ, cwd = ws.console, ws.environ, ws.cwd
+    name = options.tmux
+    if not name or any(c in name for c in ".:") or name.startswith("-"):
+        raise LaunchError(f"--tmux: '{name}' is not a usable tmux session name (no '.', ':' or leading '-')")
+    tmux = shutil.which("tmux", path=environ.get("PATH", os.defpath))
+    if tmux is None:
+        raise LaunchError("--tmux: tmux is not installed (apt-get install tmux, or brew install tmux)")
+    env = {k: v for k, v in environ.items() if k not in ("TMUX", "TMUX_PANE")}
+    probe = subprocess.run([tmux, "has-session", "-t", f"={name}"], env=env, capture_output=True, text=True)
+    if probe.returncode == 0:
+        raise LaunchError(f"--tmux: a tmux session named '{name}' already exists "
+                          f"(attach: tmux attach -t {name}, or pick another name)")
+    inner = [sys.executable, "-m", "gpudoc", *options.to_argv()]
+    # A running tmux server gives new sessions its own environment, not ours: pass ours along
+    # (only what differs, to stay far below tmux's command size limit).
+    env_args = _tmux_env_args(tmux, env)
+    cmd = [tmux, "new-session", "-d", "-s", name, "-c", str(cwd), *env_args, "--", *inner]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LaunchError(f"--tmux: tmux could not start the session: {done.stderr.strip() or done.returncode}")
+    console.error(f"gpudoc: started in tmux session '{name}'\n"
+                  f"  attach:  tmux attach -t {name}\n"
+                  f"  follow:  gpudoc logs -f   (from any pane, in {cwd})")
+    return 0
+
+
+def _tmux_env_args(tmux: str, env: Mapping[str, str]) -> list[str]:
+    import subprocess
+
+    shown = subprocess.run([tmux, "show-environment", "-g"], env=env, capture_output=True, text=True)
+    if shown.returncode != 0:
+        return []  # no server yet: the new server is started from our environment
+    server: dict[str, str | None] = {}
+    for line in shown.stdout.splitlines():
+        if line.startswith("-"):
+            server[line[1:]] = None
+        elif "=" in line:
+            key, _, value = line.partition("=")
+            server[key] = value
+    args = []
+    for key, value in env.items():
+        if key in ("TERM", "SHLVL", "_", "PWD", "OLDPWD"):
+            continue
+        if server.get(key) != value:
+            args += ["-e", f"{key}={value}"]
+    return args
