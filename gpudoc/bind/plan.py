@@ -11,10 +11,12 @@ from typing import Any, Mapping
 from gpudoc.atomic import atomic_write_text, backup
 from gpudoc.bind import jsonedit, pyedit, shell, tomledit, yamledit
 from gpudoc.bind.args import ARG_PRESETS, KNOWN_FLAGS, ArgContext, ArgEdits, PresetResult
-from gpudoc.bind.command import command_world, split_command
 from gpudoc.bind.filepresets import FILE_PRESETS, MISSING, FileContext, FileResult, detect_preset, get
 from gpudoc.bind.values import LADDER_KNOBS, PLACEHOLDER, env_for, format_value, is_neutral
 from gpudoc.errors import InputError, ProfileError, UsageError
+from gpudoc.job.argv import parse_command
+from gpudoc.job.identity import World
+from gpudoc.job.identity import world as job_world
 
 
 @dataclass
@@ -170,9 +172,9 @@ def plan_bindings(profile, command: list[str], *, cwd: Path) -> BindPlan:
               "world_size": profile.world_size}
     argv = substitute(list(command), values)
     env = env_for(knobs) if profile.bind_env else {}
-    parts = split_command(argv)
-    cmd_world = command_world(parts)
-    world = cmd_world["world_size"] or profile.world_size
+    parts = parse_command(argv)
+    cmd_world = job_world(parts)
+    world = cmd_world.world_size or profile.world_size
     conflicts: list[str] = _launch_conflicts(profile, parts.launcher, cmd_world)
     notes: list[str] = []
     results: list[tuple[str, PresetResult]] = []
@@ -287,7 +289,7 @@ def _shell_file(st: _FileState, preset: str | None, mapping: dict[str, str], kno
         raise ProfileError(f"[bind.files] {st.label}: unknown argument preset '{preset}'; one of "
                            f"{', '.join(sorted(ARG_PRESETS))}")
     words = shell.main_command(shell.tokenize(st.text, st.label))
-    parts = split_command([w.value for w in words])
+    parts = parse_command([w.value for w in words])
     ed = ArgEdits([w.value for w in words[parts.args_start:]])
     res = ARG_PRESETS[preset](ed, knobs, ArgContext(world, parts.launcher)) if preset else PresetResult()
     for knob, flag in mapping.items():
@@ -330,16 +332,16 @@ def _flag_of(tokens: list[str], idx: int) -> str:
     return tokens[idx - 1] if idx > 0 else tok
 
 
-def _launch_conflicts(profile, launcher: str | None, cmd: dict) -> list[str]:
+def _launch_conflicts(profile, launcher: str | None, cmd: World) -> list[str]:
     out = []
     launch = dict(profile.launch)
     want_nproc = launch.get("nproc_per_node") or dict(profile.gpu).get("count")
     where = "[launch] nproc_per_node" if launch.get("nproc_per_node") else "[gpu] count"
-    if cmd["nproc_per_node"] is not None and want_nproc and cmd["nproc_per_node"] != want_nproc:
-        out.append(f"the command starts {cmd['nproc_per_node']} processes per node ({launcher}) but the "
+    if cmd.nproc_per_node is not None and want_nproc and cmd.nproc_per_node != want_nproc:
+        out.append(f"the command starts {cmd.nproc_per_node} processes per node ({launcher}) but the "
                    f"profile's {where} = {want_nproc}")
-    if cmd["nnodes"] is not None and launch.get("nnodes") and cmd["nnodes"] != launch["nnodes"]:
-        out.append(f"the command runs on {cmd['nnodes']} node(s) ({launcher}) but the profile's "
+    if cmd.nnodes is not None and launch.get("nnodes") and cmd.nnodes != launch["nnodes"]:
+        out.append(f"the command runs on {cmd.nnodes} node(s) ({launcher}) but the profile's "
                    f"[launch] nnodes = {launch['nnodes']}")
     return out
 

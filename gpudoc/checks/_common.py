@@ -14,8 +14,6 @@ from gpudoc.facts.model import Facts, Gpu
 from gpudoc.profiles.model import EMPTY, Profile
 
 # The two spellings of the allocator variable (torch >= 2.9 reads the first, older the second).
-ALLOC_NEW = "PYTORCH_ALLOC_CONF"
-ALLOC_OLD = "PYTORCH_CUDA_ALLOC_CONF"
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 
-from gpudoc.checks._common import ALLOC_NEW, ALLOC_OLD, CheckContext, effective_env, env_origin, profile_name
+from gpudoc.allocator import CUDA_NAME as ALLOC_OLD
+from gpudoc.allocator import NEW_NAME as ALLOC_NEW
+from gpudoc.allocator import Option, parse, with_expandable
+from gpudoc.checks._common import CheckContext, effective_env, env_origin, profile_name
 from gpudoc.facts.model import Facts
 from gpudoc.findings import Finding, Severity
 from gpudoc.profiles.model import Profile
@@ -94,41 +96,6 @@ OPTIONS = {
 }
 
 
-@dataclass(frozen=True)
-class Option:
-    key: str
-    value: str
-
-
-def parse(conf: str) -> tuple[list[Option], list[str]]:
-    """Split ``key:value,key:[a:b,c:d]`` like torch's tokenizer (commas inside brackets stay)."""
-    options: list[Option] = []
-    problems: list[str] = []
-    parts, depth, current = [], 0, ""
-    for ch in conf:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    parts.append(current)
-    for part in parts:
-        if not part.strip():
-            continue
-        key, sep, value = part.partition(":")
-        if not sep:
-            problems.append(f"'{part}' has no ':value'")
-            continue
-        if key != key.strip() or value != value.strip():
-            problems.append(f"'{part}' contains spaces: torch reads them as part of the name or value")
-        options.append(Option(key.strip(), value.strip()))
-    return options, problems
-
-
 def torch_reads(facts: Facts, ctx: CheckContext) -> tuple[str | None, str]:
     """(variable name the job's torch reads, how we know)."""
     if facts.torch is not None and facts.torch.ok and facts.torch.alloc_env_name:
@@ -139,8 +106,9 @@ def torch_reads(facts: Facts, ctx: CheckContext) -> tuple[str | None, str]:
 
 
 def _fixed(options: list[Option]) -> str:
-    kept = [o for o in options if o.key in OPTIONS and OPTIONS[o.key](o.value) is None and o.key != "expandable_segments"]
-    return ",".join([f"{o.key}:{o.value}" for o in kept] + ["expandable_segments:True"])
+    """The settings with the valid options kept and expandable segments on."""
+    valid = ",".join(f"{o.key}:{o.value}" for o in options if o.key in OPTIONS and OPTIONS[o.key](o.value) is None)
+    return with_expandable(valid)
 
 
 def _set(name: str, value: str, profile: Profile, ctx: CheckContext, origin_name: str) -> str:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from gpudoc.checks._common import CheckContext, free_bytes, gpu_list, has_profile, mig_enabled, profile_name, target_gpus
+from gpudoc.checks._common import (
+    CheckContext,
+    free_bytes,
+    gpu_list,
+    has_profile,
+    mig_enabled,
+    profile_name,
+    target_gpus,
+)
 from gpudoc.facts.model import Facts, Gpu
 from gpudoc.findings import Finding, Severity
 from gpudoc.procs.classify import classify_gpu_processes

@@ -12,14 +12,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gpudoc.commands.retry import job_torch_facts, record_diagnosis
 from gpudoc.commands.run_options import RunOptions, relaunch_switches
 from gpudoc.errors import ExitStatus, InputError, UsageError
 from gpudoc.ladder import suggest, upward_result
-from gpudoc.ladder.apply import apply_changes, target_path
 from gpudoc.ladder.explain import complete_diagnosis, explain, knob_diff_lines, saving_text
 from gpudoc.ladder.model import LadderResult, Suggestion
-from gpudoc.ladder.retry import job_python, job_torch_facts, record_diagnosis
 from gpudoc.output import Console
+from gpudoc.profiles.edit import apply_changes, target_path
 from gpudoc.profiles.loader import load_profile, load_profile_file
 from gpudoc.profiles.model import Profile
 from gpudoc.results import status_of
@@ -76,7 +76,7 @@ def fix(
     profile = _profile(profile_name, record, cwd)
     if facts is None and record is not None:
         # This machine's facts only describe the job when it ran here.
-        facts = _local_facts(ws, record) if record.host == socket.gethostname() else job_torch_facts(record)
+        facts = _local_facts(ws, record) if record.host == socket.gethostname() else job_torch_facts(record, ws.environ)
     history = ws.history(profile, upto=record)
 
     if diag.get("cause") == "ok" and record is not None:
@@ -299,17 +299,10 @@ def _local_facts(ws: Workspace, record: RunRecord) -> Facts | None:
         facts = ws.gather(deep=False)
     except Exception:  # noqa: BLE001 - facts only refine the suggestions
         return None
-    try:
-        from gpudoc.facts.torch_probe import alloc_env_name
-
-        name = alloc_env_name(job_python(record))
-    except Exception:  # noqa: BLE001
-        name = None
-    if name:
-        from gpudoc.facts.model import TorchFacts
-
-        torch = facts.torch or TorchFacts(python=job_python(record), ok=True)
-        facts = replace(facts, torch=replace(torch, alloc_env_name=name))
+    job = job_torch_facts(record, ws.environ)
+    if job is not None and job.torch is not None:
+        torch = facts.torch or job.torch
+        facts = replace(facts, torch=replace(torch, alloc_env_name=job.torch.alloc_env_name))
     return facts
 
 

@@ -64,8 +64,9 @@ def run(options: RunOptions, ws: Workspace) -> int:
 
 def resolve_command(profile, command: Sequence[str], *, cwd: Path, environ: Mapping[str, str]):
     """Profile + bindings -> the ResolvedCommand (pure apart from reading the job's config files)."""
-    from gpudoc.launch.command import ALLOC_NAMES, resolve
-    from gpudoc.launch.interpreter import target_python
+    from gpudoc import allocator
+    from gpudoc.job.interpreter import target_python
+    from gpudoc.launch.command import resolve
 
     plan = None
     if getattr(profile, "path", None) is not None:  # no profile: nothing to bind
@@ -77,7 +78,7 @@ def resolve_command(profile, command: Sequence[str], *, cwd: Path, environ: Mapp
     wanted = dict(profile.env or {})
     if plan is not None:
         wanted.update(plan.env)
-    if any(name in wanted for name in ALLOC_NAMES):
+    if any(name in wanted for name in allocator.CUDA_NAMES):
         alloc = _alloc_env_name(python)
     return resolve(profile, command, alloc_name=alloc, plan=plan), python
 
@@ -203,10 +204,7 @@ def _describe_rung(rung) -> str:
 
 
 def _next_attempt(record: RunRecord, profile: Profile, options: RunOptions, ws: Workspace):
-    from gpudoc.ladder.retry import next_attempt
+    from gpudoc.commands.retry import next_attempt
 
     allow = options.allow_semantic or profile.allow_semantic
-    return refusing(lambda: next_attempt(record, profile, allow_semantic=allow, store=ws.store, cwd=ws.cwd,
-                                          history=ws.history(profile, upto=record)))
-
-
+    return refusing(lambda: next_attempt(record, profile, ws, allow_semantic=allow))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -62,7 +62,7 @@ class _Watch:
 
 def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedCommand, child_env: dict[str, str],
             edits: list[dict], ws: Workspace, *, parent: str | None) -> tuple[int, RunRecord]:
-    from gpudoc.launch.command import is_multi_process, job_identity
+    from gpudoc.job import is_multi_process, job_identity, parse_command
     from gpudoc.launch.scan import LiveScan
     from gpudoc.launch.spawn import Launcher, LaunchOptions
     from gpudoc.launch.watch import GpuSampler, SamplerThread, nvml_reader
@@ -70,11 +70,12 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
 
     console, cwd, store, nvml_backend = ws.console, ws.cwd, ws.store, ws.nvml_backend
     run_id = new_run_id()
-    identity = job_identity(resolved.argv, child_env)
+    job = parse_command(resolved.argv)
+    identity = job_identity(job, child_env)
     record = RunRecord(
         id=run_id, command=list(options.command), cwd=str(cwd), profile=_profile_doc(profile),
         env_set=dict(resolved.env_set), file_edits=edits, started_at=now_iso(), parent=parent,
-        job_id=identity.job_id, node_rank=node_rank(identity, resolved.argv, child_env),
+        job_id=identity.job_id, node_rank=identity.node_rank,
         launcher_pid=os.getpid(), user=_user(),
     )
     record.argv = list(resolved.argv)
@@ -84,7 +85,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     run_dir = store.run_dir(run_id)
     log_path = store.log_path(run_id)
 
-    watch = _Watch(multi_process=is_multi_process(resolved.argv, profile),
+    watch = _Watch(multi_process=is_multi_process(job, profile),
                    oom_grace_s=float(profile.run.get("oom_grace_s", DEFAULT_OOM_GRACE_S)))
     sampler = GpuSampler(store.samples_path(run_id), reader_factory=lambda: nvml_reader(nvml_backend),
                          environ=child_env)
@@ -177,39 +178,6 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     except OSError:
         pass  # the terminal is gone (hang-up): the record has it all
     return outcome.status, record
-
-
-def node_rank(identity, argv: Sequence[str], environ: Mapping[str, str]) -> int | None:
-    """Which node of the job this is, for telling one job's records apart (they may share a host).
-
-    Slurm's node id (or a group rank already in the environment) first; then torchrun's
-    ``--node-rank``, but only with the static rendezvous: c10d hands out group ranks by arrival
-    and ignores the flag; then ``NODE_RANK`` (PyTorch Lightning, accelerate)."""
-    from gpudoc.launch.command import is_torchrun, launcher_args
-
-    candidates = [identity.node_rank]
-    head = launcher_args(argv)
-    backend = None
-    for i, arg in enumerate(head):
-        for name in ("--rdzv-backend", "--rdzv_backend"):
-            if arg == name and i + 1 < len(head):
-                backend = head[i + 1]
-            elif arg.startswith(name + "="):
-                backend = arg.split("=", 1)[1]
-    if is_torchrun(argv) and backend in (None, "static"):
-        for i, arg in enumerate(head):
-            for name in ("--node-rank", "--node_rank"):
-                if arg == name and i + 1 < len(head):
-                    candidates.append(head[i + 1])
-                elif arg.startswith(name + "="):
-                    candidates.append(arg.split("=", 1)[1])
-    candidates.append(environ.get("NODE_RANK"))
-    for value in candidates:
-        try:
-            return int(str(value).strip())
-        except (TypeError, ValueError):
-            continue
-    return None
 
 
 def _scanner():

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from gpudoc import allocator
 from gpudoc.errors import ProfileError
 
 # Names users and frameworks give to the linear layers LoRA can target, mapped onto the roles the
@@ -378,7 +379,6 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         notes.append("[train] micro_batch_size not set: estimated for 1")
     precision = _choice("train", "precision", train.get("precision"), _PRECISIONS, "fp32")
     env = {k: str(v) for k, v in (getattr(profile, "env", {}) or {}).items()}
-    alloc = env.get("PYTORCH_ALLOC_CONF", "") + "," + env.get("PYTORCH_CUDA_ALLOC_CONF", "")
     return TrainSetup(
         micro_batch_size=_positive_int("train", "micro_batch_size", mbs if mbs is not None else 1),
         seq_len=_positive_int("train", "max_seq_len", seq),
@@ -402,7 +402,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         loss=_choice("train", "loss", train.get("loss"), _LOSSES, "lm"),
         loss_upcast=bool(train.get("loss_upcast", True)),
         optimizer_in_backward=bool(train.get("optimizer_in_backward", False)),
-        expandable_segments="expandable_segments:true" in alloc.replace(" ", "").lower(),
+        expandable_segments=allocator.is_expandable(allocator.effective(env)),
     )
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from gpudoc import allocator
+
 RELEVANT = (
     # allocator
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "PYTORCH_ALLOC_CONF",
-    "PYTORCH_HIP_ALLOC_CONF",
+    *allocator.NAMES,
     "PYTORCH_NO_CUDA_MEMORY_CACHING",
     # device selection
     "CUDA_VISIBLE_DEVICES",

@@ -20,11 +20,9 @@ import subprocess
 import sys
 from typing import Any
 
+from gpudoc import allocator
 from gpudoc.facts.model import TorchFacts
 
-NEW_ALLOC_ENV = "PYTORCH_ALLOC_CONF"
-OLD_ALLOC_ENV = "PYTORCH_CUDA_ALLOC_CONF"
-NEW_ALLOC_ENV_SINCE = (2, 9)
 PROBE_TIMEOUT_S = 30.0
 
 # Runs in the target interpreter; prints one JSON object on the last line of stdout.
@@ -73,10 +71,7 @@ def parse_version(text: str | None) -> tuple[int, int] | None:
 
 
 def alloc_env_name_for(torch_version: str | None) -> str:
-    version = parse_version(torch_version)
-    if version is not None and version >= NEW_ALLOC_ENV_SINCE:
-        return NEW_ALLOC_ENV
-    return OLD_ALLOC_ENV
+    return allocator.name_for(parse_version(torch_version))
 
 
 def installed_torch_version(python: str | None = None) -> str | None:

@@ -1,7 +1,7 @@
 """The tuning ladder: diagnosis + profile (+ facts, history, estimate) -> the next changes to try.
 
 ``suggest`` climbs down after a GPU OOM; ``upward`` proposes the opposite rung after a run that
-left a lot of memory unused. Both are pure: writing the profile is ``ladder.apply``'s job.
+left a lot of memory unused. Both are pure: writing the profile is ``gpudoc.profiles.edit``'s job.
 """
 
 from __future__ import annotations

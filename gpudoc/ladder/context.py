@@ -10,10 +10,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from gpudoc import allocator
 from gpudoc.profiles.model import Profile
 from gpudoc.units import GIB, format_bytes
-
-ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
 
 # GPUs without bf16 (compute capability < 8.0), by the names drivers report, for when facts carry
 # no compute capability (a log from another machine, a snapshot without it).
@@ -241,11 +240,11 @@ class Context:
         if name:
             return name
         if self.diagnosis.get("backend") == "hip":
-            return "PYTORCH_HIP_ALLOC_CONF"
-        for var in ALLOC_VARS:
+            return allocator.HIP_NAME
+        for var in allocator.NAMES:
             if var in self.profile.env:
                 return var
-        for var in ALLOC_VARS:
+        for var in allocator.NAMES:
             if var in self.environment():
                 return var
         # Every torch release reads this name (newer ones as a deprecated alias of

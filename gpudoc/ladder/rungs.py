@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Union
 
-from gpudoc.ladder.context import ALLOC_VARS, Context, nice_seq_len
+from gpudoc import allocator
+from gpudoc.ladder.context import Context, nice_seq_len
 from gpudoc.ladder.model import Skipped, Suggestion
 from gpudoc.units import format_bytes
 
@@ -26,22 +27,6 @@ def _not_declared(rung: str, knob: str) -> Skipped:
 
 # -- 1. expandable-segments -------------------------------------------------------------------
 
-def _has_expandable(value: str | None) -> bool:
-    if not value:
-        return False
-    for option in value.split(","):
-        key, _, val = option.partition(":")
-        if key.strip() == "expandable_segments" and val.strip().lower() == "true":
-            return True
-    return False
-
-
-def _with_expandable(value: str | None) -> str:
-    options = [o.strip() for o in (value or "").split(",") if o.strip()]
-    options = [o for o in options if o.partition(":")[0].strip() != "expandable_segments"]
-    return ",".join([*options, "expandable_segments:True"])
-
-
 def expandable_segments(ctx: Context) -> Outcome:
     rung = "expandable-segments"
     backend = ctx.diagnosis.get("backend")
@@ -50,13 +35,13 @@ def expandable_segments(ctx: Context) -> Outcome:
     name = ctx.alloc_env_name()
     env = ctx.environment()
     for source, values in (("the profile's [env]", ctx.profile.env), ("the environment", env)):
-        for var in (name, *ALLOC_VARS):
-            if _has_expandable(values.get(var)) and (var == name or name not in values):
+        for var in (name, *allocator.NAMES):
+            if allocator.is_expandable(values.get(var)) and (var == name or name not in values):
                 return Skipped(rung, f"{var}=...expandable_segments:True is already set in {source}")
     current = ctx.profile.env.get(name) or env.get(name)
     if current is None:
         # Keep the user's other allocator options (max_split_size_mb, ...) written under the other name.
-        current = next((ctx.profile.env.get(v) or env.get(v) for v in ALLOC_VARS if ctx.profile.env.get(v) or env.get(v)), None)
+        current = next((ctx.profile.env.get(v) or env.get(v) for v in allocator.NAMES if ctx.profile.env.get(v) or env.get(v)), None)
     frag = ctx.diagnosis.get("reserved_unallocated_bytes")
     requested = ctx.diagnosis.get("requested_bytes")
     total = ctx.diagnosis.get("total_bytes")
@@ -74,10 +59,10 @@ def expandable_segments(ctx: Context) -> Outcome:
             "the allocator setting is not set; expandable segments cut fragmentation at no cost to "
             "the experiment"
         )
-    value = _with_expandable(current)
+    value = allocator.with_expandable(current)
     env = {name: value}
     # A second allocator variable left in the profile would disagree with the one we set.
-    env.update({var: value for var in ALLOC_VARS if var != name and var in ctx.profile.env})
+    env.update({var: value for var in allocator.NAMES if var != name and var in ctx.profile.env})
     return Suggestion(rung, {}, env, False, int(frag) if frag is not None else None, why)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import resource
-import signal
 import shutil
+import signal
 import tomllib
 from pathlib import Path
 

@@ -2,8 +2,9 @@ from dataclasses import replace
 
 import pytest
 
+from gpudoc.allocator import parse
 from gpudoc.checks._common import CheckContext
-from gpudoc.checks.allocator import check_alloc_conf, parse
+from gpudoc.checks.allocator import check_alloc_conf
 from gpudoc.facts.model import TorchFacts
 from gpudoc.findings import Severity
 from gpudoc.profiles.model import EMPTY

@@ -1,14 +1,13 @@
 from dataclasses import replace
 
+import pytest
+
 from gpudoc.checks._common import CheckContext, parse_gpu_list, visibility
 from gpudoc.checks.gpus import check_compute_mode, check_mig, check_persistence, check_visible
+from gpudoc.errors import UsageError
 from gpudoc.findings import Severity
 from gpudoc.profiles.model import EMPTY
 from tests.checks._real import A100_MIG, A5000, EIGHT_1080, H100_MIG_CSV, T4, only, profile, snap
-
-import pytest
-
-from gpudoc.errors import UsageError
 
 CTX = CheckContext()
 

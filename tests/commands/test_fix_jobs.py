@@ -10,9 +10,7 @@ import time
 import pytest
 
 from gpudoc.commands.fix import fix
-from gpudoc.commands.run_attempt import node_rank
 from gpudoc.errors import UsageError
-from gpudoc.launch.command import job_identity
 from gpudoc.runs.store import RunRecord, RunStore, new_run_id
 from tests.conftest import captured_workspace, gpudoc_cli
 from tests.launch.helpers import RANKS, Gpudoc, assert_no_leftovers, job_env, marker, run_dirs
@@ -89,24 +87,6 @@ def test_rerun_of_a_job_across_nodes_is_refused_with_what_to_do(tmp_path):
     _record(store, NCCL, host="b", start=t, end=t + 5)
     with pytest.raises(UsageError, match="2 runs were read .one job.s nodes.: use --apply"):
         _fix(tmp_path, rerun=True)
-
-
-@pytest.mark.parametrize(
-    ("argv", "environ", "expected"),
-    [
-        (["torchrun", "--nnodes=2", "t.py"], {"SLURM_JOB_ID": "9", "SLURM_NODEID": "3"}, 3),
-        (["torchrun", "--nnodes=2", "t.py"], {"GROUP_RANK": "1"}, 1),
-        (["torchrun", "--nnodes=2", "--node-rank=2", "--master-addr=h", "t.py"], {}, 2),
-        (["torchrun", "--nnodes=2", "--node_rank", "1", "t.py", "--node_rank", "7"], {}, 1),
-        # c10d hands out group ranks by arrival and ignores --node-rank: it says nothing.
-        (["torchrun", "--nnodes=2", "--rdzv-backend=c10d", "--node-rank=1", "t.py"], {}, None),
-        (["python", "train.py", "--node-rank", "1"], {}, None),  # the script's own flag
-        (["python", "train.py"], {"NODE_RANK": "4"}, 4),
-        (["python", "train.py"], {"SLURM_NODEID": "x"}, None),
-    ],
-)
-def test_node_rank_from_the_engine(argv, environ, expected):
-    assert node_rank(job_identity(argv, environ), argv, environ) == expected
 
 
 def _free_port() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpudoc.ladder import suggest
 from gpudoc.ladder.rungs import split_global_batch
 from gpudoc.profiles.model import UserRung  # noqa: F401 - documents the shape user rungs take
-from gpudoc.units import GIB, MIB
+from gpudoc.units import GIB
 from tests.ladder.helpers import by_rung, facts, fake_estimate, no_estimate, oom, profile
 
 SPEC_KEYS = {"rung", "changes", "env", "semantic", "expected_saving_bytes", "why"}

@@ -14,8 +14,16 @@ import pytest
 
 from tests.conftest import REPO
 from tests.launch.helpers import (
-    EMIT, Gpudoc, assert_in_order, assert_no_leftovers, job_env, last_log, last_record, marker,
-    rank_lines, torchrun,
+    EMIT,
+    Gpudoc,
+    assert_in_order,
+    assert_no_leftovers,
+    job_env,
+    last_log,
+    last_record,
+    marker,
+    rank_lines,
+    torchrun,
 )
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpudoc.launch.interpreter import shebang_interpreter, target_python
+from gpudoc.job.interpreter import shebang_interpreter, target_python
 
 
 def _script(path, first_line):

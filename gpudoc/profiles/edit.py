@@ -1,4 +1,4 @@
-"""Write a suggestion into the profile: tomlkit round trip, atomic, with a backup.
+"""Write a ladder suggestion into the profile: tomlkit round trip, atomic, with a backup.
 
 Comments, key order and layout outside the changed values are kept byte for byte. A shipped
 profile is never edited in place: the change goes into a project ``./gpudoc.toml`` that
@@ -9,13 +9,15 @@ override is written into the child the user named.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoc.atomic import atomic_write_text, backup
 from gpudoc.errors import ProfileError, UsageError
-from gpudoc.ladder.model import Suggestion
 from gpudoc.profiles.loader import PROJECT_PROFILE
 from gpudoc.profiles.model import Profile
+
+if TYPE_CHECKING:
+    from gpudoc.ladder.model import Suggestion
 
 
 def target_path(profile: Profile, cwd: Path | None = None) -> Path:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import socket
 
-from gpudoc.ladder.retry import job_python, next_attempt, record_diagnosis
+from gpudoc.commands.retry import job_torch_facts, next_attempt, record_diagnosis
 from gpudoc.profiles.loader import load_profile_file
 from gpudoc.runs.store import RunRecord, RunStore
+from tests.conftest import captured_workspace
 
 OOM_WITH_STRAY = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
@@ -40,7 +41,7 @@ def setup(tmp_path, log: str, diagnosis=None):
 
 def test_next_attempt_skips_free_stray_memory_and_applies_the_batch_rung(tmp_path):
     profile, store, record = setup(tmp_path, OOM_WITH_STRAY)
-    new_profile, rung = next_attempt(record, profile, allow_semantic=False, store=store, cwd=tmp_path)
+    new_profile, rung = next_attempt(record, profile, captured_workspace(tmp_path), allow_semantic=False)
     assert rung.rung == "halve-micro-batch"
     assert new_profile.knobs["micro_batch_size"] == 2 and new_profile.knobs["gradient_accumulation_steps"] == 4
     assert (tmp_path / "gpudoc.toml").read_text().startswith("# keep me\n")
@@ -55,7 +56,7 @@ def test_record_without_diagnosis_is_diagnosed_from_its_log(tmp_path):
 
 def test_stored_diagnosis_wins_and_non_memory_failure_gives_nothing(tmp_path):
     profile, store, record = setup(tmp_path, OOM_WITH_STRAY, diagnosis={"cause": "host_oom", "summary": "Killed"})
-    assert next_attempt(record, profile, allow_semantic=True, store=store, cwd=tmp_path) == (None, None)
+    assert next_attempt(record, profile, captured_workspace(tmp_path), allow_semantic=True) == (None, None)
     assert (tmp_path / "gpudoc.toml").read_text() == PROFILE
 
 
@@ -63,16 +64,21 @@ def test_exhausted_ladder_gives_nothing(tmp_path):
     profile, store, record = setup(tmp_path, OOM_WITH_STRAY.replace("Process 999 has 6.00 GiB memory in use. ", ""))
     (tmp_path / "gpudoc.toml").write_text(PROFILE.replace("micro_batch_size = 4", "micro_batch_size = 1"))
     profile = load_profile_file(tmp_path / "gpudoc.toml")
-    assert next_attempt(record, profile, allow_semantic=False, store=store, cwd=tmp_path) == (None, None)
+    assert next_attempt(record, profile, captured_workspace(tmp_path), allow_semantic=False) == (None, None)
 
 
-def test_job_python_follows_the_command(tmp_path):
+def test_the_jobs_torch_is_found_on_the_jobs_own_path(tmp_path):
+    import os
     import sys
 
-    script = tmp_path / "torchrun"
+    # A `torchrun` console script on the job's PATH (not gpudoc's) names the job's interpreter.
+    bindir = tmp_path / "job-bin"
+    bindir.mkdir()
+    script = bindir / "torchrun"
     script.write_text(f"#!{sys.executable}\nprint()\n")
     script.chmod(0o755)
-    record = RunRecord(id="x", command=[str(script), "train.py"], cwd=str(tmp_path))
-    assert job_python(record) == sys.executable
-    record.command = [sys.executable, "train.py"]
-    assert job_python(record) == sys.executable
+    record = RunRecord(id="x", command=["torchrun", "--nproc_per_node=2", "train.py"], cwd=str(tmp_path))
+    facts = job_torch_facts(record, {"PATH": str(bindir)})
+    assert facts.torch.python == sys.executable
+    assert facts.torch.alloc_env_name == "PYTORCH_ALLOC_CONF"  # the venv's torch 2.13
+    assert job_torch_facts(record, {"PATH": os.defpath}).torch.python == ""  # not on that PATH: unknown

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpudoc.errors import ProfileError, UsageError
-from gpudoc.ladder.apply import apply_changes
 from gpudoc.ladder.model import Suggestion
+from gpudoc.profiles.edit import apply_changes
 from gpudoc.profiles.loader import load_profile, load_profile_file, shipped_profiles_dir
 
 PROFILE = """\

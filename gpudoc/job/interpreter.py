@@ -1,7 +1,9 @@
 """Which Python interpreter will run the job: the one whose torch decides the allocator name.
 
-Cheap on purpose (no subprocess): ``python``/``python3.X`` is looked up on the job's PATH; a
-launcher script (torchrun, deepspeed, accelerate) names its interpreter in its ``#!`` line.
+The one rule, for `run` (what it sets) and `fix` (what it suggests) alike: the job's command line
+resolved on the JOB's PATH (its environment, not gpudoc's); ``python``/``python3.X`` directly, a
+launcher script (torchrun, deepspeed, accelerate) through its ``#!`` line. Cheap on purpose: no
+subprocess.
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+
+from gpudoc.job.argv import parse_command
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
@@ -41,10 +45,11 @@ def shebang_interpreter(path: str, environ: Mapping[str, str]) -> str | None:
 
 
 def target_python(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
-    """The interpreter behind ``argv[0]``; None when the command is not (visibly) Python."""
-    if not argv:
+    """The interpreter that runs the job's program (after ``env``, ``srun``, ...); None when the
+    command is not (visibly) Python."""
+    first = parse_command(argv).program
+    if first is None:
         return None
-    first = argv[0]
     name = os.path.basename(first)
     path = first if os.sep in first else _which(first, environ)
     if _PYTHON.match(name):

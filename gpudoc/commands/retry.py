@@ -1,0 +1,71 @@
+"""One step of ``gpudoc run --retry-oom`` / ``gpudoc fix --rerun``: diagnose, pick a rung, write it.
+
+The ladder itself is pure; this is where its inputs are read (the record's log, the job's torch)
+and its choice is written (``gpudoc.profiles.edit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from gpudoc.ladder import suggest
+from gpudoc.ladder.model import Suggestion
+from gpudoc.profiles.edit import apply_changes
+from gpudoc.profiles.loader import load_profile_file
+from gpudoc.profiles.model import Profile
+from gpudoc.runs.record import RunRecord, now_iso
+from gpudoc.runs.store import RunStore
+
+if TYPE_CHECKING:
+    from gpudoc.estimate import Estimate
+    from gpudoc.facts.model import Facts
+    from gpudoc.workspace import Workspace
+
+
+def record_diagnosis(record: RunRecord, store: RunStore) -> dict[str, Any] | None:
+    """The record's diagnosis, or a fresh one from its log when the record has none."""
+    diagnosis = record.diagnosis
+    if isinstance(diagnosis, dict) and diagnosis.get("cause"):
+        return diagnosis
+    if not store.log_path(record.id).is_file():
+        return None
+    from gpudoc.diagnose import diagnose_text  # noqa: PLC0415 - the log parser only when a record lacks one
+
+    return diagnose_text(store.log_tail(record.id), exit_code=record.exit_code, own_pids=record.job_pids).to_dict()
+
+
+def next_attempt(record: RunRecord, profile: Profile, ws: Workspace, *, allow_semantic: bool,
+                 estimate: Estimate | None = None) -> tuple[Profile | None, Suggestion | None]:
+    """Apply the first rung that changes the profile; return the reloaded profile and the rung.
+
+    free-stray-memory is not a profile change: the launcher's ``--clean`` handles strays, so it is
+    passed over here. ``(None, None)`` when the failure is not a GPU OOM or the ladder is exhausted.
+    """
+    diagnosis = record_diagnosis(record, ws.store)
+    if not diagnosis:
+        return None, None
+    facts = job_torch_facts(record, ws.environ)
+    result = suggest(diagnosis, profile, facts, ws.history(profile, upto=record), allow_semantic=allow_semantic,
+                     estimate=estimate)
+    chosen = result.first_profile_change()
+    if chosen is None:
+        return None, None
+    path = apply_changes(profile, chosen, cwd=ws.cwd)
+    return load_profile_file(path, cwd=ws.cwd), chosen
+
+
+def job_torch_facts(record: RunRecord, environ: Mapping[str, str]) -> Facts | None:
+    """Facts holding only what the ladder needs from the job's torch: the allocator variable name,
+    decided by the same interpreter rule `gpudoc run` used when it launched the job."""
+    from gpudoc.facts.model import Facts, TorchFacts  # noqa: PLC0415
+    from gpudoc.facts.torch_probe import alloc_env_name  # noqa: PLC0415
+    from gpudoc.job.interpreter import target_python  # noqa: PLC0415
+
+    python = target_python(record.command, environ)
+    try:
+        name = alloc_env_name(python)
+    except Exception:  # noqa: BLE001 - without it the ladder picks the name every torch reads
+        return None
+    return Facts(collected_at=now_iso(), source="none",
+                 torch=TorchFacts(python=python or "", ok=True, alloc_env_name=name))
