@@ -7,8 +7,9 @@ and its choice is written (``gpudoc.profiles.edit``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.ladder import suggest
 from gpudoc.ladder.model import Suggestion
 from gpudoc.profiles.edit import apply_changes
@@ -23,16 +24,15 @@ if TYPE_CHECKING:
     from gpudoc.workspace import Workspace
 
 
-def record_diagnosis(record: RunRecord, store: RunStore) -> dict[str, Any] | None:
+def record_diagnosis(record: RunRecord, store: RunStore) -> Diagnosis | None:
     """The record's diagnosis, or a fresh one from its log when the record has none."""
-    diagnosis = record.diagnosis
-    if isinstance(diagnosis, dict) and diagnosis.get("cause"):
-        return diagnosis
+    if record.diagnosis is not None and record.diagnosis.cause:
+        return record.diagnosis
     if not store.log_path(record.id).is_file():
         return None
-    from gpudoc.diagnose import diagnose_text  # noqa: PLC0415 - the log parser only when a record lacks one
+    from gpudoc.diagnose.text import diagnose_text  # noqa: PLC0415 - the parser only when a record lacks one
 
-    return diagnose_text(store.log_tail(record.id), exit_code=record.exit_code, own_pids=record.job_pids).to_dict()
+    return diagnose_text(store.log_tail(record.id), exit_code=record.exit_code, own_pids=record.job_pids)
 
 
 def next_attempt(record: RunRecord, profile: Profile, ws: Workspace, *, allow_semantic: bool,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from gpudoc.commands.run_options import RunOptions
+from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.errors import GpudocError, LaunchError
 from gpudoc.output import Console
 from gpudoc.render.show import show
@@ -167,8 +168,8 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     _finish_record(record, outcome, watch, sampler, log_path)
     if sync is not None and record.cause == "gpu_oom" and not sync.announced:
         # The live scan missed it (an output flood): the other nodes still learn of it now.
-        diag = record.diagnosis or {}
-        sync.announce("gpu_oom", rank=diag.get("rank"), line=str(diag.get("summary") or ""))
+        diag = record.diagnosis
+        sync.announce("gpu_oom", rank=diag.rank if diag else None, line=diag.summary if diag else "")
     store.save(record)
     result = RunResult(record=record, exit_code=outcome.status, log_path=str(log_path),
                        killed_by=outcome.signal, interrupted_by=outcome.interrupted_by)
@@ -206,14 +207,11 @@ def _finish_record(record, outcome, watch: _Watch, sampler, log_path: Path) -> N
     record.peak_memory_bytes = dict(sampler.peaks)
     record.gpus = [dict(g) for g in sampler.gpus]
     own_code = -outcome.signal if outcome.signal is not None else outcome.exit_code
-    diagnosis = _diagnose(log_path, own_code, watch, [p["pid"] for p in record.pids])
-    cause = diagnosis.get("cause") if diagnosis else None
+    diagnosis = _diagnose(log_path, own_code, watch, record.job_pids)
+    cause = diagnosis.cause
     if outcome.interrupted_by is not None and outcome.status != 0 and cause in (None, "ok", "error", "signal"):
-        cause = "signal"
-        if diagnosis is not None:
-            diagnosis = dict(diagnosis, cause="signal", summary=(
-                f"Stopped by the user ({_signame(outcome.interrupted_by)} to gpudoc); "
-                + str(diagnosis.get("summary") or "")).strip())
+        diagnosis = diagnosis.stopped_by_user(_signame(outcome.interrupted_by))
+        cause = diagnosis.cause
     if outcome.status == 0 and cause in (None, "error"):
         cause = "ok"
     record.cause = cause
@@ -230,27 +228,19 @@ def _finish_record(record, outcome, watch: _Watch, sampler, log_path: Path) -> N
     record.survivors = list(outcome.survivors)
 
 
-def _diagnose(log_path: Path, exit_code: int | None, watch: _Watch, pids) -> dict | None:
+def _diagnose(log_path: Path, exit_code: int | None, watch: _Watch, pids: list[int]) -> Diagnosis:
     if exit_code == 0:
         # No failure by definition (SPEC: cause ok). An OOM the job caught and survived (an
         # automatic batch-size finder) is not a failure of the run either.
-        return _ok_diagnosis()
-    from gpudoc.diagnose import diagnose_text
+        return Diagnosis.ok()
+    from gpudoc.diagnose.text import diagnose_text
 
     text = read_tail(log_path)
     missing = [line for line in watch.event_lines if line and line not in text]
     if missing:
         # The first failure scrolled out of the tail (a flood of output after it): keep its lines.
         text = "\n".join(missing) + "\n" + text
-    return diagnose_text(text, exit_code=exit_code, own_pids=pids).to_dict()
-
-
-def _ok_diagnosis() -> dict:
-    keys = ("cause", "backend", "requested_bytes", "total_bytes", "free_bytes", "allocated_bytes",
-            "reserved_unallocated_bytes", "other_processes", "gpu_index", "rank", "exit_code", "summary")
-    doc: dict = dict.fromkeys(keys)
-    doc.update(cause="ok", other_processes=[], exit_code=0, summary="No failure: the job exited 0.")
-    return doc
+    return diagnose_text(text, exit_code=exit_code, own_pids=pids)
 
 
 def _profile_doc(profile) -> dict | None:

@@ -13,14 +13,18 @@ model's ``max_memory_allocated`` figure.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import Any, Iterable
+from typing import TYPE_CHECKING
 
 from gpudoc.errors import GpudocError
 from gpudoc.estimate import terms
 from gpudoc.estimate.inputs import Inputs, train_setup
 from gpudoc.estimate.model import Phases, compute_phases
+
+if TYPE_CHECKING:
+    from gpudoc.runs.record import RunRecord as PastRun
 
 
 @dataclass(frozen=True)
@@ -56,30 +60,23 @@ def linear_parts(inputs: Inputs) -> tuple[float, float]:
     return zero, one - zero
 
 
-def _measured_peak(record: Any) -> int | None:
-    peaks = getattr(record, "peak_memory_bytes", None) or {}
-    values = [int(v) for v in peaks.values() if isinstance(v, (int, float)) and v > 0]
-    return max(values) if values else None
-
-
-def _usable(record: Any) -> bool:
-    if getattr(record, "cause", None) == "gpu_oom":
+def _usable(record: PastRun) -> bool:
+    if record.failed_oom:
         return False  # an OOM's peak is where it died, not what it needed
-    return getattr(record, "status", "ok") != "running"
+    return record.finished
 
 
-def _record_inputs(inputs: Inputs, record: Any) -> Inputs | None:
-    knobs = (getattr(record, "profile", None) or {}).get("knobs")
-    if not isinstance(knobs, dict):
+def _record_inputs(inputs: Inputs, record: PastRun) -> Inputs | None:
+    knobs = record.knobs
+    if not knobs:
         return None
-    launch = (record.profile or {}).get("launch") or {}
+    launch = record.launch
     world = inputs.setup.world_size
     if launch.get("nproc_per_node"):
         world = int(launch.get("nproc_per_node") or 1) * int(launch.get("nnodes") or 1)
-    env = dict(getattr(record, "env_set", None) or {})
     shim = SimpleNamespace(
         train={"lora_targets": list(inputs.setup.lora_targets), **knobs},
-        env=env, world_size=world, model={},
+        env=dict(record.env_set), world_size=world, model={},
     )
     try:
         setup = train_setup(shim, [])
@@ -88,11 +85,11 @@ def _record_inputs(inputs: Inputs, record: Any) -> Inputs | None:
     return replace(inputs, setup=setup)
 
 
-def correction_from_history(inputs: Inputs, history: Iterable[Any]) -> Correction | None:
+def correction_from_history(inputs: Inputs, history: Iterable[PastRun]) -> Correction | None:
     """The correction the measured runs imply, or None without a usable measurement."""
     points: list[Point] = []
     for record in history or ():
-        measured = _measured_peak(record)
+        measured = record.peak_bytes
         if measured is None or not _usable(record):
             continue
         rec_inputs = _record_inputs(inputs, record)

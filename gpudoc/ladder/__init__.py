@@ -8,19 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from gpudoc.ladder.context import (
-    Context,
-    Savings,
-    capacity_from,
-    diagnosis_dict,
-    record_env,
-    record_failed_oom,
-    record_knobs,
-    record_peak,
-    record_succeeded,
-    shortfall,
-)
-from gpudoc.ladder.model import LadderResult, Skipped, Suggestion
+from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.ladder.context import Context, Savings, capacity_from, shortfall
+from gpudoc.ladder.model import LadderResult, PastRun, Skipped, Suggestion
 from gpudoc.ladder.rungs import BUILTIN_RUNGS, RUNG_NAMES, split_global_batch, user_rung
 from gpudoc.profiles.model import Profile
 from gpudoc.units import format_bytes
@@ -31,25 +21,24 @@ MEMORY_CAUSE = "gpu_oom"
 
 
 def suggest(
-    diagnosis: Any,
+    diagnosis: Diagnosis,
     profile: Profile,
     facts: Any = None,
-    history: Iterable[Any] = (),
+    history: Iterable[PastRun] = (),
     *,
     allow_semantic: bool = False,
     estimate: Any = None,
 ) -> LadderResult:
     """The rungs that apply to this failure and profile, in the order to try them.
 
-    ``diagnosis`` is a ``Diagnosis`` or its dict; ``history`` holds earlier ``RunRecord``s of the
-    same profile (configurations that already ran out of memory are not proposed again; measured
+    ``history`` holds earlier runs of the same profile (configurations that already ran out of memory are not proposed again; measured
     peaks refine the savings). ``estimate`` is the current profile's ``Estimate`` or an estimator
     callable ``(profile, *, gpu_total_bytes, history) -> Estimate``; by default gpudoc's own.
     """
-    diag = diagnosis_dict(diagnosis)
+    diag = diagnosis
     history = tuple(history)
     allow_semantic = bool(allow_semantic or profile.allow_semantic)
-    cause = diag.get("cause")
+    cause = diag.cause
     if cause != MEMORY_CAUSE:
         return LadderResult(notes=[_not_memory_note(cause)])
 
@@ -70,7 +59,7 @@ def suggest(
     notes: list[str] = list(savings.notes)
     # Savings decide only when something predicts them (an estimate or measured runs); with
     # neither, the order alone decides.
-    measured = any(record_peak(r) for r in history)
+    measured = any(r.peak_bytes for r in history)
     skip_by_saving = (
         short is not None
         and (savings.current_peak is not None or measured)
@@ -152,11 +141,11 @@ def _not_memory_note(cause: str | None) -> str:
     return "not a GPU memory failure: " + what.get(cause, "the job failed for another reason (see the summary)")
 
 
-def _savings_trustworthy(diag: dict, savings: Savings, notes: list[str]) -> bool:
+def _savings_trustworthy(diag: Diagnosis, savings: Savings, notes: list[str]) -> bool:
     """Skip by saving only when the estimate agrees with what the run measured."""
     peak = savings.current_peak
-    allocated = diag.get("allocated_bytes")
-    requested = diag.get("requested_bytes")
+    allocated = diag.allocated_bytes
+    requested = diag.requested_bytes
     if peak is None or allocated is None or requested is None:
         return True
     measured_need = allocated + requested
@@ -170,12 +159,8 @@ def _savings_trustworthy(diag: dict, savings: Savings, notes: list[str]) -> bool
     return True
 
 
-def _failed_configs(history: tuple) -> list[tuple[str, dict, dict]]:
-    return [
-        (getattr(r, "id", "?"), record_knobs(r), record_env(r))
-        for r in history
-        if record_failed_oom(r) and record_knobs(r) is not None
-    ]
+def _failed_configs(history: tuple[PastRun, ...]) -> list[tuple[str, dict, dict]]:
+    return [(r.id, r.knobs, r.env) for r in history if r.failed_oom]
 
 
 def _tried_in(suggestion: Suggestion, profile: Profile, failed: list) -> str | None:
@@ -196,7 +181,8 @@ def _tried_in(suggestion: Suggestion, profile: Profile, failed: list) -> str | N
 WELL_UNDER = 0.75  # "a lot unused": the measured peak stayed below 75% of the target budget
 
 
-def upward(profile: Profile, record: Any, facts: Any = None, *, estimate: Any = None, history: Iterable[Any] = ()) -> Suggestion | None:
+def upward(profile: Profile, record: PastRun, facts: Any = None, *, estimate: Any = None,
+           history: Iterable[PastRun] = ()) -> Suggestion | None:
     """After a successful run that left memory unused: a bigger micro batch, less accumulation,
     the global batch exact, when the measured peak predicts it still fits the target utilisation.
     """
@@ -204,16 +190,17 @@ def upward(profile: Profile, record: Any, facts: Any = None, *, estimate: Any = 
     return result.suggestions[0] if result.suggestions else None
 
 
-def upward_result(profile: Profile, record: Any, facts: Any = None, *, estimate: Any = None, history: Iterable[Any] = ()) -> LadderResult:
+def upward_result(profile: Profile, record: PastRun, facts: Any = None, *, estimate: Any = None,
+                  history: Iterable[PastRun] = ()) -> LadderResult:
     history = tuple(history)
     notes: list[str] = []
-    if not record_succeeded(record):
+    if not record.succeeded:
         return LadderResult(notes=["the run did not succeed: upward tuning needs a successful run"])
     knobs = profile.knobs
     if "micro_batch_size" not in knobs:
         return LadderResult(notes=["micro_batch_size is not declared in [train]: nothing to tune upward"])
-    peak = record_peak(record)
-    capacity = capacity_from({}, facts, profile, (*history, record))
+    peak = record.peak_bytes
+    capacity = capacity_from(None, facts, profile, (*history, record))
     if peak is None or not capacity:
         return LadderResult(notes=["the run has no measured peak memory or GPU capacity: nothing to predict from"])
     budget = int(capacity * profile.target_utilization)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from gpudoc import allocator
+from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.ladder.model import PastRun
 from gpudoc.profiles.model import Profile
 from gpudoc.units import GIB, format_bytes
 
@@ -21,46 +23,6 @@ _PRE_AMPERE_MARKERS = (
     "rtx 20", "rtx 2080", "rtx 2070", "rtx 2060", "quadro rtx", "gtx", "tesla p", "tesla k",
     "tesla m", "quadro p", "quadro gv100", "titan rtx",
 )
-
-
-def diagnosis_dict(diagnosis: Any) -> dict:
-    """The SPEC keys of a ``Diagnosis``, a dict from a run record, or None."""
-    if diagnosis is None:
-        return {}
-    if isinstance(diagnosis, Mapping):
-        return dict(diagnosis)
-    to_dict = getattr(diagnosis, "to_dict", None)
-    if callable(to_dict):
-        return dict(to_dict())
-    return dict(vars(diagnosis))
-
-
-def record_knobs(record: Any) -> dict:
-    profile = getattr(record, "profile", None) or {}
-    return dict(profile.get("knobs") or profile.get("train") or {})
-
-
-def record_env(record: Any) -> dict:
-    profile = getattr(record, "profile", None) or {}
-    env = dict(profile.get("env") or {})
-    env.update(getattr(record, "env_set", None) or {})
-    return env
-
-
-def record_peak(record: Any) -> int | None:
-    peaks = [int(v) for v in (getattr(record, "peak_memory_bytes", None) or {}).values() if v]
-    return max(peaks) if peaks else None
-
-
-def record_succeeded(record: Any) -> bool:
-    status = getattr(record, "status", None)
-    cause = getattr(record, "cause", None)
-    return status == "ok" or (getattr(record, "exit_code", None) == 0 and cause in (None, "ok"))
-
-
-def record_failed_oom(record: Any) -> bool:
-    cause = getattr(record, "cause", None) or diagnosis_dict(getattr(record, "diagnosis", None)).get("cause")
-    return cause == "gpu_oom"
 
 
 class Savings:
@@ -76,7 +38,7 @@ class Savings:
         profile: Profile,
         *,
         estimate: Any = None,
-        history: Iterable[Any] = (),
+        history: Iterable[PastRun] = (),
         capacity_bytes: int | None = None,
     ) -> None:
         self.profile = profile
@@ -132,10 +94,10 @@ class Savings:
         points: dict[int, int] = {}
         base = {k: v for k, v in self.profile.knobs.items() if k not in ("micro_batch_size", "gradient_accumulation_steps")}
         for record in self.history:
-            if not record_succeeded(record):
+            if not record.succeeded:
                 continue
-            knobs = record_knobs(record)
-            peak = record_peak(record)
+            knobs = record.knobs
+            peak = record.peak_bytes
             mbs = knobs.get("micro_batch_size")
             rest = {k: v for k, v in knobs.items() if k not in ("micro_batch_size", "gradient_accumulation_steps")}
             if peak and isinstance(mbs, int) and rest == base:
@@ -183,10 +145,10 @@ def _default_estimator() -> Callable[..., Any]:
 
 @dataclass
 class Context:
-    diagnosis: dict
+    diagnosis: Diagnosis
     profile: Profile
     facts: Any = None
-    history: tuple = ()
+    history: tuple[PastRun, ...] = ()
     allow_semantic: bool = False
     savings: Savings | None = None
     capacity_bytes: int | None = None
@@ -206,8 +168,8 @@ class Context:
 
     # -- facts helpers ------------------------------------------------------------------------
     def gpu_index(self) -> int:
-        index = self.diagnosis.get("gpu_index")
-        return int(index) if isinstance(index, int) else 0
+        index = self.diagnosis.gpu_index
+        return index if index is not None else 0
 
     def _fact_gpu(self):
         gpus = getattr(self.facts, "gpus", None) or ()
@@ -226,7 +188,7 @@ class Context:
                 pass
         names = [getattr(gpu, "name", None) if gpu is not None else None, self.profile.gpu.get("name")]
         for record in self.history:
-            names.extend(g.get("name") for g in (getattr(record, "gpus", None) or []))
+            names.extend(record.gpu_names)
         for name in names:
             if name:
                 lowered = name.lower()
@@ -239,7 +201,7 @@ class Context:
         name = getattr(torch, "alloc_env_name", None) if torch is not None else None
         if name:
             return name
-        if self.diagnosis.get("backend") == "hip":
+        if self.diagnosis.backend == "hip":
             return allocator.HIP_NAME
         for var in allocator.NAMES:
             if var in self.profile.env:
@@ -262,34 +224,34 @@ class Context:
         return int(self.profile.launch.get("nproc_per_node") or self.profile.gpu.get("count") or 1)
 
 
-def capacity_from(diagnosis: Mapping, facts: Any, profile: Profile, history: Iterable[Any]) -> int | None:
-    total = diagnosis.get("total_bytes")
+def capacity_from(diagnosis: Diagnosis | None, facts: Any, profile: Profile,
+                  history: Iterable[PastRun]) -> int | None:
+    total = diagnosis.total_bytes if diagnosis is not None else None
     if total:
         return int(total)
     gpus = getattr(facts, "gpus", None) or ()
     totals = [g.memory_total_bytes for g in gpus if g.memory_total_bytes]
-    index = diagnosis.get("gpu_index")
+    index = diagnosis.gpu_index if diagnosis is not None else None
     for gpu in gpus:
         if gpu.index == index and gpu.memory_total_bytes:
             return int(gpu.memory_total_bytes)
     if totals:
         return int(min(totals))
     for record in reversed(tuple(history)):
-        recorded = [g.get("total_bytes") for g in (getattr(record, "gpus", None) or []) if g.get("total_bytes")]
+        recorded = list(record.gpu_totals.values())
         if recorded:
             return int(min(recorded))
     gib = profile.gpu.get("memory_gib")
     return int(gib * GIB) if gib else None
 
 
-def shortfall(diagnosis: Mapping, savings: Savings | None, capacity: int | None, target: float) -> tuple[int | None, str | None]:
+def shortfall(diagnosis: Diagnosis, savings: Savings | None, capacity: int | None, target: float) -> tuple[int | None, str | None]:
     """Bytes the failing run was short by, and where the number comes from.
 
     The OOM message's own numbers win (the allocation that failed minus what was free); without
     them, the estimate's peak against the target share of the card.
     """
-    requested = diagnosis.get("requested_bytes")
-    free = diagnosis.get("free_bytes")
+    requested, free = diagnosis.requested_bytes, diagnosis.free_bytes
     if requested is not None and free is not None:
         if requested > free:
             return int(requested - free), (

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,32 @@ class LadderResult:
             "skipped": [s.to_dict() for s in self.skipped],
             "shortfall_bytes": self.shortfall_bytes,
         }
+
+
+class PastRun(Protocol):
+    """What the ladder reads of an earlier run (a ``gpudoc.runs.record.RunRecord``): the ladder
+    never reads the run store itself, its caller hands the history in."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def knobs(self) -> dict[str, Any]: ...
+
+    @property
+    def env(self) -> dict[str, str]: ...
+
+    @property
+    def peak_bytes(self) -> int | None: ...
+
+    @property
+    def succeeded(self) -> bool: ...
+
+    @property
+    def failed_oom(self) -> bool: ...
+
+    @property
+    def gpu_names(self) -> list[str]: ...
+
+    @property
+    def gpu_totals(self) -> dict[str, int]: ...

@@ -29,7 +29,7 @@ def _not_declared(rung: str, knob: str) -> Skipped:
 
 def expandable_segments(ctx: Context) -> Outcome:
     rung = "expandable-segments"
-    backend = ctx.diagnosis.get("backend")
+    backend = ctx.diagnosis.backend
     if backend not in (None, "cuda", "hip"):
         return Skipped(rung, f"the {backend} backend has no PyTorch caching allocator setting")
     name = ctx.alloc_env_name()
@@ -42,9 +42,9 @@ def expandable_segments(ctx: Context) -> Outcome:
     if current is None:
         # Keep the user's other allocator options (max_split_size_mb, ...) written under the other name.
         current = next((ctx.profile.env.get(v) or env.get(v) for v in allocator.NAMES if ctx.profile.env.get(v) or env.get(v)), None)
-    frag = ctx.diagnosis.get("reserved_unallocated_bytes")
-    requested = ctx.diagnosis.get("requested_bytes")
-    total = ctx.diagnosis.get("total_bytes")
+    frag = ctx.diagnosis.reserved_unallocated_bytes
+    requested = ctx.diagnosis.requested_bytes
+    total = ctx.diagnosis.total_bytes
     fragmented = bool(frag) and (
         (requested is not None and frag >= requested) or (total and frag >= 0.05 * total)
     )
@@ -70,12 +70,12 @@ def expandable_segments(ctx: Context) -> Outcome:
 
 def free_stray_memory(ctx: Context) -> Outcome:
     rung = "free-stray-memory"
-    others = [p for p in (ctx.diagnosis.get("other_processes") or []) if (p.get("bytes") or 0) > 0]
+    others = [(pid, size) for pid, size in ctx.diagnosis.other_processes if size > 0]
     if not others:
         return Skipped(rung, "no other process held memory on the GPU at the time of the OOM")
-    held = sum(int(p["bytes"]) for p in others)
-    gpu = ctx.diagnosis.get("gpu_index")
-    pids = ", ".join(f"PID {p['pid']} ({format_bytes(p['bytes'])})" for p in others[:5])
+    held = sum(size for _, size in others)
+    gpu = ctx.diagnosis.gpu_index
+    pids = ", ".join(f"PID {pid} ({format_bytes(size)})" for pid, size in others[:5])
     where = f"GPU {gpu}" if gpu is not None else "the GPU"
     command = f"gpudoc clean --gpus {gpu}" if gpu is not None else "gpudoc clean"
     why = (

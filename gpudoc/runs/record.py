@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from gpudoc import __version__
+from gpudoc.diagnose.diagnosis import Diagnosis
 
 # What a run ended as: running | ok | failed | interrupted | refused
 RUNNING = "running"
@@ -39,7 +40,7 @@ class RunRecord:
     signal: int | None = None
     status: str = RUNNING
     cause: str | None = None
-    diagnosis: dict | None = None
+    diagnosis: Diagnosis | None = None
     peak_memory_bytes: dict[str, int] = field(default_factory=dict)  # GPU index (str) -> bytes
     gpus: list[dict] = field(default_factory=list)  # {"index", "name", "total_bytes"}
     parent: str | None = None
@@ -63,12 +64,16 @@ class RunRecord:
     survivors: list[int] = field(default_factory=list)  # PIDs that outlived even SIGKILL
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        doc = asdict(self)
+        doc["diagnosis"] = self.diagnosis.to_dict() if self.diagnosis is not None else None
+        return doc
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        record = cls(**{k: v for k, v in data.items() if k in known and k != "diagnosis"})
+        record.diagnosis = Diagnosis.from_dict(data.get("diagnosis"))
+        return record
 
     # -- what other rooms ask of a record ------------------------------------------------------
 
@@ -125,9 +130,7 @@ class RunRecord:
         """The cause, from the record's own field or else its diagnosis."""
         if self.cause:
             return self.cause
-        diagnosis = self.diagnosis
-        cause = diagnosis.get("cause") if isinstance(diagnosis, dict) else getattr(diagnosis, "cause", None)
-        return str(cause) if cause else None
+        return self.diagnosis.cause if self.diagnosis is not None else None
 
     @property
     def succeeded(self) -> bool:

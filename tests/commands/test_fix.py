@@ -114,7 +114,7 @@ def test_not_memory_related_exits_1_and_still_explains(tmp_path):
     (tmp_path / "nccl.log").write_text(NCCL)
     status, out = call(logs=["nccl.log"], cwd=tmp_path)
     assert status == 1
-    assert out.startswith("Rank 0 hit an NCCL collective timeout")
+    assert out.startswith("Rank 0 hit a collective timeout (SeqNum=1, OpType=ALLREDUCE")
     assert "not a GPU memory failure" in out
     status, out = call(logs=["nccl.log"], as_json=True, cwd=tmp_path)
     payload = json.loads(out)
@@ -135,8 +135,11 @@ def test_text_output_diff_lines_and_saving(tmp_path):
     (tmp_path / "oom.log").write_text(OOM)
     status, out = call(logs=["oom.log"], cwd=tmp_path)
     lines = out.splitlines()
-    assert lines[0].startswith("Rank 1 ran out of GPU memory on GPU 1: it asked for 2.0 GiB with 1.5 GiB free of 23.7 GiB")
-    assert "other processes (PID 999) held 4.0 GiB: they were the real problem" in lines[0]
+    # The one sentence of the diagnosis (the same words the run's summary and the record hold),
+    # then the allocator's own figures.
+    assert lines[0] == ("Rank 1 ran out of CUDA memory on GPU 1: it asked for 2.0 GiB with 1.5 GiB free of 23.7 GiB; "
+                        "another process holds 4.0 GiB on it, which is the real problem.")
+    assert lines[1].strip() == "17.2 GiB allocated by PyTorch; 300.0 MiB reserved but unallocated; other processes: PID 999 4.0 GiB"
     assert any(line.strip() == "micro_batch_size             4 → 2" for line in lines)
     assert any(line.strip() == "gradient_accumulation_steps  8 → 16" for line in lines)
     assert "gpudoc clean --gpus 1" in out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 from gpudoc.commands.retry import job_torch_facts, next_attempt, record_diagnosis
+from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.profiles.loader import load_profile_file
 from gpudoc.runs.store import RunRecord, RunStore
 from tests.conftest import captured_workspace
@@ -51,11 +52,11 @@ def test_next_attempt_skips_free_stray_memory_and_applies_the_batch_rung(tmp_pat
 def test_record_without_diagnosis_is_diagnosed_from_its_log(tmp_path):
     profile, store, record = setup(tmp_path, OOM_WITH_STRAY)
     diag = record_diagnosis(record, store)
-    assert diag["cause"] == "gpu_oom" and diag["requested_bytes"] == 2 * 1024**3
+    assert diag.cause == "gpu_oom" and diag.requested_bytes == 2 * 1024**3
 
 
 def test_stored_diagnosis_wins_and_non_memory_failure_gives_nothing(tmp_path):
-    profile, store, record = setup(tmp_path, OOM_WITH_STRAY, diagnosis={"cause": "host_oom", "summary": "Killed"})
+    profile, store, record = setup(tmp_path, OOM_WITH_STRAY, diagnosis=Diagnosis(cause="host_oom", summary="Killed"))
     assert next_attempt(record, profile, captured_workspace(tmp_path), allow_semantic=True) == (None, None)
     assert (tmp_path / "gpudoc.toml").read_text() == PROFILE
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from gpudoc.diagnose import CAUSES, diagnose_text
+from gpudoc.diagnose.diagnosis import CAUSES
+from gpudoc.diagnose.text import diagnose_text
 from tests.conftest import ERRORS_CORPUS
 
 RECORDS = [json.loads(line) for line in ERRORS_CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoc.diagnose import SPEC_KEYS, Diagnosis, diagnose_many, diagnose_text
+from gpudoc.diagnose.diagnosis import SPEC_KEYS, Diagnosis
+from gpudoc.diagnose.text import diagnose_many, diagnose_text
 from gpudoc.units import GIB, MIB
 
 # c10/cuda/CUDACachingAllocator.cpp, >= 2.2 (capacity, per-process lines, private pools, allowed).

@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudoc.diagnose import BACKENDS, CAUSES, diagnose_many, diagnose_text
+from gpudoc.diagnose.diagnosis import BACKENDS, CAUSES
 from gpudoc.diagnose.stream import SignatureScanner
+from gpudoc.diagnose.text import diagnose_many, diagnose_text
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpudoc.bind import apply_file_edits, plan_bindings
-from gpudoc.diagnose import diagnose_text
+from gpudoc.diagnose.text import diagnose_text
 from gpudoc.profiles.loader import load_profile_file
 from gpudoc.units import parse_size
 from tests.conftest import REPO

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.facts.model import Facts, Gpu, HostFacts, TorchFacts
 from gpudoc.profiles.model import Profile
 from gpudoc.units import GIB, MIB
 
 
 def oom(requested=2 * GIB, free=1 * GIB, total=22 * GIB, allocated=19 * GIB, frag=100 * MIB,
-        others=(), gpu=0, rank=0, backend="cuda") -> dict:
-    return {
-        "cause": "gpu_oom", "backend": backend, "requested_bytes": requested, "total_bytes": total,
-        "free_bytes": free, "allocated_bytes": allocated, "reserved_unallocated_bytes": frag,
-        "other_processes": [{"pid": p, "bytes": b} for p, b in others], "gpu_index": gpu,
-        "rank": rank, "exit_code": 1, "summary": "CUDA out of memory",
-    }
+        others=(), gpu=0, rank=0, backend="cuda") -> Diagnosis:
+    return Diagnosis(
+        cause="gpu_oom", backend=backend, requested_bytes=requested, total_bytes=total, free_bytes=free,
+        allocated_bytes=allocated, reserved_unallocated_bytes=frag, other_processes=tuple(others), gpu_index=gpu,
+        rank=rank, exit_code=1, summary="CUDA out of memory",
+    )
 
 
 def profile(train=None, *, env=None, launch=None, ladder=None, gpu=None, name="test") -> Profile:

@@ -252,8 +252,8 @@ def test_seed_000_text_says_the_request_was_bigger_than_the_card(tmp_path):
     done = gpudoc_cli("fix", "--log", "oom.log", "-p", "job.toml", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     first = done.stdout.splitlines()[0]
-    assert first.startswith("Rank 0 ran out of GPU memory on GPU 0: it asked for 51.3 GiB with 8.1 GiB free of 44.4 GiB")
-    assert "bigger than the whole card" in first
+    assert first == ("Rank 0 ran out of CUDA memory on GPU 0: it asked for 51.3 GiB with 8.1 GiB free of 44.4 GiB; "
+                     "the single request is larger than the whole GPU.")
     assert "micro_batch_size" in done.stdout and "8 → " in done.stdout
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
+from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.ladder import suggest, upward
 from gpudoc.ladder.model import LadderResult, Suggestion
+from gpudoc.runs.record import RunRecord
 from gpudoc.units import GIB, MIB
 from tests.ladder.helpers import by_rung, fake_estimate, no_estimate, oom, profile
 
@@ -71,7 +71,7 @@ def test_exhausted_non_semantic_ladder_says_so_and_lists_held_back():
 
 def test_not_a_memory_failure_gives_no_suggestions():
     for cause in ("host_oom", "nccl_timeout", "error", "shm"):
-        result = suggest({"cause": cause, "summary": "x"}, profile(FULL))
+        result = suggest(Diagnosis(cause=cause, summary="x"), profile(FULL))
         assert isinstance(result, LadderResult)
         assert result.suggestions == [] and result.notes
         assert "not a GPU memory failure" in result.notes[0]
@@ -150,7 +150,7 @@ def test_estimate_below_the_measured_need_skips_nothing():
 
 def test_shortfall_from_estimate_when_the_message_has_no_numbers():
     train = {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "precision": "bf16"}
-    diag = {"cause": "gpu_oom", "backend": "cuda", "summary": "CUDA error: out of memory"}
+    diag = Diagnosis(cause="gpu_oom", backend="cuda", summary="CUDA error: out of memory")
     # peak = 2 + 2 + 8 + 4 GiB = 16 GiB vs 0.85 × 16 GiB.
     result = suggest(diag, profile(train, gpu={"memory_gib": 16}), estimate=fake_estimate)
     assert result.shortfall_bytes == 16 * GIB - int(16 * GIB * 0.85)
@@ -159,10 +159,10 @@ def test_shortfall_from_estimate_when_the_message_has_no_numbers():
 # -- history ----------------------------------------------------------------------------------
 
 def _record(run_id, knobs, *, cause="gpu_oom", peak=None, status="failed", env=None):
-    return SimpleNamespace(
-        id=run_id, profile={"knobs": knobs, "env": env or {}}, env_set={}, cause=cause,
-        status=status, exit_code=0 if status == "ok" else 1, diagnosis={"cause": cause},
-        peak_memory_bytes={"0": peak} if peak else {}, gpus=[],
+    return RunRecord(
+        id=run_id, command=["python", "train.py"], cwd="/", profile={"knobs": knobs, "env": env or {}}, cause=cause,
+        status=status, exit_code=0 if status == "ok" else 1, diagnosis=Diagnosis(cause=cause, summary=""),
+        peak_memory_bytes={"0": peak} if peak else {},
     )
 
 

@@ -1,0 +1,416 @@
+"""Log text -> Diagnosis: what killed the job, on which rank and GPU, and the memory figures.
+
+The parser is general on purpose: every line is normalised (launcher prefixes, timestamps, colours
+and markdown peeled off, the rank kept), matched against one regex per message shape
+(:mod:`gpudoc.diagnose.signatures`), and the evidence is weighed: a memory failure named by its
+own message beats the exceptions it causes, the first real failure beats its consequences on
+other ranks (NCCL timeouts, torchrun's teardown), and the exit status only speaks when the text
+is silent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.diagnose.lines import Line, iter_lines
+from gpudoc.diagnose.signatures import SIZE, WARNING, Match, match_line
+from gpudoc.diagnose.summary import summarise
+from gpudoc.units import GIB, parse_size
+
+# Logs beyond this are read as head + tail: the first failure is near the end in practice, and
+# the head keeps startup failures.
+_MAX_CHARS = 64 * 1024 * 1024
+_HEAD_CHARS = 8 * 1024 * 1024
+
+# A CUDA context and the libraries' workspaces sit outside the allocator's figures: a process
+# line within this of the allocator's reserved total is the job itself (seen from a container,
+# whose PID namespace hides that the NVML pid is its own).
+_CONTEXT_SLACK = int(1.5 * GIB)
+
+_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
+            11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
+
+
+@dataclass
+class Event:
+    index: int  # position among the log's lines
+    line: Line
+    m: Match
+    warning: bool
+    rank: int | None = None
+    host: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def cause(self) -> str:
+        return self.m.cause
+
+    @property
+    def strength(self) -> int:
+        return self.m.strength
+
+
+# ---- public API ----------------------------------------------------------------------------
+
+def diagnose_text(text: str | bytes, *, exit_code: int | None = None, own_pids: Iterable[int] = ()) -> Diagnosis:
+    """Diagnose one log. ``exit_code`` is the job's status (negative = killed by that signal);
+    ``own_pids`` are the job's PIDs, to tell its own "Process P has …" lines from others'."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    text = text or ""
+    if len(text) > _MAX_CHARS:
+        text = text[:_HEAD_CHARS] + "\n" + text[-(_MAX_CHARS - _HEAD_CHARS):]
+    lines = iter_lines(text)
+    events = _collect(lines)
+    root_rank, root_host = _torchrun_root_cause(lines)
+    chosen = _choose(events, exit_code)
+    if chosen is None:
+        return _from_exit_code(exit_code, text)
+    return _build(chosen, events, lines, exit_code, frozenset(own_pids), root_rank, root_host)
+
+
+def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]]) -> Diagnosis:
+    """The first real failure across several logs of one job (one per node or per rank).
+
+    A GPU OOM on node B shows up on node A as an NCCL timeout or a torchrun failure; those are
+    consequences. Memory failures named by their own message come first, then explicit errors,
+    then collective timeouts, then circumstantial evidence; ties go to the earlier-listed log.
+    """
+    results = []
+    for order, (label, text, exit_code) in enumerate(items):
+        diag = diagnose_text(text, exit_code=exit_code)
+        results.append((order, label, diag))
+    if not results:
+        return _from_exit_code(None, "")
+
+    def weight(item):
+        order, _label, d = item
+        if d.cause == "ok":
+            tier = 9
+        elif d.peer_lost:
+            tier = 6  # another node lost a rank: whichever log shows that rank dying explains it
+        elif d.cause in ("gpu_oom", "host_oom", "shm") and not d.inferred:
+            tier = 0
+        elif d.cause == "error" and not d.inferred:
+            tier = 1
+        elif d.cause == "nccl_timeout" and not d.inferred:
+            tier = 2
+        else:
+            tier = 3 + ("host_oom", "shm", "nccl_timeout", "error", "signal").index(d.cause) \
+                if d.cause in ("host_oom", "shm", "nccl_timeout", "error", "signal") else 8
+        return (tier, order)
+
+    order, label, best = min(results, key=weight)
+    others = [f"{lab}: {d.cause}" for o, lab, d in results if o != order and d.cause != "ok"]
+    summary = f"{label}: {best.summary}"
+    if others:
+        summary = summary.rstrip(".") + f" (elsewhere, as consequences: {', '.join(others)})."
+    return replace(best, node=label, summary=summary)
+
+
+# ---- evidence ------------------------------------------------------------------------------
+
+_MSG_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
+_LOCAL_RANK = re.compile(r"\blocal[_ ]rank\s*:?\s*(\d+)")
+_SUMMARY_RANK = re.compile(r"(?:^|\s)rank\s*:?\s*(\d+)", re.IGNORECASE)
+_SUMMARY_HOST = re.compile(r"^host\s*:\s*(\S+)")
+_NCCL_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
+# torchrun's "failed (exitcode: -9) local_rank: 1 (pid: 32546)" and "Signal 9 (SIGKILL) received by PID 32546".
+_KILLED_PID = re.compile(r"\(pid:\s*(\d+)\)|received by PID (\d+)")
+_KILLS = ("sigkill", "sigterm", "sigbus", "abort")
+# Evidence that a rank died of its own failure, rather than of losing a peer: its own memory
+# failure, an explicit error, or torchrun reporting it killed by SIGKILL/SIGBUS/SIGSEGV/SIGABRT.
+# SIGTERM is left out: torchrun sends it to the survivors when it tears the job down.
+_DEATHS = ("sigkill", "sigbus", "abort")
+
+
+def _collect(lines: list[Line]) -> list[Event]:
+    events = []
+    for i, line in enumerate(lines):
+        if not line.is_message:
+            continue  # traceback frames and source code quote the program, they report nothing
+        m = match_line(line.text)
+        if m is None:
+            continue
+        ev = Event(i, line, m, warning=bool(WARNING.search(line.text)))
+        ev.rank = line.rank
+        nccl = _NCCL_HOST.match(line.text)
+        if nccl:
+            ev.host = nccl.group("host")
+            ev.extra["pid"] = int(nccl.group("pid"))
+            if m.cause == "gpu_oom":
+                ev.extra["gpu_index"] = int(nccl.group("dev"))
+        if ev.rank is None:
+            mr = _MSG_RANK.search(line.text)
+            if mr:
+                ev.rank = int(mr.group(1))
+        if m.signature.name in _KILLS:
+            if ev.rank is None:
+                ev.rank, host = _summary_block_rank(lines, i)
+                ev.host = ev.host or host
+            pid = _KILLED_PID.search(line.text)
+            if pid:
+                ev.extra["pid"] = int(pid.group(1) or pid.group(2))
+        events.append(ev)
+    return events
+
+
+def _summary_block_rank(lines: list[Line], i: int) -> tuple[int | None, str | None]:
+    """Rank and host of a torchrun failure entry around line ``i`` (``rank : 7 (local_rank: 7)``)."""
+    rank = host = None
+    text = lines[i].text
+    m = _SUMMARY_RANK.search(text) or _LOCAL_RANK.search(text)
+    if m:
+        rank = int(m.group(1))
+    for j in range(i - 1, max(-1, i - 5), -1):
+        t = lines[j].text
+        rank, host = _rank_and_host(t, rank, host)
+        if re.match(r"^\[\d+\]:\s*$", t):  # start of this entry
+            break
+    return rank, host
+
+
+def _rank_and_host(text: str, rank: int | None, host: str | None) -> tuple[int | None, str | None]:
+    """The first ``rank :`` and ``host :`` values of a torchrun summary, one line at a time."""
+    if rank is None:
+        m = _SUMMARY_RANK.search(text)
+        if m:
+            rank = int(m.group(1))
+    if host is None:
+        h = _SUMMARY_HOST.match(text)
+        if h:
+            host = h.group(1)
+    return rank, host
+
+
+def _torchrun_root_cause(lines: list[Line]) -> tuple[int | None, str | None]:
+    for i, line in enumerate(lines):
+        if line.text.startswith("Root Cause"):
+            rank = host = None
+            for ln in lines[i + 1:i + 12]:
+                rank, host = _rank_and_host(ln.text, rank, host)
+            return rank, host
+    return None, None
+
+
+_TIER1_ORDER = ("host_oom", "shm", "nccl_timeout", "error", "signal")
+
+
+def _choose(events: list[Event], exit_code: int | None) -> Event | None:
+    pool = [e for e in events if not e.warning]
+    if not pool:
+        # Only warnings: they explain a failure, never invent one.
+        if not exit_code:
+            return None
+        pool = events
+    if not pool:
+        return None
+    pool = _without_peer_losses(pool)
+    best = max(e.strength for e in pool)
+    top = [e for e in pool if e.strength == best]
+    if best >= 2:
+        return top[0]  # the first real failure; later ones are its consequences
+    return min(top, key=lambda e: (_TIER1_ORDER.index(e.cause) if e.cause in _TIER1_ORDER else 9, e.index))
+
+
+def _is_death(e: Event) -> bool:
+    if e.m.peer or e.cause == "nccl_timeout":
+        return False
+    return e.strength >= 2 or e.m.signature.name in _DEATHS
+
+
+def _without_peer_losses(pool: list[Event]) -> list[Event]:
+    """The pool less the survivors' "connection closed by peer" errors, when a rank's death is in
+    the log: they report that death, they did not cause it."""
+    if any(e.m.peer for e in pool) and any(_is_death(e) for e in pool):
+        return [e for e in pool if not e.m.peer]
+    return pool
+
+
+# ---- building the diagnosis ----------------------------------------------------------------
+
+def _window(lines: list[Line], i: int, limit: int = 8) -> str:
+    """The message starting at line ``i`` with its wrapped continuation lines."""
+    first = lines[i]
+    parts = [first.text]
+    for line in lines[i + 1:i + limit]:
+        t = line.text
+        if not t or not line.is_message or (first.rank is not None and line.rank not in (None, first.rank)):
+            break
+        if re.match(r"(?:Traceback|File \"|During handling|The above exception)", t) or "Tried to allocate" in t:
+            break
+        parts.append(t)
+        if re.search(r"Memory Management|environment-variables\)|reserved in total by PyTorch\)|cached\)", t):
+            break
+    return " ".join(parts)
+
+
+def _size(pattern: str, text: str) -> int | None:
+    m = re.search(pattern, text)
+    return parse_size(m.group("v")) if m else None
+
+
+def _build(ev: Event, events: list[Event], lines: list[Line], exit_code: int | None,
+           own_pids: frozenset, root_rank: int | None, root_host: str | None) -> Diagnosis:
+    m = ev.m
+    name = m.signature.name
+    groups = {k: v for k, v in m.match.groupdict().items() if v is not None}
+    vals: dict = {
+        "cause": m.cause, "backend": m.backend if m.cause == "gpu_oom" else None,
+        "exit_code": exit_code, "inferred": m.inferred or ev.strength == 1,
+        "evidence": ev.line.text[:500], "line_number": ev.line.number + 1,
+        "rank": ev.rank, "host": ev.host or None, "peer_lost": m.peer,
+    }
+    vals.update({k: v for k, v in m.fields.items() if k in ("gpu_index", "pid")})
+    vals.update({k: v for k, v in ev.extra.items() if k in ("gpu_index", "pid")})
+
+    if name == "torch_alloc":
+        vals.update(_torch_figures(_window(lines, ev.index), own_pids))
+    elif name == "mps":
+        req, alloc = _p(groups.get("req")), _p(groups.get("mps_alloc"))
+        other, cap = _p(groups.get("mps_other")), _p(groups.get("mps_max"))
+        vals.update(requested_bytes=req, allocated_bytes=alloc, allowed_bytes=cap, total_bytes=cap)
+        if None not in (alloc, other, cap):
+            vals["free_bytes"] = max(0, cap - alloc - other)
+    elif name in ("xla_oom", "xla_bfc", "tf_bfc", "cpu_alloc"):
+        vals["requested_bytes"] = _p(groups.get("req"))
+    elif name == "xla_hbm":
+        vals["total_bytes"] = _p(groups.get("total"))
+    elif name == "theano":
+        vals.update(requested_bytes=int(groups["req"]), free_bytes=_int(groups.get("free")),
+                    total_bytes=_int(groups.get("total")))
+    elif name == "tf_oom" and "requested_estimate_bytes" in m.fields:
+        vals["requested_bytes"] = m.fields["requested_estimate_bytes"]
+
+    if name in ("sigkill", "sigterm", "sigbus", "abort"):
+        vals["signal"] = _signal_name(ev.line.text)
+    # torchrun's Root Cause rank can be wrong (it names the first exit it saw, not the first
+    # failure), so it only fills a gap: the failure itself carried no rank.
+    if vals["rank"] is None and root_rank is not None:
+        vals["rank"] = root_rank
+    if vals["host"] is None and root_host and vals["rank"] == root_rank:
+        vals["host"] = root_host
+
+    same = [e.rank for e in events if e.cause == ev.cause and e.rank is not None and not e.warning]
+    vals["failed_ranks"] = tuple(dict.fromkeys(same))
+    if vals["rank"] is None and len(vals["failed_ranks"]) >= 1 and ev.strength >= 2:
+        vals["rank"] = vals["failed_ranks"][0]
+
+    vals["summary"] = ""
+    diag = Diagnosis(**vals)
+    summary = summarise(diag, ev)
+    if _is_death(ev):
+        lost = [e for e in events if e.m.peer and not e.warning]
+        if lost:
+            ranks = sorted({e.rank for e in lost if e.rank is not None and e.rank != diag.rank})
+            who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" if ranks else "the other ranks"
+            summary = summary.rstrip(".") + f" ({who} then lost the connection to it, a consequence)."
+    return replace(diag, summary=summary)
+
+
+def _p(text: str | None) -> int | None:
+    return parse_size(text) if text else None
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text else None
+
+
+_OLD_AND_NEW = {
+    "total_bytes": (rf"(?P<v>{SIZE}) total capacity", rf"total capac\w* of (?P<v>{SIZE})"),
+    "free_bytes": (rf"(?P<v>{SIZE}) free\s*[;)]", rf"of which (?P<v>{SIZE}) is free"),
+    "allocated_bytes": (rf"(?P<v>{SIZE}) already allocated", rf"(?P<v>{SIZE}) is allocated by PyTorch"),
+}
+
+
+def _torch_figures(window: str, own_pids: frozenset) -> dict:
+    out: dict = {}
+    req = re.search(rf"Tried to allocate\s+(?P<v>{SIZE})", window)
+    out["requested_bytes"] = parse_size(req.group("v")) if req else None
+    gpu = re.search(r"\(GPU (\d+)\s*;", window) or re.search(r"\bGPU (\d*)\s*has a total capac", window)
+    out["gpu_index"] = int(gpu.group(1)) if gpu and gpu.group(1) else None
+    for key, patterns in _OLD_AND_NEW.items():
+        for pattern in patterns:
+            value = _size(pattern, window)
+            if value is not None:
+                out[key] = value
+                break
+    reserved_total = _size(rf"(?P<v>{SIZE}) reserved in total by PyTorch", window)
+    cached = _size(rf"(?P<v>{SIZE}) cached\)", window)  # <= 1.3: cached = reserved, not allocated
+    unalloc = _size(rf"(?P<v>{SIZE}) is reserved by PyTorch but unallocated", window)
+    allocated = out.get("allocated_bytes")
+    if unalloc is None and cached is not None:
+        unalloc = cached
+    if unalloc is None and reserved_total is not None and allocated is not None:
+        unalloc = max(0, reserved_total - allocated)
+    if reserved_total is None and unalloc is not None and allocated is not None:
+        reserved_total = allocated + unalloc
+    out["reserved_unallocated_bytes"] = unalloc
+    out["reserved_bytes"] = reserved_total
+    out["private_pools_bytes"] = _size(rf"with (?P<v>{SIZE}) allocated in private pools", window)
+    out["allowed_bytes"] = _size(rf"(?P<v>{SIZE}) allowed\s*;", window)
+    this_proc = _size(rf"this process has (?P<v>{SIZE}) memory in use", window)
+    procs = [(int(p), parse_size(s)) for p, s in re.findall(rf"Process (\d+) has ({SIZE}) memory in use", window)]
+    others = []
+    for pid, size in procs:
+        if pid in own_pids:
+            this_proc = (this_proc or 0) + size
+        else:
+            others.append((pid, size))
+    if this_proc is None and others and reserved_total is not None:
+        # In a container NVML reports the job under its host PID, so it appears as "Process P".
+        candidates = [(abs(size - reserved_total), pid, size) for pid, size in others
+                      if reserved_total * 0.99 - 16 * 1024**2 <= size <= reserved_total + _CONTEXT_SLACK]
+        if candidates:
+            _, pid, size = min(candidates)
+            this_proc = size
+            others = [(p, s) for p, s in others if p != pid]
+    out["this_process_bytes"] = this_proc
+    out["other_processes"] = tuple(others)
+    req_b = out["requested_bytes"]
+    out["fragmentation"] = bool(req_b and unalloc is not None and unalloc >= req_b)
+    return out
+
+
+def _signal_name(text: str) -> str | None:
+    m = re.search(r"\bSIG([A-Z]{2,4})\b", text)
+    if m:
+        return "SIG" + m.group(1)
+    m = re.search(r"exit\s?code\s*:?\s*-(\d+)|got signal:?\s*(\d+)", text, re.IGNORECASE)
+    if m:
+        return _SIGNALS.get(int(m.group(1) or m.group(2)))
+    if re.match(r"(?:zsh: )?killed", text, re.IGNORECASE) or " Killed" in text:
+        return "SIGKILL"
+    return None
+
+
+def _from_exit_code(exit_code: int | None, text: str) -> Diagnosis:
+    if exit_code is None or exit_code == 0:
+        what = "the job exited 0" if exit_code == 0 else "no failure found in the log"
+        return Diagnosis(cause="ok", summary=f"No failure: {what}.", exit_code=exit_code)
+    signum = -exit_code if exit_code < 0 else (exit_code - 128 if exit_code > 128 else None)
+    name = _SIGNALS.get(signum) if signum else None
+    if name == "SIGKILL":
+        return Diagnosis(cause="host_oom", exit_code=exit_code, signal=name, inferred=True,
+                         summary=f"The job was killed by SIGKILL (exit status {exit_code}) with no error in its "
+                                 "output; the usual sender is the kernel's OOM killer (host RAM ran out): "
+                                 "check `dmesg` or the scheduler's log.")
+    if name == "SIGBUS":
+        return Diagnosis(cause="shm", exit_code=exit_code, signal=name, inferred=True,
+                         summary=f"The job died of SIGBUS (exit status {exit_code}), most often shared "
+                                 "memory (/dev/shm) running out under DataLoader workers.")
+    if name in ("SIGTERM", "SIGINT", "SIGHUP"):
+        return Diagnosis(cause="signal", exit_code=exit_code, signal=name, inferred=True,
+                         summary=f"The job was stopped from outside by {name} (exit status {exit_code}).")
+    if name:
+        return Diagnosis(cause="error", exit_code=exit_code, signal=name, inferred=True,
+                         summary=f"The job crashed with {name} (exit status {exit_code}).")
+    tail = [ln for ln in text.strip().splitlines() if ln.strip()][-1:] if text.strip() else []
+    extra = f"; its last line: {tail[0].strip()[:200]}" if tail else ""
+    return Diagnosis(cause="error", exit_code=exit_code, inferred=True,
+                     summary=f"The job exited with status {exit_code} and no recognised error{extra}.")
+
+

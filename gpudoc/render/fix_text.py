@@ -1,0 +1,123 @@
+"""`gpudoc fix` as text: the failure in one sentence, the figures, the rungs in order, what was written."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.ladder.model import Suggestion
+from gpudoc.output import Console
+from gpudoc.render.text import text
+from gpudoc.results import FixResult
+from gpudoc.units import format_bytes
+
+
+@text.register
+def _fix(result: FixResult, console: Console) -> None:
+    style = console.style
+    diag, ladder = result.diagnosis, result.ladder
+    if result.nodes:
+        _nodes(result, console)
+    console.print(diag.summary or f"Cause: {diag.cause}.")
+    figures = _figures(diag)
+    if figures:
+        console.print(style(f"  {figures}", "dim"))
+    if ladder.shortfall_bytes:
+        console.print(style(f"Short by at least {format_bytes(ladder.shortfall_bytes)}.", "dim"))
+    if result.profile_path is None:
+        console.print(style("No profile: pass -p PROFILE (or write ./gpudoc.toml) so gpudoc knows the job's knobs.",
+                            "dim"))
+    if ladder.suggestions:
+        console.print("")
+        console.print(style("Next, in order:", "bold"))
+        for number, suggestion in enumerate(ladder.suggestions, start=1):
+            tag = " (semantic)" if suggestion.semantic else ""
+            console.print(f"{number}. {style(suggestion.rung, 'bold')}{tag}  — {saving_text(suggestion)}")
+            for line in knob_diff_lines(suggestion, current_env=result.profile_env):
+                console.print(f"     {line}")
+            console.print(style(f"     {suggestion.why}", "dim"))
+        console.print("")
+        if result.applied:
+            line = f"Wrote {result.applied['rung']} to {result.applied['path']}"
+            if result.applied.get("backup"):
+                line += f" (backup: {result.applied['backup']})"
+            console.print(style(line, "green"))
+        elif ladder.first_profile_change() is not None:
+            console.print(f"Apply the first change with `gpudoc fix --apply` (writes {result.target_path}), "
+                          "or `gpudoc fix --rerun` to apply and relaunch.")
+    if ladder.semantic_held_back:
+        console.print("")
+        console.print(style("Held back (they change the experiment; --allow-semantic to propose them):", "yellow"))
+        for suggestion in ladder.semantic_held_back:
+            diff = "; ".join(knob_diff_lines(suggestion, current_env=result.profile_env))
+            console.print(f"  {suggestion.rung}: {diff}")
+    for note in result.notes:
+        if ladder.semantic_held_back and note.startswith("held back"):
+            continue  # already listed above
+        console.print(style(f"Note: {note}", "dim"))
+
+
+def _figures(diag: Diagnosis) -> str:
+    """The allocator's own figures, beside the sentence (which already says what they mean)."""
+    parts = []
+    if diag.allocated_bytes is not None:
+        parts.append(f"{format_bytes(diag.allocated_bytes)} allocated by PyTorch")
+    if diag.reserved_unallocated_bytes is not None:
+        parts.append(f"{format_bytes(diag.reserved_unallocated_bytes)} reserved but unallocated")
+    others = [(pid, size) for pid, size in diag.other_processes if size > 0]
+    if others:
+        held = ", ".join(f"PID {pid} {format_bytes(size)}" for pid, size in others[:4])
+        parts.append(f"other processes: {held}")
+    return "; ".join(parts)
+
+
+def _nodes(result: FixResult, console: Console) -> None:
+    """Which node failed first, and the others as what followed from it."""
+    diag = result.diagnosis
+    chosen = next(n for n in result.nodes if n.role == "first_failure")
+    where = ", ".join(w for w in (f"rank {diag.rank}" if diag.rank is not None else None,
+                                  f"GPU {diag.gpu_index}" if diag.gpu_index is not None else None) if w)
+    name = f"node {chosen.node}" if chosen.node else chosen.source
+    run = f" (run {chosen.run_id})" if chosen.run_id is not None and chosen.run_id not in name else ""
+    head = f"Job {result.job_id}: " if result.job_id else ""
+    console.print(f"{head}looked at {len(result.nodes)} records/logs; the first real failure is on {name}{run}"
+                  + (f", {where}" if where else "") + f": {diag.cause}.")
+    for node in result.nodes:
+        if node is chosen:
+            continue
+        other = f"node {node.node}" if node.node else node.source
+        if node.run_id is not None and node.run_id not in other:
+            other += f" (run {node.run_id})"
+        if node.role == "ok":
+            tail = "finished"
+        elif node.role == "running":
+            tail = "still running (or its launcher died)"
+        else:
+            tail = f"{node.cause}: ended because of it" + (" (gpudoc ended it)" if node.ended_by_gpudoc else "")
+        console.print(console.style(f"  {other}: {tail}", "dim"))
+
+
+def knob_diff_lines(suggestion: Suggestion, *, current_env: Mapping[str, str] | None = None) -> list[str]:
+    rows: list[tuple[str, str, str]] = []
+    for knob, (old, new) in suggestion.changes.items():
+        rows.append((knob, _value(old), _value(new)))
+    for var, value in suggestion.env.items():
+        old = (current_env or {}).get(var)
+        rows.append((var, old if old is not None else "(unset)", value))
+    width = max((len(r[0]) for r in rows), default=0)
+    return [f"{name:<{width}}  {old} → {new}" for name, old, new in rows]
+
+
+def saving_text(suggestion: Suggestion) -> str:
+    saving = suggestion.expected_saving_bytes
+    if saving is None:
+        return "saving not estimated"
+    if saving < 0:
+        return f"uses about {format_bytes(-saving)} more per GPU"
+    return f"expected to free about {format_bytes(saving)} per GPU"
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
