@@ -46,12 +46,13 @@ class Workspace:
         """The run records of this workspace (``$GPUDOC_HOME`` or ``./.gpudoc``)."""
         return RunStore.locate(self.cwd, self.environ)
 
-    def moved_to(self, cwd: Path) -> Workspace:
-        """The same workspace in another directory, keeping its run store (a relaunch in the
-        recorded run's directory still records next to the run it retries)."""
-        moved = replace(self, cwd=Path(cwd))
-        moved.__dict__["store"] = self.store
-        return moved
+    def but(self, *, cwd: Path | None = None, console: Console | None = None) -> Workspace:
+        """The same workspace in another directory or talking through another console, keeping
+        its run store (a relaunch in the recorded run's directory still records next to the run
+        it retries; `run --clean` talks on stderr)."""
+        changed = replace(self, cwd=Path(cwd) if cwd is not None else self.cwd, console=console or self.console)
+        changed.__dict__["store"] = self.store  # cached_property: share it instead of locating again
+        return changed
 
     def load_profile(self, name: str | None) -> Profile:
         """``-p NAME|FILE``, else ``$GPUDOC_PROFILE``, else ``./gpudoc.toml``, else no profile."""

@@ -62,11 +62,13 @@ def test_logs_and_fix_pick_the_same_run_of_a_retry_chain(tmp_path):
     assert json.loads(ws.console.out.getvalue())["run_id"] == "20250101-000000-000000"
 
 
-def test_moved_workspace_keeps_its_run_store(tmp_path):
+def test_a_derived_workspace_keeps_its_run_store(tmp_path):
     ws = captured_workspace(tmp_path / "a")
-    moved = ws.moved_to(tmp_path / "b")
+    moved = ws.but(cwd=tmp_path / "b")
     assert moved.cwd == tmp_path / "b" and moved.store is ws.store
     assert moved.console is ws.console and moved.environ == ws.environ
+    quiet = ws.but(console=captured_workspace().console)
+    assert quiet.store is ws.store and quiet.cwd == ws.cwd and quiet.console is not ws.console
 
 
 def test_history_of_no_profile_is_only_the_run_itself(tmp_path):

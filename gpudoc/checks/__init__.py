@@ -103,7 +103,7 @@ def _as_list(result) -> list[Finding]:
 
 
 def run_checks(facts: Facts, profile: Profile | None, *, only: Iterable[str] = (), skip: Iterable[str] = (),
-               gpus: Iterable[int] | None = None, estimate=None, runs=None, alloc_env_name: str | None = None,
+               gpus: Iterable[int] | None = None, estimate=None, alloc_env_name: str | None = None,
                torch_version: str | None = None, profile_label: str | None = None) -> list[Finding]:
     """Run the selected checks over one facts snapshot. Never raises for a check's own bug."""
     profile = profile if profile is not None else EMPTY
@@ -113,7 +113,7 @@ def run_checks(facts: Facts, profile: Profile | None, *, only: Iterable[str] = (
         missing = [i for i in indexes if i not in known]
         if missing:
             raise UsageError(f"--gpus: no GPU {', '.join(map(str, missing))} here (GPUs: {', '.join(map(str, known))})")
-    ctx = CheckContext(gpus=indexes, estimate=estimate, runs=runs, alloc_env_name=alloc_env_name,
+    ctx = CheckContext(gpus=indexes, estimate=estimate, alloc_env_name=alloc_env_name,
                        torch_version=torch_version, profile_label=profile_label)
     findings: list[Finding] = []
     for check in select(only, skip):

@@ -21,14 +21,13 @@ class CheckContext:
     """Inputs of a check run that are not facts: the user's choices and slow-to-get extras.
 
     ``gpus`` is ``--gpus`` (None: the job's GPUs follow CUDA_VISIBLE_DEVICES and the profile);
-    ``estimate`` has ``.peak_bytes`` and ``.source``; ``runs`` is a RunStore or a list of
-    RunRecords (to recognise leftovers of earlier gpudoc runs); ``alloc_env_name`` is the
-    allocator variable the installed torch reads when no ``--deep`` probe ran.
+    ``estimate`` has ``.peak_bytes`` and ``.source``; ``alloc_env_name`` is the allocator
+    variable the installed torch reads when no ``--deep`` probe ran. (Which earlier gpudoc run
+    owns a process is a fact: ``ProcessInfo.gpudoc_run_id``.)
     """
 
     gpus: tuple[int, ...] | None = None
     estimate: Any = None
-    runs: Any = None
     alloc_env_name: str | None = None
     torch_version: str | None = None  # the installed torch's version (package metadata, no import)
     profile_label: str | None = None  # how to name the profile in remedies (`-p NAME`)

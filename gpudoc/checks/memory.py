@@ -11,9 +11,9 @@ from gpudoc.checks._common import (
     profile_name,
     target_gpus,
 )
+from gpudoc.facts.holders import classify_gpu_processes
 from gpudoc.facts.model import Facts, Gpu
 from gpudoc.findings import Finding, Severity
-from gpudoc.procs.classify import classify_gpu_processes
 from gpudoc.profiles.model import Profile
 from gpudoc.units import GIB, format_bytes
 
@@ -68,7 +68,7 @@ def check_free_memory(facts: Facts, profile: Profile, ctx: CheckContext) -> list
         return [Finding(FREE_MEMORY, Severity.SKIP, "no GPU selected for the job", "see gpu.visible",
                         "gpudoc check --only gpu.visible")]
     need, source = _need(profile, ctx)
-    holders = classify_gpu_processes(facts, ctx.runs, gpus=[g.index for g in gpus])
+    holders = classify_gpu_processes(facts, gpus=[g.index for g in gpus])
     out: list[Finding] = []
     fine: list[tuple[int, int]] = []
     unknown: list[int] = []

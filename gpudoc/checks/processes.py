@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gpudoc.checks._common import CheckContext, gpu_list, target_gpus
+from gpudoc.facts.holders import classify_gpu_processes
 from gpudoc.facts.model import Facts
 from gpudoc.findings import Finding, Severity
-from gpudoc.procs.classify import classify_gpu_processes
 from gpudoc.profiles.model import Profile
 from gpudoc.units import MIB, format_bytes
 
@@ -32,7 +32,7 @@ def check_stray(facts: Facts, profile: Profile, ctx: CheckContext) -> list[Findi
         return [Finding(STRAY, Severity.SKIP, "the source does not list GPU processes",
                         f"source: {facts.source}",
                         "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv  # give it to --snapshot too")]
-    holders = classify_gpu_processes(facts, ctx.runs, gpus=indexes)
+    holders = classify_gpu_processes(facts, gpus=indexes)
     out: list[Finding] = []
     small = 0
     # Processes of another machine (a snapshot file): one line per GPU, /proc facts do not apply here.

@@ -27,6 +27,4 @@ gpudoc clean --gpus 0 --yes
             raise UsageError(f"gpudoc clean: unexpected argument '{args[0]}'")
         from gpudoc.commands.clean import clean
 
-        ws = self.workspace
-        return clean(ws.console, gpus=self.gpus, yes=self.yes, dry_run=self.dry_run, as_json=self.json,
-                     runs=ws.store, gather=ws.gather, stdin=ws.stdin)
+        return clean(self.workspace, gpus=self.gpus, yes=self.yes, dry_run=self.dry_run, as_json=self.json)

@@ -68,7 +68,7 @@ def check(
         alloc_name = alloc_env_name_for(torch_version) if torch_version else None
     findings = run_checks(
         facts, profile, only=only, skip=skip, gpus=indexes, estimate=ws.estimate(profile, facts),
-        runs=ws.store, alloc_env_name=alloc_name, torch_version=torch_version,
+        alloc_env_name=alloc_name, torch_version=torch_version,
         profile_label=_label(profile),
     )
     result = CheckResult(facts=facts, findings=tuple(findings), exit_code=exit_status(findings, strict=strict),

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from gpudoc.errors import ExitStatus
-from gpudoc.facts.model import Facts
 from gpudoc.output import Console
 from gpudoc.units import format_bytes
+from gpudoc.workspace import Workspace
 
 _KIND_TEXT = {
     "orphan_of_run": "left over from gpudoc run {run}",
@@ -44,28 +44,23 @@ def tty_confirm(stdin: TextIO, console: Console) -> Callable | None:
 
 
 def clean(
-    console: Console,
+    ws: Workspace,
     *,
     gpus: str | None = None,
     yes: bool = False,
     dry_run: bool = False,
     as_json: bool = False,
-    gather: Callable[..., Facts] | None = None,
-    runs=None,
-    stdin: TextIO | None = None,
     term_timeout: float | None = None,
     release_timeout: float = 15.0,
 ) -> int:
+    """End this user's strays on ``gpus`` (after confirmation or ``yes``); 0 when none is left."""
     from gpudoc.checks._common import parse_gpu_list  # noqa: PLC0415
-    from gpudoc.procs.classify import classify_gpu_processes  # noqa: PLC0415
+    from gpudoc.facts.holders import classify_gpu_processes  # noqa: PLC0415
     from gpudoc.procs.clean import EMPTY_CACHE_NOTE, TERM_TIMEOUT_S, plan_clean, terminate, wait_for_release  # noqa: PLC0415
-    from gpudoc.runs.store import RunStore  # noqa: PLC0415
 
-    runs = runs if runs is not None else RunStore()
-    if gather is None:
-        from gpudoc.facts.gather import gather_facts as gather  # noqa: PLC0415
+    console = ws.console
     indexes = parse_gpu_list(gpus) if gpus else ()
-    facts = gather(runs=runs)
+    facts = ws.gather()
     doc: dict = {"gpus": list(indexes) or None, "targets": [], "others": [], "result": None, "note": EMPTY_CACHE_NOTE}
 
     def finish(status: int, message: str | None = None) -> int:
@@ -74,6 +69,8 @@ def clean(
 
             state = "ok" if status == 0 else "fail"
             console.print(dumps(envelope("clean", status=state, exit_code=status, message=message, **doc)))
+        elif message and status != ExitStatus.OK:
+            console.error(message)
         elif message:
             console.print(message)
         return status
@@ -87,8 +84,8 @@ def clean(
 
         raise UsageError(f"--gpus: no GPU {', '.join(map(str, missing))} here (GPUs: {', '.join(map(str, known))})")
     chosen = list(indexes) or known
-    targets = plan_clean(facts, runs, chosen)
-    others = [h for h in classify_gpu_processes(facts, runs, gpus=chosen)
+    targets = plan_clean(facts, ws.store.owners(), chosen)
+    others = [h for h in classify_gpu_processes(facts, gpus=chosen)
               if not h.own and h.pid not in {t.pid for t in targets}]
     doc["targets"] = [t.to_dict() for t in targets]
     doc["others"] = [{**h.to_dict(), "remedy": h.remedy()} for h in others]
@@ -110,7 +107,7 @@ def clean(
     if dry_run:
         return finish(ExitStatus.OK, None if as_json else "--dry-run: nothing signalled.")
 
-    confirm = None if yes else tty_confirm(stdin or sys.stdin, console)
+    confirm = None if yes else tty_confirm(ws.stdin, console)
     if not yes and confirm is None:
         return finish(ExitStatus.NEGATIVE, "gpudoc clean: refusing to signal processes without confirmation "
                       "(stdin is not a terminal): pass --yes")
@@ -118,7 +115,7 @@ def clean(
                        term_timeout=TERM_TIMEOUT_S if term_timeout is None else term_timeout)
     if result.refused:
         return finish(ExitStatus.NEGATIVE, "Nothing signalled.")
-    freed, released, _after = wait_for_release(lambda: gather(runs=runs), facts, result.ended, chosen,
+    freed, released, _after = wait_for_release(ws.gather, facts, result.ended, chosen,
                                                timeout=release_timeout)
     result.freed_bytes, result.released = freed, released
     doc["result"] = result.to_dict()

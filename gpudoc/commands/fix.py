@@ -171,7 +171,7 @@ def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: b
 
     console = ws.console
     if record.cwd and Path(record.cwd).is_dir():
-        ws = ws.moved_to(Path(record.cwd))
+        ws = ws.but(cwd=Path(record.cwd))
     line = f"Relaunching: gpudoc {shlex.join(options.to_argv())}"
     # With --json, stdout holds the one JSON object (the job's own output follows it there).
     if quiet:

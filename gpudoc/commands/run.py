@@ -126,7 +126,7 @@ def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws
     facts = ws.gather(python=python, environ=child_env)
     alloc = _alloc_env_name(python)
     # The same figure `gpudoc check` uses, so the gate and the doctor never disagree.
-    findings = run_checks(facts, profile, runs=ws.store, alloc_env_name=alloc, profile_label=profile.name,
+    findings = run_checks(facts, profile, alloc_env_name=alloc, profile_label=profile.name,
                           estimate=ws.estimate(profile, facts))
     failed = [f for f in findings if f.severity is Severity.FAIL]
     shown = [f for f in findings if f.severity in (Severity.FAIL, Severity.WARN, Severity.ERROR)]
@@ -148,15 +148,14 @@ def _clean(facts: Facts | None, ws: Workspace, child_env: Mapping[str, str], *, 
     from gpudoc.commands.clean import clean
     from gpudoc.launch.watch import visible_selection
 
-    console, store, gather = ws.console, ws.store, ws.gather
-    current = facts if facts is not None else gather(runs=store)
+    console = ws.console
+    current = facts if facts is not None else ws.gather()
     if current.nvml_error or not current.gpus:
         console.error(f"gpudoc: --clean: no GPU processes to look at ({current.nvml_error or 'no GPU visible'})")
         return
     indices, _ = visible_selection(child_env)
-    err = Console(out=console.err, err=console.err, colour=console.colour)
-    status = clean(err, gpus=",".join(map(str, sorted(indices))) if indices else None, yes=yes, runs=store,
-                   gather=gather, stdin=ws.stdin)
+    on_stderr = ws.but(console=Console(out=console.err, err=console.err, colour=console.colour))
+    status = clean(on_stderr, gpus=",".join(map(str, sorted(indices))) if indices else None, yes=yes)
     if status != 0:
         raise LaunchError("--clean did not finish (see above): not launching")
 

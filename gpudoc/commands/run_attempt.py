@@ -97,9 +97,9 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
         # The record appears with the job's PID and group in it: a `gpudoc clean` after a crash
         # of gpudoc itself can still tell the job's processes.
         record.process_group = pgid
-        from gpudoc.launch.reaper import proc_create_time
+        from gpudoc.procs.identity import start_time
 
-        _merge_pids(record, state, [(pid, proc_create_time(pid))])
+        _merge_pids(record, state, [(pid, start_time(pid))])
         store.create(record)
         sampler.job_pids = lambda: list(state["pids"])
         thread.start()

@@ -83,9 +83,13 @@ def _processes(facts: Facts, runs: Any | None):
     if not pids:
         return ()
     try:
+        owners = runs.owners() if runs is not None else None
+    except Exception:  # noqa: BLE001 - an unreadable runs directory must not hide the process facts
+        owners = None
+    try:
         from gpudoc.facts.procs import process_facts  # noqa: PLC0415
 
-        return process_facts(pids, runs=runs)
+        return process_facts(pids, owners=owners)
     except Exception:
         return ()  # the GPU facts still name the PIDs; checks treat them as unknown
 

@@ -8,7 +8,7 @@ owner's ``unavailable`` map (field name -> reason) so renderers can say "N/A (no
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 SCHEMA_VERSION = 1
 
@@ -77,7 +77,22 @@ class ProcessInfo:
     status: str | None = None  # psutil status: "running", "sleeping", "zombie", ...
     zombie: bool = False
     orphaned: bool = False  # re-parented to init or a subreaper: its launcher is gone
-    gpudoc_run_id: str | None = None  # set when the PID belongs to an earlier gpudoc run's group
+    gpudoc_run_id: str | None = None  # set when the PID belongs to an earlier gpudoc run
+    gpudoc_run_live: bool | None = None  # that run has not ended
+
+
+class RunOwnerIndex(Protocol):
+    """Which earlier gpudoc run a process belongs to (``gpudoc.runs.owners.RunOwners``)."""
+
+    def owner(self, pid: int, create_time: float | None, pgid: int | None) -> RunOwner | None: ...
+
+
+class RunOwner(Protocol):
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def live(self) -> bool: ...
 
 
 @dataclass(frozen=True)

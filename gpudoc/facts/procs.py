@@ -6,42 +6,29 @@ here, which is a fact worth reporting (``visible=False``), not an error.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from gpudoc.facts.model import ProcessInfo
-
-# A PID matched against a run record by (pid, create_time) may differ by clock rounding.
-_CREATE_TIME_SLACK_S = 1.0
+from gpudoc.facts.model import ProcessInfo, RunOwnerIndex
 
 
-def process_facts(pids: Iterable[int], runs: Any | None = None) -> tuple[ProcessInfo, ...]:
+def process_facts(pids: Iterable[int], owners: RunOwnerIndex | None = None) -> tuple[ProcessInfo, ...]:
     """One ``ProcessInfo`` per distinct PID, in the order given. Never raises for a PID.
 
-    ``runs`` is a ``RunStore``: when given, a process whose group or (pid, create time) belongs to
-    an earlier ``gpudoc run`` gets that run's id.
+    ``owners`` knows the processes of earlier gpudoc runs: a process that belongs to one gets
+    that run's id (and whether the run is still live).
     """
     import psutil  # noqa: PLC0415 - imported where used, keeps `gpudoc --help` fast
 
-    records = _run_records(runs)
     seen: dict[int, ProcessInfo] = {}
     for pid in pids:
         pid = int(pid)
         if pid not in seen:
-            seen[pid] = _one(psutil, pid, records)
+            seen[pid] = _one(psutil, pid, owners)
     return tuple(seen.values())
 
 
-def _run_records(runs: Any | None) -> list:
-    if runs is None:
-        return []
-    try:
-        return list(runs.records())
-    except Exception:
-        return []  # an unreadable runs directory must not hide the process facts
-
-
-def _one(psutil: Any, pid: int, records: list) -> ProcessInfo:
+def _one(psutil: Any, pid: int, owners: RunOwnerIndex | None) -> ProcessInfo:
     if pid <= 0:
         return ProcessInfo(pid=pid, visible=False)
     try:
@@ -91,6 +78,7 @@ def _one(psutil: Any, pid: int, records: list) -> ProcessInfo:
     if ppid is not None and pid != 1 and ppid != 0:
         # Re-parented to init, or the parent is gone: whoever launched it no longer owns it.
         orphaned = ppid == 1 or not psutil.pid_exists(ppid)
+    owner = owners.owner(pid, info.get("create_time"), info.get("pgid")) if owners is not None else None
     return ProcessInfo(
         pid=pid,
         visible=True,
@@ -104,38 +92,6 @@ def _one(psutil: Any, pid: int, records: list) -> ProcessInfo:
         status=status,
         zombie=zombie,
         orphaned=orphaned,
-        gpudoc_run_id=_run_id(pid, info.get("pgid"), info.get("create_time"), records),
+        gpudoc_run_id=owner.run_id if owner is not None else None,
+        gpudoc_run_live=owner.live if owner is not None else None,
     )
-
-
-def _started(record: Any) -> float | None:
-    text = getattr(record, "started_at", None)
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        try:
-            return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z").timestamp()
-        except ValueError:
-            return None
-
-
-def _run_id(pid: int, pgid: int | None, create_time: float | None, records: list) -> str | None:
-    for record in reversed(records):  # newest first: PIDs get reused, recent runs are likelier
-        for entry in getattr(record, "pids", None) or ():
-            try:
-                if int(entry.get("pid")) != pid:
-                    continue
-                recorded = entry.get("create_time")
-            except (AttributeError, TypeError, ValueError):
-                continue
-            if recorded is None or create_time is None or abs(float(recorded) - create_time) <= _CREATE_TIME_SLACK_S:
-                return record.id
-        group = getattr(record, "process_group", None)
-        if group is not None and pgid is not None and pgid == group:
-            started = _started(record)
-            # A group id can be reused too: the process must not predate the run.
-            if started is None or create_time is None or create_time >= started - _CREATE_TIME_SLACK_S:
-                return record.id
-    return None

@@ -28,10 +28,11 @@ from typing import Callable
 
 from gpudoc.errors import ExitStatus, LaunchError
 from gpudoc.launch import reaper
-from gpudoc.launch.reaper import JobProcess
 from gpudoc.launch.scan import LiveScan
 from gpudoc.launch.signals import decode_wait_status, exit_status, interrupt_signal, signal_name
 from gpudoc.launch.tee import Tee, write_all
+from gpudoc.procs.identity import ProcessRef, start_time
+from gpudoc.procs.terminate import reap_children, terminate
 
 CHUNK = 1 << 18  # one read: large enough for throughput, small enough to stay bounded
 PIPE_SIZE = 1 << 20  # ask the kernel for a 1 MiB pipe: fewer wake-ups under heavy output
@@ -74,7 +75,7 @@ class Outcome:
     terminal_lost: bool
     log_error: str | None
     survivors: list[int] = field(default_factory=list)  # PIDs even SIGKILL did not end
-    processes: list[JobProcess] = field(default_factory=list)  # every process seen in the job
+    processes: list[ProcessRef] = field(default_factory=list)  # every process seen in the job
 
 
 def _safe_warn(message: str) -> None:
@@ -135,7 +136,7 @@ class Launcher:
         self._ending_since: float | None = None
         self._main_status: int | None = None
         self._main_exited_at: float | None = None
-        self._seen: dict[int, JobProcess] = {}
+        self._seen: dict[int, ProcessRef] = {}
         self._exclude: set[int] = set()
         self._master: int | None = None
         self._out: int | None = None
@@ -160,7 +161,7 @@ class Launcher:
     def end_requested(self) -> bool:
         return self._end_at is not None
 
-    def processes(self) -> list[JobProcess]:
+    def processes(self) -> list[ProcessRef]:
         """The job's live processes now (also remembered for PID-reuse-safe cleanup)."""
         procs = reaper.job_processes(self.pid, self.pgid, exclude=self._exclude,
                                      known=self._seen.values())
@@ -169,7 +170,7 @@ class Launcher:
         return procs
 
     @property
-    def seen(self) -> list[JobProcess]:
+    def seen(self) -> list[ProcessRef]:
         return sorted(self._seen.values(), key=lambda p: p.pid)
 
     def run(self) -> Outcome:
@@ -238,7 +239,7 @@ class Launcher:
         os.set_blocking(self._out, False)  # read bursts until drained; poll only when empty
         self.pid = self.proc.pid
         self.pgid = self.proc.pid  # start_new_session: the child leads its own session and group
-        self._seen[self.pid] = JobProcess(self.pid, reaper.proc_create_time(self.pid))
+        self._seen[self.pid] = ProcessRef(self.pid, start_time(self.pid))
 
     def _setup_slave(self, slave: int) -> None:
         # Start from the user's terminal settings (control characters), then: no echo (the
@@ -519,7 +520,7 @@ class Launcher:
             pass
 
     def _reap(self) -> None:
-        for pid, status in reaper.reap_children():
+        for pid, status in reap_children():
             self._reaped(pid, status)
 
     def _reaped(self, pid: int, status: int) -> None:
@@ -580,15 +581,15 @@ class Launcher:
 
     # -- the end --------------------------------------------------------------------------
 
-    def _finish(self) -> list[JobProcess]:
+    def _finish(self) -> list[ProcessRef]:
         """Whatever happened (even an exception in gpudoc): no process of the job survives."""
-        survivors: list[JobProcess] = []
+        survivors: list[ProcessRef] = []
         try:
             if self.pid is not None:
                 procs = self.processes()
                 if procs:
-                    survivors = reaper.terminate(procs, self.pgid, grace_s=self.o.end_grace_s,
-                                                 on_reaped=self._reaped)
+                    survivors = terminate(procs, pgid=self.pgid, grace_s=self.o.end_grace_s,
+                                          on_reaped=self._reaped).survivors
                 self._reap()
                 if self._main_status is None and self.proc is not None:
                     try:

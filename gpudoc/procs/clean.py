@@ -13,13 +13,14 @@ process releases only that process's own cache, never memory another process hol
 from __future__ import annotations
 
 import os
-import signal
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 
-from gpudoc.facts.model import Facts
-from gpudoc.procs.classify import CREATE_TIME_SLACK_S, GpuHolder, classify_gpu_processes, match_run
+from gpudoc.facts.holders import GpuHolder, classify_gpu_processes
+from gpudoc.facts.model import Facts, ProcessInfo, RunOwnerIndex
+from gpudoc.procs.identity import ProcessRef, same_start
+from gpudoc.procs.terminate import terminate as end_processes
 
 EMPTY_CACHE_NOTE = ("torch.cuda.empty_cache() in a fresh process frees nothing another process holds: "
                     "the memory comes back only when the process holding it ends.")
@@ -32,16 +33,37 @@ KILL_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class Target:
-    pid: int
-    create_time: float
-    uid: int
+    """A process the plan would end: its /proc facts, why, and what it holds."""
+
+    process: ProcessInfo
     kind: str  # orphan_of_run | own_other | own_live_job | group_member (same run, holds no GPU memory)
     gpu_indexes: tuple[int, ...] = ()
     bytes: int | None = None
     run_id: str | None = None
-    pgid: int | None = None
-    name: str | None = None
-    cmdline: tuple[str, ...] = ()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def create_time(self) -> float | None:
+        return self.process.create_time
+
+    @property
+    def pgid(self) -> int | None:
+        return self.process.pgid
+
+    @property
+    def name(self) -> str | None:
+        return self.process.name
+
+    @property
+    def cmdline(self) -> tuple[str, ...]:
+        return tuple(self.process.cmdline)
+
+    @property
+    def ref(self) -> ProcessRef:
+        return ProcessRef(self.pid, self.create_time)
 
     def to_dict(self) -> dict:
         return {"pid": self.pid, "kind": self.kind, "gpus": list(self.gpu_indexes), "bytes": self.bytes,
@@ -83,7 +105,7 @@ def protected_pids() -> set[int]:
     return out
 
 
-def plan_clean(facts: Facts, runs: Any = None, gpus: Iterable[int] | None = None, *,
+def plan_clean(facts: Facts, owners: RunOwnerIndex | None = None, gpus: Iterable[int] | None = None, *,
                uid: int | None = None, protected: set[int] | None = None) -> list[Target]:
     """This user's processes holding memory on ``gpus`` (all when None), leftovers of gpudoc runs
     first, with the rest of each leftover run's process group (torchrun, its other workers)."""
@@ -91,21 +113,18 @@ def plan_clean(facts: Facts, runs: Any = None, gpus: Iterable[int] | None = None
 
     uid = os.getuid() if uid is None else uid
     protected = protected_pids() if protected is None else protected
-    holders = [h for h in classify_gpu_processes(facts, runs, gpus=gpus) if h.own and h.pid is not None]
+    holders = [h for h in classify_gpu_processes(facts, gpus=gpus) if h.own and h.pid is not None]
     by_pid: dict[int, Target] = {}
     for h in sorted(holders, key=lambda h: _ORDER[h.kind]):
-        if h.pid in protected or h.uid != uid or h.create_time is None:
+        if h.pid is None or h.process is None or h.pid in protected or h.uid != uid or h.create_time is None:
             continue
         if h.pid in by_pid:
-            t = by_pid[h.pid]
-            by_pid[h.pid] = _merge(t, h)
+            by_pid[h.pid] = _merge(by_pid[h.pid], h)
             continue
-        by_pid[h.pid] = Target(h.pid, h.create_time, uid, h.kind, (h.gpu_index,), h.bytes, h.run_id, h.pgid, h.name,
-                               h.cmdline)
+        by_pid[h.pid] = Target(h.process, h.kind, (h.gpu_index,), h.bytes, h.run_id)
     # Whole process groups of leftover runs: torchrun and its workers without GPU memory die too.
-    records = list(runs.records()) if hasattr(runs, "records") else list(runs or ())
     groups = {t.pgid: t.run_id for t in by_pid.values() if t.kind == "orphan_of_run" and t.pgid and t.pgid > 1}
-    if groups:
+    if groups and owners is not None:
         for proc in psutil.process_iter(["pid", "uids", "create_time", "name", "cmdline"]):
             try:
                 pid = proc.info["pid"]
@@ -116,21 +135,18 @@ def plan_clean(facts: Facts, runs: Any = None, gpus: Iterable[int] | None = None
                 continue
             if pgid not in groups:
                 continue
-            from gpudoc.facts.model import ProcessInfo  # noqa: PLC0415
-
-            info = ProcessInfo(pid=pid, visible=True, uid=uid, pgid=pgid, create_time=proc.info["create_time"])
-            record = match_run(info, [r for r in records if r.id == groups[pgid]])
-            if record is None:
+            owner = owners.owner(pid, proc.info["create_time"], pgid)
+            if owner is None or owner.run_id != groups[pgid]:
                 continue  # the group id was reused by an unrelated job
-            by_pid[pid] = Target(pid, proc.info["create_time"], uid, "group_member", (), None, record.id, pgid,
-                                 proc.info["name"], tuple(proc.info["cmdline"] or ()))
+            info = ProcessInfo(pid=pid, visible=True, uid=uid, pgid=pgid, create_time=proc.info["create_time"],
+                               name=proc.info["name"], cmdline=tuple(proc.info["cmdline"] or ()),
+                               gpudoc_run_id=owner.run_id, gpudoc_run_live=owner.live)
+            by_pid[pid] = Target(info, "group_member", (), None, owner.run_id)
     order = {"orphan_of_run": 0, "group_member": 0, "own_other": 1, "own_live_job": 2}
     return sorted(by_pid.values(), key=lambda t: (order[t.kind], t.run_id or "", t.pid))
 
 
 def _merge(t: Target, h: GpuHolder) -> Target:
-    from dataclasses import replace  # noqa: PLC0415
-
     total = (t.bytes or 0) + (h.bytes or 0) if (t.bytes is not None or h.bytes is not None) else None
     return replace(t, gpu_indexes=tuple(dict.fromkeys((*t.gpu_indexes, h.gpu_index))), bytes=total)
 
@@ -151,57 +167,13 @@ def verify(target: Target, *, uid: int | None = None):
         return None, "already gone"
     except psutil.AccessDenied:
         return None, "access denied"
-    if abs(created - target.create_time) > CREATE_TIME_SLACK_S:
+    if not same_start(created, target.create_time):
         return None, "PID reused by another process since the plan"
-    if owner != uid or target.uid != uid:
+    if owner != uid or target.process.uid != uid:
         return None, f"owned by uid {owner}, not {uid}"
     if status == psutil.STATUS_ZOMBIE:
         return None, "already dead (zombie, waiting for its parent)"
     return proc, ""
-
-
-def _signal(target: Target, sig: int, result: CleanResult, uid: int | None) -> bool:
-    import psutil  # noqa: PLC0415
-
-    proc, why = verify(target, uid=uid)
-    if proc is None:
-        if why not in ("already gone", "already dead (zombie, waiting for its parent)"):
-            result.skipped.append((target.pid, why))
-        return False
-    try:
-        # psutil checks create time again inside send_signal: a reuse in between raises NoSuchProcess.
-        proc.send_signal(sig)
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        result.skipped.append((target.pid, "access denied"))
-        return False
-    result.signals.append((target.pid, sig))
-    return True
-
-
-def _gone(target: Target) -> bool:
-    proc, why = verify(target)
-    return proc is None and why != "access denied"
-
-
-def _wait(targets: list[Target], timeout: float) -> list[Target]:
-    import psutil  # noqa: PLC0415
-
-    deadline = time.monotonic() + timeout
-    alive = list(targets)
-    while alive:
-        for t in alive:
-            try:
-                # Reaps our own children; for others it polls.
-                psutil.Process(t.pid).wait(timeout=0)
-            except (psutil.TimeoutExpired, psutil.Error, ChildProcessError):
-                pass
-        alive = [t for t in alive if not _gone(t)]
-        if not alive or time.monotonic() >= deadline:
-            break
-        time.sleep(0.05)
-    return alive
 
 
 def terminate(targets: list[Target], *, yes: bool = False, confirm: Callable[[list[Target]], bool] | None = None,
@@ -214,14 +186,23 @@ def terminate(targets: list[Target], *, yes: bool = False, confirm: Callable[[li
     if not yes and (confirm is None or not confirm(targets)):
         result.refused = True
         return result
-    sent = [t for t in targets if _signal(t, signal.SIGTERM, result, uid)]
-    left = _wait(sent, term_timeout)
-    result.terminated = [t.pid for t in sent if t not in left]
-    killed = [t for t in left if _signal(t, signal.SIGKILL, result, uid)]
-    still = _wait(killed, kill_timeout)
-    result.killed = [t.pid for t in killed if t not in still]
-    result.survivors = [t.pid for t in still] + [t.pid for t in left if t not in killed and not _gone(t)]
+    by_ref = {t.ref: t for t in targets}
+
+    def may_signal(ref: ProcessRef) -> str | None:
+        proc, why = verify(by_ref[ref], uid=uid)
+        # A process that ended by itself needs no signal and is no refusal either.
+        return None if proc is not None else (why or "not verified")
+
+    ended = end_processes(list(by_ref), grace_s=term_timeout, kill_wait_s=kill_timeout, may_signal=may_signal)
+    result.terminated = [r.pid for r in ended.terminated]
+    result.killed = [r.pid for r in ended.killed]
+    result.survivors = [r.pid for r in ended.survivors]
+    result.skipped = [(r.pid, why) for r, why in ended.skipped if why not in _NOT_REFUSALS]
+    result.signals = ended.signals
     return result
+
+
+_NOT_REFUSALS = ("already gone", "already dead (zombie, waiting for its parent)")
 
 
 def _used(facts: Facts, gpus: Iterable[int] | None) -> dict[int, int]:

@@ -12,10 +12,14 @@ import secrets
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import InputError
 from gpudoc.runs.record import RunRecord, now_iso, parse_iso
+
+if TYPE_CHECKING:
+    from gpudoc.runs.owners import RunOwners
 
 __all__ = ["LOG", "RECORD", "SAMPLES", "TAIL_BYTES", "RunRecord", "RunStore", "new_run_id", "now_iso", "parse_iso",
            "read_tail"]
@@ -134,6 +138,12 @@ class RunStore:
             loaded.append(record)
         self._cache = seen
         return iter(loaded)
+
+    def owners(self) -> RunOwners:
+        """Which run each process belongs to, from every record (see ``gpudoc.runs.owners``)."""
+        from gpudoc.runs.owners import RunOwners  # noqa: PLC0415
+
+        return RunOwners(self.records())
 
     def job_records(self, job_id: str, *, attempt_of: RunRecord | None = None,
                     slack_s: float = JOB_CLOCK_SLACK_S) -> list[RunRecord]:

@@ -7,7 +7,6 @@ from gpudoc.checks.processes import check_stray
 from gpudoc.facts.model import ProcessInfo
 from gpudoc.findings import Severity
 from gpudoc.profiles.model import EMPTY
-from gpudoc.runs.store import RunRecord
 from tests.checks._real import A5000, DOCKER, H100_MIG_CSV, RTX3080, T4, only, snap
 
 
@@ -50,12 +49,10 @@ def test_leftover_of_a_gpudoc_run_points_at_clean():
     facts = snap(T4, live=True)
     facts = replace(facts, processes=(
         ProcessInfo(pid=5762, visible=True, user="me", uid=1000, name="python", ppid=1, pgid=5700,
-                    create_time=1_700_000_100.0, orphaned=True),
+                    create_time=1_700_000_100.0, orphaned=True, gpudoc_run_id="20240101-000000-abcdef",
+                    gpudoc_run_live=False),
     ))
-    record = RunRecord(id="20240101-000000-abcdef", command=["torchrun"], cwd="/", status="failed",
-                       started_at="2023-11-14T22:13:00+0000", ended_at="2023-11-14T23:00:00+0000",
-                       process_group=5700, pids=[{"pid": 5762, "create_time": 1_700_000_100.0}])
-    findings = check_stray(facts, EMPTY, CheckContext(runs=[record]))
+    findings = check_stray(facts, EMPTY, CheckContext())
     f = [x for x in findings if "pid:5762" in x.affects][0]
     assert f.severity is Severity.WARN
     assert f.title == "GPU 0: leftover of gpudoc run 20240101-000000-abcdef holds 1005.0 MiB"

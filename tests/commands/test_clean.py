@@ -1,15 +1,14 @@
 """`gpudoc clean`: the command flow over real processes; only the GPU process list is faked."""
 
-import io
 import json
 
 import psutil
 import pytest
 
 from gpudoc.commands.clean import clean
-from gpudoc.output import Console
 from gpudoc.runs.store import RunStore
-from tests.conftest import gpudoc_cli
+from gpudoc.workspace import Workspace
+from tests.conftest import captured_workspace, gpudoc_cli
 from tests.procs._spawn import ONE_GIB, gpu_facts, record_run, spawn, stop
 
 
@@ -40,19 +39,32 @@ def store(tmp_path):
     return s
 
 
-def run_clean(store, procs, **kw):
-    out = io.StringIO()
-    status = clean(Console(out=out, err=io.StringIO(), colour=False), gather=Gatherer(procs, store), runs=store,
-                   stdin=io.StringIO(""), term_timeout=2, release_timeout=5, **kw)
-    return status, out.getvalue()
+class _Machine(Workspace):
+    """A workspace whose GPU facts come from a Gatherer instead of NVML."""
+
+    gatherer = None
+
+    def gather(self, **_kwargs):
+        return self.gatherer()
+
+
+def run_clean(store, procs, *, with_stderr=False, **kw):
+    ws = captured_workspace(environ={"GPUDOC_HOME": str(store.home)}, cls=_Machine)
+    ws.gatherer = Gatherer(procs, store)
+    status = clean(ws, term_timeout=2, release_timeout=5, **kw)
+    if with_stderr:
+        return status, ws.console.out.getvalue(), ws.console.err.getvalue()
+    return status, ws.console.out.getvalue()
 
 
 def test_refuses_without_yes_when_not_a_terminal(store):
     proc = spawn("sleep", "300")
     try:
-        status, out = run_clean(store, [proc])
+        status, out, err = run_clean(store, [proc], with_stderr=True)
         assert status == 1
-        assert "refusing to signal processes without confirmation" in out and "--yes" in out
+        # The refusal is an error: stderr, not stdout (which a script may be reading).
+        assert "refusing to signal processes without confirmation" in err and "--yes" in err
+        assert "refusing" not in out
         assert _alive(proc.pid)
     finally:
         stop(proc)

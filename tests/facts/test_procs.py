@@ -108,7 +108,7 @@ def test_process_group_of_an_earlier_run_is_recognised(tmp_path):
         record = store.load(run_id)
         record.process_group = proc.pid
         store.save(record)
-        (info,) = process_facts([proc.pid], runs=store)
+        (info,) = process_facts([proc.pid], owners=store.owners())
         assert info.gpudoc_run_id == run_id
         (without,) = process_facts([proc.pid])
         assert without.gpudoc_run_id is None
@@ -120,14 +120,14 @@ def test_process_group_of_an_earlier_run_is_recognised(tmp_path):
 def test_pid_and_create_time_of_an_earlier_run_are_recognised(tmp_path, sleeper):
     created = psutil.Process(sleeper.pid).create_time()
     store, run_id = _store_with(tmp_path, pids=[{"pid": sleeper.pid, "create_time": created}])
-    (info,) = process_facts([sleeper.pid], runs=store)
+    (info,) = process_facts([sleeper.pid], owners=store.owners())
     assert info.gpudoc_run_id == run_id
 
 
 def test_reused_pid_with_another_create_time_is_not_claimed(tmp_path, sleeper):
     created = psutil.Process(sleeper.pid).create_time()
     store, _ = _store_with(tmp_path, pids=[{"pid": sleeper.pid, "create_time": created - 3600}])
-    (info,) = process_facts([sleeper.pid], runs=store)
+    (info,) = process_facts([sleeper.pid], owners=store.owners())
     assert info.gpudoc_run_id is None
 
 
@@ -135,5 +135,5 @@ def test_group_of_a_run_that_started_after_the_process_is_not_claimed(tmp_path, 
     # started_at has one-second resolution; the process must predate the run by more than the slack.
     time.sleep(2.1)
     store, _ = _store_with(tmp_path, process_group=sleeper.pid)
-    (info,) = process_facts([sleeper.pid], runs=store)
+    (info,) = process_facts([sleeper.pid], owners=store.owners())
     assert info.gpudoc_run_id is None  # a reused group id, not this run's process

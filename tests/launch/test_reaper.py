@@ -11,14 +11,15 @@ import time
 import psutil
 
 from gpudoc.launch import reaper
-from gpudoc.launch.reaper import JobProcess
+from gpudoc.procs.identity import ProcessRef, start_time
+from gpudoc.procs.terminate import terminate
 
 
 def test_create_time_matches_psutil():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:
-        assert reaper.proc_create_time(proc.pid) == psutil.Process(proc.pid).create_time()
-        assert reaper.proc_create_time(2**22 + 12345) is None
+        assert start_time(proc.pid) == psutil.Process(proc.pid).create_time()
+        assert start_time(2**22 + 12345) is None
     finally:
         proc.kill()
         proc.wait()
@@ -38,8 +39,8 @@ def test_job_processes_include_descendants_in_other_sessions_and_the_group():
         assert {p.pid for p in found} == {proc.pid} | {k.pid for k in kids}
         assert len(found) == 2
         reaped = {}
-        left = reaper.terminate(found, proc.pid, grace_s=2.0, on_reaped=reaped.__setitem__)
-        assert left == []
+        ended = terminate(found, pgid=proc.pid, grace_s=2.0, on_reaped=reaped.__setitem__)
+        assert ended.survivors == [] and {r.pid for r in ended.terminated} == {p.pid for p in found}
         # terminate() reaps whatever child of ours exits (that is its job in gpudoc).
         assert os.WTERMSIG(reaped[proc.pid]) == signal.SIGTERM
         proc.returncode = -signal.SIGTERM
@@ -57,9 +58,10 @@ def test_terminate_escalates_to_sigkill():
     assert proc.stdout.readline() == b"ok\n"
     reaped = []
     started = time.monotonic()
-    left = reaper.terminate([JobProcess(proc.pid, reaper.proc_create_time(proc.pid))], None, grace_s=0.3,
-                            on_reaped=lambda pid, status: reaped.append((pid, status)))
-    assert left == [] and time.monotonic() - started < 5
+    ended = terminate([ProcessRef(proc.pid, start_time(proc.pid))], grace_s=0.3,
+                      on_reaped=lambda pid, status: reaped.append((pid, status)))
+    assert ended.survivors == [] and time.monotonic() - started < 5
+    assert [r.pid for r in ended.killed] == [proc.pid] and (proc.pid, signal.SIGKILL) in ended.signals
     assert reaped and reaped[0][0] == proc.pid and os.WTERMSIG(reaped[0][1]) == signal.SIGKILL
     proc.returncode = -9
 
@@ -67,7 +69,7 @@ def test_terminate_escalates_to_sigkill():
 def test_a_reused_pid_is_never_signalled():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        stale = JobProcess(proc.pid, reaper.proc_create_time(proc.pid) - 1000.0)  # "another process"
+        stale = ProcessRef(proc.pid, start_time(proc.pid) - 1000.0)  # "another process"
         assert reaper.signal_processes([stale], signal.SIGKILL) == 0
         assert proc.poll() is None
     finally:
@@ -88,8 +90,8 @@ def test_subreaper_adopts_orphans():
         "mid.wait()\n"
         "time.sleep(0.2)\n"
         "print(orphan in (reaper.children_of(os.getpid()) or []), flush=True)\n"
-        "left = reaper.terminate(reaper.job_processes(None, None), None, grace_s=2)\n"
-        "print(left == [], flush=True)\n"
+        "from gpudoc.procs.terminate import terminate\n"
+        "print(terminate(reaper.job_processes(None, None), grace_s=2).survivors == [], flush=True)\n"
     )
     from tests.conftest import REPO
 

@@ -62,7 +62,7 @@ def gpu_facts(pids_bytes: dict[int, int], store: RunStore | None = None):
     gpu = replace(facts.gpus[0], processes=tuple(GpuProcess(pid=p, used_memory_bytes=b, name="python", type="C")
                                                  for p, b in pids_bytes.items()),
                   memory_used_bytes=sum(pids_bytes.values()) + 100 * 2**20)
-    return replace(facts, gpus=(gpu,), processes=process_facts(list(pids_bytes), runs=store))
+    return replace(facts, gpus=(gpu,), processes=process_facts(list(pids_bytes), owners=store.owners() if store else None))
 
 
 def stop(*procs: subprocess.Popen) -> None:

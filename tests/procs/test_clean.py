@@ -7,9 +7,15 @@ from dataclasses import replace
 import psutil
 import pytest
 
+from gpudoc.facts.model import ProcessInfo
 from gpudoc.procs.clean import Target, plan_clean, terminate, verify, wait_for_release
 from gpudoc.runs.store import RunStore
 from tests.procs._spawn import ONE_GIB, gpu_facts, ignoring_term, record_run, spawn, stop
+
+
+def _info(pid: int, create_time: float) -> ProcessInfo:
+    """A plan entry's process as this user's (a plan is only ever made of this user's processes)."""
+    return ProcessInfo(pid=pid, visible=True, uid=os.getuid(), create_time=create_time)
 
 
 @pytest.fixture
@@ -40,7 +46,7 @@ def test_plan_puts_run_leftovers_first_with_their_whole_group(store):
         gpu_worker = workers[0]
         record = record_run(store, [group, gpu_worker], pgid=group.pid)
         facts = gpu_facts({live.pid: 2 * ONE_GIB, gpu_worker.pid: ONE_GIB}, store)
-        targets = plan_clean(facts, store, [0])
+        targets = plan_clean(facts, store.owners(), [0])
         kinds = [(t.pid, t.kind) for t in targets]
         assert kinds[-1] == (live.pid, "own_live_job")  # the leftover run's processes come first
         leftovers = {t.pid for t in targets if t.run_id == record.id}
@@ -55,7 +61,7 @@ def test_terminate_sigterm_then_sigkill(store):
     stubborn = ignoring_term()
     try:
         facts = gpu_facts({polite.pid: ONE_GIB, stubborn.pid: ONE_GIB})
-        targets = plan_clean(facts, store, [0])
+        targets = plan_clean(facts, store.owners(), [0])
         assert {t.pid for t in targets} == {polite.pid, stubborn.pid}
         result = terminate(targets, yes=True, term_timeout=0.5, kill_timeout=5)
         assert result.terminated == [polite.pid]
@@ -71,7 +77,7 @@ def test_pid_reuse_guard_leaves_a_different_process_alone():
     try:
         real = psutil.Process(proc.pid).create_time()
         # The plan was made for an earlier process with this PID.
-        stale = Target(pid=proc.pid, create_time=real - 100, uid=os.getuid(), kind="own_other", gpu_indexes=(0,))
+        stale = Target(_info(proc.pid, real - 100), kind="own_other", gpu_indexes=(0,))
         result = terminate([stale], yes=True, term_timeout=0.2)
         assert result.signals == []
         assert result.skipped == [(proc.pid, "PID reused by another process since the plan")]
@@ -90,7 +96,7 @@ def test_another_uid_is_never_signalled():
         facts = gpu_facts({pid: ONE_GIB})
         assert plan_clean(facts, None, [0]) == []
         # Even a forged target for it is refused at signal time.
-        forged = Target(pid=pid, create_time=psutil.Process(pid).create_time(), uid=os.getuid(), kind="own_other")
+        forged = Target(_info(pid, psutil.Process(pid).create_time()), kind="own_other")
         result = terminate([forged], yes=True, term_timeout=0.2)
         assert result.signals == []
         assert "owned by uid" in result.skipped[0][1]
@@ -104,8 +110,8 @@ def test_gpudoc_itself_and_its_ancestors_are_protected(store):
     me = psutil.Process()
     pids = {me.pid: ONE_GIB, **{p.pid: ONE_GIB for p in me.parents()[:2]}}
     facts = gpu_facts(pids, store)
-    assert plan_clean(facts, store, [0]) == []
-    _proc, why = verify(Target(pid=os.getpid(), create_time=me.create_time(), uid=os.getuid(), kind="own_other"))
+    assert plan_clean(facts, store.owners(), [0]) == []
+    _proc, why = verify(Target(_info(os.getpid(), me.create_time()), kind="own_other"))
     assert why == "protected"
 
 

@@ -1,7 +1,7 @@
 """Who holds GPU memory, and what to do about each holder.
 
-Pure: reads the facts snapshot (the driver's process list plus /proc facts for each PID) and the
-run records of earlier gpudoc runs. The kinds:
+Pure: reads the facts snapshot only (the driver's process list plus /proc facts for each PID,
+which already say which earlier gpudoc run owns a process). The kinds:
 
 ``orphan_of_run``  a process of an earlier gpudoc run whose launcher is gone or whose run ended
 ``own_live_job``   this user's process that still has its parent (a running job, a notebook)
@@ -16,9 +16,8 @@ run records of earlier gpudoc runs. The kinds:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Iterable
 
 from gpudoc.facts.model import Facts, Gpu, ProcessInfo
 from gpudoc.units import GIB, format_bytes
@@ -27,24 +26,47 @@ KINDS = ("orphan_of_run", "own_live_job", "own_other", "other_user", "invisible"
 
 # Memory a GPU shows as used with no process at all: driver/context reservations stay well under this.
 UNACCOUNTED_THRESHOLD = GIB
-# A recorded create_time matches a live process within this (psutil reports 10 ms resolution).
-CREATE_TIME_SLACK_S = 0.05
 
 
 @dataclass(frozen=True)
 class GpuHolder:
+    """Memory on one GPU and what holds it: a process (its /proc facts), or nothing visible."""
+
     pid: int | None  # None: memory in use with no visible process (container)
     gpu_index: int
     bytes: int | None
     kind: str
+    process: ProcessInfo | None = None  # what /proc says about the PID (None: nothing it can see)
     run_id: str | None = None
-    user: str | None = None
-    uid: int | None = None
-    name: str | None = None
-    cmdline: tuple[str, ...] = ()
-    ppid: int | None = None
-    pgid: int | None = None
-    create_time: float | None = None
+    driver_name: str | None = None  # the name the driver reported (all there is without /proc)
+
+    @property
+    def user(self) -> str | None:
+        return self.process.user if self.process is not None else None
+
+    @property
+    def uid(self) -> int | None:
+        return self.process.uid if self.process is not None else None
+
+    @property
+    def name(self) -> str | None:
+        return (self.process.name if self.process is not None else None) or self.driver_name
+
+    @property
+    def cmdline(self) -> tuple[str, ...]:
+        return tuple(self.process.cmdline) if self.process is not None else ()
+
+    @property
+    def ppid(self) -> int | None:
+        return self.process.ppid if self.process is not None else None
+
+    @property
+    def pgid(self) -> int | None:
+        return self.process.pgid if self.process is not None else None
+
+    @property
+    def create_time(self) -> float | None:
+        return self.process.create_time if self.process is not None else None
 
     @property
     def own(self) -> bool:
@@ -99,69 +121,27 @@ class GpuHolder:
         }
 
 
-def _epoch(iso: str | None) -> float | None:
-    if not iso:
-        return None
-    try:
-        return datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S%z").timestamp()
-    except ValueError:
-        return None
-
-
-def _records(runs: Any) -> list:
-    if runs is None:
-        return []
-    if hasattr(runs, "records"):
-        return list(runs.records())
-    return list(runs)
-
-
-def match_run(info: ProcessInfo, records: Iterable) -> Any:
-    """The run record this process belongs to: a recorded (pid, create_time), or the run's process
-    group with a create time inside the run's lifetime (a reused PGID is not a match)."""
-    for record in records:
-        for entry in record.pids or ():
-            if entry.get("pid") == info.pid:
-                recorded = entry.get("create_time")
-                if recorded is None or info.create_time is None:
-                    continue
-                if abs(float(recorded) - info.create_time) <= CREATE_TIME_SLACK_S:
-                    return record
-        if record.process_group and info.pgid == record.process_group and info.create_time is not None:
-            start = _epoch(record.started_at)
-            end = _epoch(record.ended_at)
-            if start is not None and info.create_time + 1 >= start and (end is None or info.create_time <= end + 1):
-                return record
-    return None
-
-
 def classify_process(info: ProcessInfo | None, *, pid: int, gpu_index: int, used: int | None,
-                     facts: Facts, records: list, driver_name: str | None = None) -> GpuHolder:
+                     facts: Facts, driver_name: str | None = None) -> GpuHolder:
     """``driver_name`` is the process name the driver reported: the only name there is when /proc
     cannot see the PID (another namespace, a saved nvidia-smi file)."""
+    def holder(kind: str, run_id: str | None = None) -> GpuHolder:
+        return GpuHolder(pid, gpu_index, used, kind, info, run_id, driver_name)
+
     if info is None:
-        kind = "unknown" if facts.source.startswith("snapshot") else "invisible"
-        return GpuHolder(pid, gpu_index, used, kind, name=driver_name)
-    common = dict(user=info.user, uid=info.uid, name=info.name or driver_name, cmdline=tuple(info.cmdline), ppid=info.ppid,
-                  pgid=info.pgid, create_time=info.create_time)
+        return holder("unknown" if facts.source.startswith("snapshot") else "invisible")
     if not info.visible:
-        return GpuHolder(pid, gpu_index, used, "invisible", **common)
+        return holder("invisible")
     if info.zombie or info.status == "zombie":
-        return GpuHolder(pid, gpu_index, used, "zombie", **common)
+        return holder("zombie")
     my_uid = facts.host.uid if facts.host else None
     if info.uid is not None and my_uid is not None and info.uid != my_uid:
-        return GpuHolder(pid, gpu_index, used, "other_user", **common)
-    record = match_run(info, records)
-    run_id = record.id if record is not None else info.gpudoc_run_id
-    if run_id is not None:
-        live = record is not None and record.status == "running" and record.ended_at is None
-        if record is None:
-            live = not info.orphaned
-        kind = "own_live_job" if live and not info.orphaned else "orphan_of_run"
-        return GpuHolder(pid, gpu_index, used, kind, run_id=run_id, **common)
-    if info.orphaned:
-        return GpuHolder(pid, gpu_index, used, "own_other", **common)
-    return GpuHolder(pid, gpu_index, used, "own_live_job", **common)
+        return holder("other_user")
+    if info.gpudoc_run_id is not None:
+        # A run that has not ended still owns its processes, unless they lost their parent.
+        live = info.gpudoc_run_live is not False and not info.orphaned
+        return holder("own_live_job" if live else "orphan_of_run", info.gpudoc_run_id)
+    return holder("own_other" if info.orphaned else "own_live_job")
 
 
 def _unaccounted(gpu: Gpu) -> int | None:
@@ -174,9 +154,8 @@ def _unaccounted(gpu: Gpu) -> int | None:
     return extra if extra >= UNACCOUNTED_THRESHOLD else None
 
 
-def classify_gpu_processes(facts: Facts, runs: Any = None, *, gpus: Iterable[int] | None = None) -> list[GpuHolder]:
+def classify_gpu_processes(facts: Facts, *, gpus: Iterable[int] | None = None) -> list[GpuHolder]:
     """Every holder of GPU memory on the given GPUs (all when None), largest first per GPU."""
-    records = _records(runs)
     wanted = set(gpus) if gpus is not None else None
     out: list[GpuHolder] = []
     for gpu in sorted(facts.gpus, key=lambda g: g.index):
@@ -187,8 +166,7 @@ def classify_gpu_processes(facts: Facts, runs: Any = None, *, gpus: Iterable[int
             if not proc.pid:
                 continue
             holders.append(classify_process(facts.process(proc.pid), pid=proc.pid, gpu_index=gpu.index,
-                                            used=proc.used_memory_bytes, facts=facts, records=records,
-                                            driver_name=proc.name))
+                                            used=proc.used_memory_bytes, facts=facts, driver_name=proc.name))
         extra = _unaccounted(gpu)
         if extra is not None:
             holders.append(GpuHolder(None, gpu.index, extra, "invisible"))

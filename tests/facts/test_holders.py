@@ -5,7 +5,7 @@ import os
 import psutil
 import pytest
 
-from gpudoc.procs.classify import classify_gpu_processes
+from gpudoc.facts.holders import classify_gpu_processes
 from gpudoc.runs.store import RunStore
 from tests.procs._spawn import ONE_GIB, gpu_facts, record_run, spawn, stop
 
@@ -21,7 +21,7 @@ def test_a_finished_runs_process_is_an_orphan_of_that_run(store):
     proc = spawn("sleep", "300")
     try:
         record = record_run(store, [proc], pgid=proc.pid)
-        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}, store), store)
+        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}, store))
         assert holder.kind == "orphan_of_run" and holder.run_id == record.id
         assert holder.remedy() == "gpudoc clean --gpus 0"
     finally:
@@ -32,7 +32,7 @@ def test_a_running_runs_process_is_a_live_job(store):
     proc = spawn("sleep", "300")
     try:
         record = record_run(store, [proc], status="running", pgid=proc.pid)
-        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}, store), store)
+        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}, store))
         assert holder.kind == "own_live_job" and holder.run_id == record.id
     finally:
         stop(proc)
@@ -45,7 +45,7 @@ def test_a_recorded_pid_with_another_create_time_is_not_the_runs(store):
     try:
         real = psutil.Process(proc.pid).create_time()
         record_run(store, [proc], pgid=None, create_times={proc.pid: real - 3600})
-        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}, store), store)
+        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}, store))
         assert holder.kind == "own_live_job" and holder.run_id is None
     finally:
         stop(proc)
@@ -58,7 +58,7 @@ def test_another_users_process_is_other_user():
     else:
         proc, pid, owner = None, 1, psutil.Process(1).uids().real
     try:
-        [holder] = classify_gpu_processes(gpu_facts({pid: ONE_GIB}), None)
+        [holder] = classify_gpu_processes(gpu_facts({pid: ONE_GIB}))
         assert holder.kind == "other_user" and holder.uid == owner
         assert holder.remedy().startswith(f"ask {holder.user} to stop PID {pid}")
     finally:
@@ -70,7 +70,7 @@ def test_a_vanished_pid_is_invisible():
     proc = spawn("sleep", "300")
     pid = proc.pid
     stop(proc)
-    [holder] = classify_gpu_processes(gpu_facts({pid: ONE_GIB}), None)
+    [holder] = classify_gpu_processes(gpu_facts({pid: ONE_GIB}))
     assert holder.kind == "invisible"
 
 
@@ -84,7 +84,7 @@ def test_a_zombie_is_a_zombie():
         deadline = time.monotonic() + 5
         while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
             time.sleep(0.01)
-        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}), None)
+        [holder] = classify_gpu_processes(gpu_facts({proc.pid: ONE_GIB}))
         assert holder.kind == "zombie"
         assert holder.remedy() == f"kill -TERM {os.getpid()}  # the parent that has not reaped it"
     finally:
