@@ -56,7 +56,7 @@ class Workspace:
 
     def load_profile(self, name: str | None) -> Profile:
         """``-p NAME|FILE``, else ``$GPUDOC_PROFILE``, else ``./gpudoc.toml``, else no profile."""
-        from gpudoc.profiles.loader import load_profile  # noqa: PLC0415 - tomllib only when asked
+        from gpudoc.profiles.loader import load_profile
 
         return load_profile(name, self.cwd)
 
@@ -69,7 +69,7 @@ class Workspace:
 
     def gather(self, **kwargs: Any) -> Facts:
         """One facts snapshot through this workspace's NVML, environment and runs directory."""
-        from gpudoc.facts.gather import gather_facts  # noqa: PLC0415 - NVML and psutil only when asked
+        from gpudoc.facts.gather import gather_facts
 
         kwargs.setdefault("environ", self.environ)
         kwargs.setdefault("runs", self.store)
@@ -80,8 +80,8 @@ class Workspace:
         the profile does not describe the model. `check`, the run gate and `fix` all weigh this."""
         if not profile.model:
             return None
-        from gpudoc.errors import GpudocError  # noqa: PLC0415
-        from gpudoc.estimate import estimate  # noqa: PLC0415 - only profiles with [model] pay for it
+        from gpudoc.errors import GpudocError
+        from gpudoc.estimate import estimate
 
         totals = [g.memory_total_bytes for g in (facts.gpus if facts is not None else ()) if g.memory_total_bytes]
         try:
@@ -93,7 +93,7 @@ class Workspace:
 
 def _named(profile: Profile) -> str | None:
     """A profile's name when it is a real one (the empty stand-in for "no profile" has none)."""
-    from gpudoc.profiles.model import EMPTY  # noqa: PLC0415
+    from gpudoc.profiles.model import EMPTY
 
     declared = any((profile.gpu, profile.env, profile.train, profile.launch, profile.model))
     return profile.name if profile is not EMPTY and (profile.path is not None or declared) else None

@@ -146,7 +146,7 @@ def deepspeed_read(data: Any) -> dict[str, Any]:
         elif isinstance(device, str) and not _is_auto(device):
             out[knob] = device.lower() in ("cpu", "nvme")
     bf, fp = get(data, ("bf16", "enabled")), get(data, ("fp16", "enabled"))
-    if isinstance(bf, bool) and isinstance(fp, bool) or (bf is True or fp is True):
+    if (isinstance(bf, bool) and isinstance(fp, bool)) or (bf is True or fp is True):
         out["precision"] = "bf16" if bf is True else "fp16" if fp is True else "fp32"
     return out
 
@@ -344,18 +344,18 @@ def accelerate_write(data: Any, ctx: FileContext) -> FileResult:
             res.cannot["precision"] = f"accelerate ({ctx.name}): mixed_precision has no '{prec}'"
     if is_ds:
         ds = ("deepspeed_config",)
-        if get(data, ds + ("deepspeed_config_file",)) not in (MISSING, None, ""):
-            res.follow.append((str(get(data, ds + ("deepspeed_config_file",))), "deepspeed", True))
+        if get(data, (*ds, "deepspeed_config_file")) not in (MISSING, None, ""):
+            res.follow.append((str(get(data, (*ds, "deepspeed_config_file"))), "deepspeed", True))
         else:
             if "gradient_accumulation_steps" in k:
-                res.set(ds + ("gradient_accumulation_steps",), int(k["gradient_accumulation_steps"]),
+                res.set((*ds, "gradient_accumulation_steps"), int(k["gradient_accumulation_steps"]),
                         "gradient_accumulation_steps")
             if "zero_stage" in k:
-                res.set(ds + ("zero_stage",), int(k["zero_stage"]), "zero_stage")
+                res.set((*ds, "zero_stage"), int(k["zero_stage"]), "zero_stage")
             for knob, key in (("offload_optimizer", "offload_optimizer_device"),
                               ("offload_params", "offload_param_device")):
                 if knob in k:
-                    res.set(ds + (key,), "cpu" if k[knob] else "none", knob)
+                    res.set((*ds, key), "cpu" if k[knob] else "none", knob)
     elif is_fsdp and "offload_params" in k:
         res.set(("fsdp_config", "fsdp_offload_params"), bool(k["offload_params"]), "offload_params")
     num = _num(get(data, ("num_processes",)))

@@ -80,10 +80,7 @@ def _with(data: Any, path: tuple[str, ...], value: Any) -> Any:
     out = copy.deepcopy(data)
     node = out
     for key in path[:-1]:
-        if isinstance(node, list):
-            node = node[int(key)]
-        else:
-            node = node.setdefault(key, {})
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
     if isinstance(node, list):
         node[int(path[-1])] = value
     else:
@@ -195,7 +192,7 @@ def plan_bindings(profile, command: list[str], *, cwd: Path) -> BindPlan:
                                f"({', '.join(sorted(ARG_PRESETS))}), not '{preset}'")
         ctx = FileContext(st.label, knobs, world, hf_mode)
         res: FileResult = FILE_PRESETS[preset].write(st.data, ctx)
-        for path, value, knob in res.assignments:
+        for path, value, _knob in res.assignments:
             st.assign(path, value)
         bound_in_file.setdefault(st.path.resolve(), set()).update(res.expressed)
         results.append((f"{preset} ({st.label})", res))

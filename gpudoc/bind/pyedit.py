@@ -36,11 +36,23 @@ def load(text: str, name: str = "Python config") -> dict[str, Any]:
         try:
             values[key] = ast.literal_eval(node)
         except ValueError:
-            try:  # ``5 * 8``: arithmetic on literals only, no names, no calls
-                values[key] = eval(compile(ast.Expression(node), name, "eval"), {"__builtins__": {}}, {})
-            except Exception:  # noqa: BLE001 - anything else is "not a literal"
-                values[key] = None
+            values[key] = _arithmetic(node)
     return values
+
+
+_ARITHMETIC = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Tuple, ast.List, ast.Load)
+
+
+def _arithmetic(node: ast.expr) -> Any:
+    """``5 * 8``, ``2 ** 10``: arithmetic on literals, evaluated; anything else (a name, a call, an
+    attribute) is not a value gpudoc can know, so None."""
+    if not all(isinstance(part, _ARITHMETIC) for part in ast.walk(node)):
+        return None
+    try:
+        # Only literals and operators reach here (checked just above), evaluated without builtins.
+        return eval(compile(ast.Expression(node), "<config>", "eval"), {"__builtins__": {}}, {})  # noqa: S307
+    except Exception:
+        return None
 
 
 def render(value: Any, old_token: str | None = None) -> str:
@@ -62,8 +74,7 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "Python
     node = _assignments(_tree(text, name)).get(key)
     if node is None:
         sep = "" if not text or text.endswith("\n") else "\n"
-        tail = "" if not text or text.endswith("\n") else ""
-        return text + sep + f"{key} = {render(value)}" + ("\n" if not sep else tail)
+        return text + sep + f"{key} = {render(value)}" + ("\n" if not sep else "")
     lines = text.splitlines(keepends=True)
     start = _offset(lines, node.lineno, node.col_offset)
     end = _offset(lines, node.end_lineno, node.end_col_offset)

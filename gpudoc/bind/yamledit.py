@@ -64,7 +64,7 @@ def _safe_plain(text: str) -> bool:
 
     try:
         return YAML(typ="safe", pure=True).load("k: " + text + "\n") == {"k": text}
-    except Exception:  # noqa: BLE001 - anything odd means: quote it
+    except Exception:
         return False
 
 
@@ -213,7 +213,7 @@ _MISSING = object()
 
 def _child(node: Any, key: str) -> Any:
     if isinstance(node, dict):
-        return node[key] if key in node else _MISSING
+        return node.get(key, _MISSING)
     if isinstance(node, list) and key.isdigit() and int(key) < len(node):
         return node[int(key)]
     return _MISSING

@@ -67,7 +67,7 @@ def _roundup(value: str) -> str | None:
             return "list is not closed with ]"
         for item in filter(None, (i.strip() for i in value[1:-1].split(","))):
             size, _, div = item.partition(":")
-            if not div or not (size == ">" or size.isdigit()) or _power_of_two()(div) is not None and div != "0":
+            if not div or not (size == ">" or size.isdigit()) or (_power_of_two()(div) is not None and div != "0"):
                 return f"bad list entry '{item}' (expects SIZE_MB:DIVISIONS or >:DIVISIONS)"
         return None
     return _power_of_two()(value)

@@ -32,7 +32,7 @@ class Command(cli.Application):
             if any(self._switches_by_name.get(name) is info for name in info.names)
         }
 
-    def _parse_args(self, argv):  # noqa: D401 - plumbum hook
+    def _parse_args(self, argv):
         try:
             return super()._parse_args(argv)
         except cli.SwitchError as exc:

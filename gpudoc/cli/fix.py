@@ -30,7 +30,7 @@ gpudoc fix --log train.log -p gpudoc.toml --apply
     allow_semantic = cli.Flag(["--allow-semantic"], help="also propose rungs that change the experiment (shorter sequences, smaller LoRA rank, user rungs)")
     json = cli.Flag(["--json"], help="one JSON object: diagnosis and suggestions")
 
-    def _parse_args(self, argv):  # noqa: D401 - plumbum hook
+    def _parse_args(self, argv):
         return super()._parse_args([_STDIN if arg == "-" else arg for arg in argv])
 
     def main(self, *targets: str) -> int:

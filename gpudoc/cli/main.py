@@ -50,7 +50,7 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
     except BrokenPipeError:
         _silence_stdout()
         return ExitStatus.NEGATIVE
-    except Exception:  # noqa: BLE001 - this is the boundary
+    except Exception:
         report = _write_crash_report(argv, err)
         message = f"gpudoc: internal error (a bug in gpudoc, not in your job); crash report: {report}"
         err.write(
@@ -66,8 +66,8 @@ def _error_envelope(ws: Workspace, argv: list[str], status: int, message: str, *
     reads the document), beside the one line on stderr. Returns the exit status."""
     command = _json_command(argv[1:])
     if command is not None:
-        from gpudoc.render.show import show  # noqa: PLC0415
-        from gpudoc.results import ErrorResult  # noqa: PLC0415
+        from gpudoc.render.show import show
+        from gpudoc.results import ErrorResult
 
         try:
             show(ErrorResult(command, int(status), message, file=file, key=key), ws.console, as_json=True)
@@ -81,7 +81,7 @@ def _json_command(args: list[str]) -> str | None:
     if not args:
         return None
     if args[0] == "run":
-        from gpudoc.commands.run_options import split_command, takes_value  # noqa: PLC0415
+        from gpudoc.commands.run_options import split_command, takes_value
 
         args = ["run", *split_command(args[1:], takes_value())]
     own = args[: args.index("--")] if "--" in args else args

@@ -43,7 +43,7 @@ def _build_command_class():
 
     from gpudoc.cli.base import Command
 
-    def _parse_args(self, argv):  # noqa: D401 - plumbum hook
+    def _parse_args(self, argv):
         try:
             return Command._parse_args(self, split_command(argv, takes_value()))
         except UsageError as exc:

@@ -62,7 +62,7 @@ def check(
 
     torch_version = alloc_name = None
     if facts.torch is None and not facts.source.startswith("snapshot"):
-        from gpudoc.facts.torch_probe import alloc_env_name_for  # noqa: PLC0415
+        from gpudoc.facts.torch_probe import alloc_env_name_for
 
         torch_version = installed_torch_version(python)
         alloc_name = alloc_env_name_for(torch_version) if torch_version else None

@@ -54,9 +54,9 @@ def clean(
     release_timeout: float = 15.0,
 ) -> int:
     """End this user's strays on ``gpus`` (after confirmation or ``yes``); 0 when none is left."""
-    from gpudoc.checks._common import parse_gpu_list  # noqa: PLC0415
-    from gpudoc.facts.holders import classify_gpu_processes  # noqa: PLC0415
-    from gpudoc.procs.clean import EMPTY_CACHE_NOTE, TERM_TIMEOUT_S, plan_clean, terminate, wait_for_release  # noqa: PLC0415
+    from gpudoc.checks._common import parse_gpu_list
+    from gpudoc.facts.holders import classify_gpu_processes
+    from gpudoc.procs.clean import EMPTY_CACHE_NOTE, TERM_TIMEOUT_S, plan_clean, terminate, wait_for_release
 
     console = ws.console
     indexes = parse_gpu_list(gpus) if gpus else ()
@@ -65,7 +65,7 @@ def clean(
 
     def finish(status: int, message: str | None = None) -> int:
         if as_json:
-            from gpudoc.render.json_doc import dumps, envelope  # noqa: PLC0415
+            from gpudoc.render.json_doc import dumps, envelope
 
             state = "ok" if status == 0 else "fail"
             console.print(dumps(envelope("clean", status=state, exit_code=status, message=message, **doc)))
@@ -80,7 +80,7 @@ def clean(
     known = sorted(g.index for g in facts.gpus)
     missing = [i for i in indexes if i not in known]
     if missing:
-        from gpudoc.errors import UsageError  # noqa: PLC0415
+        from gpudoc.errors import UsageError
 
         raise UsageError(f"--gpus: no GPU {', '.join(map(str, missing))} here (GPUs: {', '.join(map(str, known))})")
     chosen = list(indexes) or known

@@ -13,7 +13,7 @@ def _detected_gpu_bytes(ws: Workspace) -> tuple[int | None, str | None]:
     """The smallest visible GPU's capacity via the facts layer; (None, None) when none is visible."""
     try:
         facts = ws.gather()
-    except Exception:  # noqa: BLE001 - no driver, no NVML, no GPU: the estimate still stands
+    except Exception:
         return None, None
     gpus = [g for g in facts.gpus if g.memory_total_bytes]
     if not gpus:
@@ -31,7 +31,7 @@ def estimate_command(
     micro_batch_size: int | None = None,
 ) -> int:
     """Exit 0 with an estimate; 1 when the configuration does not fit the known GPU capacity."""
-    from gpudoc.estimate import estimate  # noqa: PLC0415
+    from gpudoc.estimate import estimate
     console = ws.console
 
     if gpu_memory_gib is not None and gpu_memory_gib <= 0:

@@ -144,7 +144,7 @@ def _local_facts(ws: Workspace, record: RunRecord) -> Facts | None:
     """
     try:
         facts = ws.gather(deep=False)
-    except Exception:  # noqa: BLE001 - facts only refine the suggestions
+    except Exception:
         return None
     job = job_torch_facts(record, ws.environ)
     if job is not None and job.torch is not None:
@@ -167,7 +167,7 @@ def _rerun_options(record: RunRecord, profile_path: Path, allow_semantic: bool) 
 
 def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: bool) -> int:
     """Launch it as a new run whose parent is the failed one; its exit status is fix's."""
-    from gpudoc.commands.run import launch_once  # noqa: PLC0415 - the launcher only for --rerun
+    from gpudoc.commands.run import launch_once
 
     console = ws.console
     if record.cwd and Path(record.cwd).is_dir():

@@ -84,7 +84,7 @@ def _label_nodes(sources: list[Source]) -> None:
         label = host or "unknown host"
         if hosts.count(host) > 1 and rank is not None:
             label += f" node {rank}"
-        if keys.count((host, rank)) > 1 or hosts.count(host) > 1 and rank is None:
+        if keys.count((host, rank)) > 1 or (hosts.count(host) > 1 and rank is None):
             label += f" (run {record.id})"
         source.node = label
 
@@ -98,7 +98,7 @@ def diagnose_source(source: Source, store: RunStore) -> Diagnosis:
         if record.status == "running":
             return Diagnosis.still_running(record.id)
         return Diagnosis.without_log(record.cause or ("ok" if record.exit_code == 0 else "error"), record.exit_code)
-    from gpudoc.diagnose.text import diagnose_text  # noqa: PLC0415
+    from gpudoc.diagnose.text import diagnose_text
 
     return diagnose_text(source.text or "")
 
@@ -108,7 +108,7 @@ def first_failure(sources: list[Source], diagnoses: list[Diagnosis], store: RunS
     diagnosis (which then names the other failures as consequences)."""
     if len(sources) == 1:
         return 0, _with_node(diagnoses[0], sources[0])
-    from gpudoc.diagnose.text import diagnose_many  # noqa: PLC0415
+    from gpudoc.diagnose.text import diagnose_many
 
     names = [s.node or s.label for s in sources]
     labels = [name if names.count(name) == 1 else f"{name} #{i + 1}" for i, name in enumerate(names)]

@@ -30,7 +30,7 @@ def record_diagnosis(record: RunRecord, store: RunStore) -> Diagnosis | None:
         return record.diagnosis
     if not store.log_path(record.id).is_file():
         return None
-    from gpudoc.diagnose.text import diagnose_text  # noqa: PLC0415 - the parser only when a record lacks one
+    from gpudoc.diagnose.text import diagnose_text
 
     return diagnose_text(store.log_tail(record.id), exit_code=record.exit_code, own_pids=record.job_pids)
 
@@ -58,14 +58,14 @@ def next_attempt(record: RunRecord, profile: Profile, ws: Workspace, *, allow_se
 def job_torch_facts(record: RunRecord, environ: Mapping[str, str]) -> Facts | None:
     """Facts holding only what the ladder needs from the job's torch: the allocator variable name,
     decided by the same interpreter rule `gpudoc run` used when it launched the job."""
-    from gpudoc.facts.model import Facts, TorchFacts  # noqa: PLC0415
-    from gpudoc.facts.torch_probe import alloc_env_name  # noqa: PLC0415
-    from gpudoc.job.interpreter import target_python  # noqa: PLC0415
+    from gpudoc.facts.model import Facts, TorchFacts
+    from gpudoc.facts.torch_probe import alloc_env_name
+    from gpudoc.job.interpreter import target_python
 
     python = target_python(record.command, environ)
     try:
         name = alloc_env_name(python)
-    except Exception:  # noqa: BLE001 - without it the ladder picks the name every torch reads
+    except Exception:
         return None
     return Facts(collected_at=now_iso(), source="none",
                  torch=TorchFacts(python=python or "", ok=True, alloc_env_name=name))

@@ -29,10 +29,7 @@ _KEYWORDS = (
 
 
 def _gate(data: bytes) -> bool:
-    for key in _KEYWORDS:
-        if key in data:
-            return True
-    return False
+    return any(key in data for key in _KEYWORDS)
 
 
 _OVERLAP = 48  # longer than any gate keyword

@@ -20,8 +20,8 @@ __all__ = [
     "estimate",
     "estimate_inputs",
     "estimate_with",
-    "per_sample_activation_bytes",
     "max_micro_batch_size",
+    "per_sample_activation_bytes",
 ]
 
 MAX_SEARCH_MICRO_BATCH = 4096
@@ -94,7 +94,7 @@ def _peak_of(inputs: Inputs, correction: Correction | None) -> tuple[Phases, flo
 def _overhead(peak: float, inputs: Inputs) -> tuple[int, int]:
     context = terms.cuda_context_bytes()
     slack = terms.allocator_slack_bytes(peak, expandable_segments=inputs.setup.expandable_segments)
-    return int(context), int(round(slack))
+    return int(context), round(slack)
 
 
 def max_micro_batch_size(inputs: Inputs, gpu_total_bytes: int | None, target_utilization: float,
@@ -149,7 +149,7 @@ def estimate_inputs(inputs: Inputs, *, gpu_total_bytes: int | None = None, targe
             breakdown["logits"] *= scale
         else:
             breakdown["workspace"] += delta
-    ints = {k: int(round(v)) for k, v in breakdown.items()}
+    ints = {k: round(v) for k, v in breakdown.items()}
     peak_int = sum(ints.values())
     context, slack = _overhead(peak_int, inputs)
     per_sample = per_sample_activation_bytes_for(inputs)
@@ -159,7 +159,7 @@ def estimate_inputs(inputs: Inputs, *, gpu_total_bytes: int | None = None, targe
         peak_bytes=peak_int,
         breakdown=ints,
         max_micro_batch_size=max_micro_batch_size(inputs, gpu_total_bytes, target_utilization, correction),
-        phases={k: int(round(v)) for k, v in phase_totals.items()},
+        phases={k: round(v) for k, v in phase_totals.items()},
         peak_phase=phases.peak_phase,
         source=source,
         notes=notes,
@@ -168,7 +168,7 @@ def estimate_inputs(inputs: Inputs, *, gpu_total_bytes: int | None = None, targe
         gpu_total_bytes=int(gpu_total_bytes) if gpu_total_bytes else None,
         target_utilization=target_utilization,
         micro_batch_size=inputs.setup.micro_batch_size,
-        per_sample_bytes=int(round(per_sample)),
+        per_sample_bytes=round(per_sample),
         inputs=_describe(inputs),
     )
 
@@ -218,4 +218,4 @@ def per_sample_activation_bytes(profile: Any, history: Iterable[Any] = ()) -> in
     correction = correction_from_history(inputs, history)
     if correction is not None:
         value *= correction.per_sample_scale
-    return int(round(value))
+    return round(value)

@@ -109,7 +109,7 @@ class Inputs:
     setup: TrainSetup
     notes: tuple[str, ...] = field(default_factory=tuple)
 
-    def with_micro_batch(self, micro_batch_size: int) -> "Inputs":
+    def with_micro_batch(self, micro_batch_size: int) -> Inputs:
         return replace(self, setup=replace(self.setup, micro_batch_size=micro_batch_size))
 
 

@@ -30,12 +30,12 @@ def gather_facts(*, snapshot_files: Iterable[Path | str] = (), deep: bool = Fals
     A bad snapshot file raises ``InputError`` (the user named it); every other failure becomes a
     reason inside the facts.
     """
-    from gpudoc.facts.environment import relevant_env  # noqa: PLC0415 - keep CLI start-up lean
+    from gpudoc.facts.environment import relevant_env
 
     environ = os.environ if environ is None else environ
     files = [Path(f) for f in snapshot_files]
     if files:
-        from gpudoc.facts.smi_files import load_snapshot  # noqa: PLC0415
+        from gpudoc.facts.smi_files import load_snapshot
 
         facts = load_snapshot(files)
         if _carries_machine_facts(facts):
@@ -58,7 +58,7 @@ def _carries_machine_facts(facts: Facts) -> bool:
 
 def _from_nvml(backend: Any | None) -> Facts:
     try:
-        from gpudoc.facts.nvml import read_gpus  # noqa: PLC0415
+        from gpudoc.facts.nvml import read_gpus
 
         driver, cuda, nvml_version, gpus, error = read_gpus(backend)
     except Exception as exc:  # read_gpus never raises by design; this guards the design
@@ -84,10 +84,10 @@ def _processes(facts: Facts, runs: Any | None):
         return ()
     try:
         owners = runs.owners() if runs is not None else None
-    except Exception:  # noqa: BLE001 - an unreadable runs directory must not hide the process facts
+    except Exception:
         owners = None
     try:
-        from gpudoc.facts.procs import process_facts  # noqa: PLC0415
+        from gpudoc.facts.procs import process_facts
 
         return process_facts(pids, owners=owners)
     except Exception:
@@ -97,11 +97,11 @@ def _processes(facts: Facts, runs: Any | None):
 def _host(runs: Any | None, environ: Mapping[str, str]) -> HostFacts:
     root = getattr(runs, "root", None)
     if root is None:
-        from gpudoc.runs.store import RunStore  # noqa: PLC0415
+        from gpudoc.runs.store import RunStore
 
         root = RunStore.locate(Path.cwd(), environ).root
     try:
-        from gpudoc.facts.host import host_facts  # noqa: PLC0415
+        from gpudoc.facts.host import host_facts
 
         return host_facts(root)
     except Exception as exc:
@@ -109,8 +109,8 @@ def _host(runs: Any | None, environ: Mapping[str, str]) -> HostFacts:
 
 
 def _torch(python: str | None):
-    from gpudoc.facts.model import TorchFacts  # noqa: PLC0415
-    from gpudoc.facts.torch_probe import probe_torch  # noqa: PLC0415
+    from gpudoc.facts.model import TorchFacts
+    from gpudoc.facts.torch_probe import probe_torch
 
     try:
         return probe_torch(python)

@@ -36,7 +36,7 @@ def host_facts(runs_dir: Path | str, *, cgroup_root: Path = CGROUP_ROOT,
     values["cpu_count"] = _usable_cpus(cgroup_root, cgroup_dirs)
 
     try:
-        import psutil  # noqa: PLC0415 - imported where used
+        import psutil
 
         memory = psutil.virtual_memory()
         total, available = memory.total, memory.available
@@ -72,7 +72,7 @@ def host_facts(runs_dir: Path | str, *, cgroup_root: Path = CGROUP_ROOT,
 
 def _user() -> str | None:
     try:
-        import pwd  # noqa: PLC0415
+        import pwd
 
         return pwd.getpwuid(os.getuid()).pw_name
     except (ImportError, KeyError):
@@ -157,7 +157,8 @@ def _cgroup_memory(root: Path, dirs: list[Path]) -> tuple[int | None, int | None
 def in_container(*, proc_cgroup: Path = PROC_SELF_CGROUP, root: Path = Path("/")) -> bool:
     if (root / ".dockerenv").exists() or (root / "run" / ".containerenv").exists():
         return True
-    if os.environ.get("container") or os.environ.get("KUBERNETES_SERVICE_HOST"):
+    # systemd-nspawn and podman name it in lower case.
+    if os.environ.get("container") or os.environ.get("KUBERNETES_SERVICE_HOST"):  # noqa: SIM112
         return True
     text = _read(proc_cgroup) or ""
     return any(hint in text for hint in ("docker", "kubepods", "containerd", "libpod", "lxc"))

@@ -153,7 +153,7 @@ class Facts:
         return {"schema_version": SCHEMA_VERSION, **_to_jsonable(self)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Facts":
+    def from_dict(cls, data: Mapping[str, Any]) -> Facts:
         """Inverse of ``to_dict``; accepts a whole ``check --json`` document too (reads ``facts``)."""
         if "facts" in data and isinstance(data["facts"], Mapping):
             data = data["facts"]

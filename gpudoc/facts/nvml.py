@@ -72,7 +72,7 @@ def format_cuda_version(value: int) -> str:
 
 def _load_default_backend() -> tuple[Any | None, str | None]:
     try:
-        import pynvml  # noqa: PLC0415 - lazy on purpose: `gpudoc --help` must not pay for it
+        import pynvml
     except ImportError as exc:
         return None, f"nvidia-ml-py is not installed ({exc}): pip install nvidia-ml-py"
     return pynvml, None
@@ -248,7 +248,7 @@ def _memory(q: _Query, handle: Any) -> tuple[Any, str | None]:
     # v2 reports "used" without the driver's reservation, as nvidia-smi shows it.
     version = getattr(q.nv, "nvmlMemory_v2", None)
     if version is not None:
-        memory, why = q.call("nvmlDeviceGetMemoryInfo", handle, version=version)
+        memory, _why = q.call("nvmlDeviceGetMemoryInfo", handle, version=version)
         if memory is not None:
             return memory, None
     return q.call("nvmlDeviceGetMemoryInfo", handle)
@@ -362,7 +362,7 @@ class Session:
         self._query = _Query(backend)
 
     @classmethod
-    def open(cls, backend: Any | None = None) -> "Session | None":
+    def open(cls, backend: Any | None = None) -> Session | None:
         """None when NVML cannot be used (no driver here): sampling is then simply skipped."""
         if backend is None:
             backend, _ = _load_default_backend()

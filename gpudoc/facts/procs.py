@@ -18,7 +18,7 @@ def process_facts(pids: Iterable[int], owners: RunOwnerIndex | None = None) -> t
     ``owners`` knows the processes of earlier gpudoc runs: a process that belongs to one gets
     that run's id (and whether the run is still live).
     """
-    import psutil  # noqa: PLC0415 - imported where used, keeps `gpudoc --help` fast
+    import psutil
 
     seen: dict[int, ProcessInfo] = {}
     for pid in pids:
@@ -61,7 +61,7 @@ def _one(psutil: Any, pid: int, owners: RunOwnerIndex | None) -> ProcessInfo:
         get("name", proc.name)
         get("cmdline", lambda: tuple(proc.cmdline()))
     try:
-        import os  # noqa: PLC0415
+        import os
 
         info["pgid"] = os.getpgid(pid)
     except (ProcessLookupError, PermissionError, OSError):

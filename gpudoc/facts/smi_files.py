@@ -212,7 +212,7 @@ def _parse_xml(path: Path, text: str) -> _Part:
     # The DOCTYPE names an external DTD that is never shipped with the output: drop it.
     text = re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1)
     try:
-        root = ET.fromstring(text)
+        root = ET.fromstring(text)  # noqa: S314 - the DOCTYPE is dropped above and expat refuses external entities
     except ET.ParseError as exc:
         raise InputError(f"{path}: not well-formed XML ({exc}); {EXPECTED}") from None
     if root.tag != "nvidia_smi_log":
@@ -393,7 +393,7 @@ def _parse_csv(path: Path, text: str) -> _Part | None:
         match = _UNIT_RE.match(name.strip())
         keys.append(match.group("key").strip().lower() if match else name.strip().lower())
     keyset = set(keys)
-    if _APP_KEYS <= keyset and ({"gpu_uuid", "gpu_bus_id", "gpu_name"} & keyset):
+    if keyset >= _APP_KEYS and ({"gpu_uuid", "gpu_bus_id", "gpu_name"} & keyset):
         return _parse_apps_csv(path, keys, rows[1:])
     if keyset & _GPU_KEYS:
         return _parse_gpu_csv(path, keys, rows[1:])
@@ -415,7 +415,7 @@ def _records(path: Path, keys: list[str], rows: list[list[str]]) -> list[dict[st
                 name_col = next((i for i, k in enumerate(keys) if k in ("process_name", "name")), None)
                 if name_col is None:
                     raise InputError(f"{path}: line {number} has {len(row)} values for {len(keys)} columns")
-                row = row[:name_col] + [",".join(row[name_col:name_col + extra + 1])] + row[name_col + extra + 1:]
+                row = [*row[:name_col], ",".join(row[name_col:name_col + extra + 1]), *row[name_col + extra + 1:]]
         records.append({k: (row[i].strip() if i < len(row) else None) for i, k in enumerate(keys)})
     return records
 
@@ -426,12 +426,13 @@ def _parse_gpu_csv(path: Path, keys: list[str], rows: list[list[str]]) -> _Part:
     for position, rec in enumerate(_records(path, keys, rows)):
         f = _Fields(what)
 
+        # Called only within this iteration, so the loop's `rec` and `f` are the ones meant.
         def put(name: str, key: str, convert=lambda v: v, *alts: str) -> None:
-            raw = rec.get(key)
+            raw = rec.get(key)  # noqa: B023
             for alt in alts:
                 if raw is None:
-                    raw = rec.get(alt)
-            f.set(name, None if _is_na(raw) else convert(raw), raw)
+                    raw = rec.get(alt)  # noqa: B023
+            f.set(name, None if _is_na(raw) else convert(raw), raw)  # noqa: B023
 
         put("name", "name", lambda v: v, "gpu_name")
         put("uuid", "uuid", lambda v: v, "gpu_uuid")

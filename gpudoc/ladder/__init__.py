@@ -15,7 +15,7 @@ from gpudoc.ladder.rungs import BUILTIN_RUNGS, RUNG_NAMES, split_global_batch, u
 from gpudoc.profiles.model import Profile
 from gpudoc.units import format_bytes
 
-__all__ = ["LadderResult", "RUNG_NAMES", "Skipped", "Suggestion", "suggest", "upward"]
+__all__ = ["RUNG_NAMES", "LadderResult", "Skipped", "Suggestion", "split_global_batch", "suggest", "upward"]
 
 MEMORY_CAUSE = "gpu_oom"
 
@@ -265,6 +265,3 @@ def upward_result(profile: Profile, record: PastRun, facts: Any = None, *, estim
     )
     return LadderResult(suggestions=[suggestion], notes=notes)
 
-
-# Kept importable for callers that compute a split themselves (bind presets, tests).
-split_global_batch = split_global_batch

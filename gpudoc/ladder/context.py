@@ -65,7 +65,7 @@ class Savings:
             return self._cache[key]
         try:
             result = self._estimator(profile, gpu_total_bytes=self.capacity_bytes, history=self.history)
-        except Exception as exc:  # noqa: BLE001 - a weak estimate must not stop the diagnosis
+        except Exception as exc:
             if not self.notes:
                 self.notes.append(f"no memory estimate for this profile ({exc})")
             result = None
@@ -271,7 +271,7 @@ def shortfall(diagnosis: Diagnosis, savings: Savings | None, capacity: int | Non
 
 
 def nice_seq_len(old: int) -> int:
-    new = int(math.floor(old * 3 / 4))
+    new = math.floor(old * 3 / 4)
     if old >= 64 and old % 8 == 0:
         new -= new % 8
     return max(new, 1)

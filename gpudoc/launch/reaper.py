@@ -110,7 +110,7 @@ def job_processes(root_pid: int | None, pgid: int | None, *, exclude: Iterable[i
 
     own = children_of(me)
     if own is None:
-        own = [pid for pid in descendants_of(me)]
+        own = list(descendants_of(me))
     for child in own:
         if child in excluded:
             continue

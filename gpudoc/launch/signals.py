@@ -45,10 +45,7 @@ def exit_status(exit_code: int | None, term_signal: int | None, *, interrupted_b
     is a consequence of that signal (torchrun exits 1 after SIGINT), so the signal is reported:
     130 for Ctrl-C, 143 for SIGTERM. A job that handles the signal and still exits 0 reports 0.
     """
-    if term_signal is not None:
-        own = 128 + term_signal
-    else:
-        own = exit_code if exit_code is not None else 1
+    own = 128 + term_signal if term_signal is not None else exit_code if exit_code is not None else 1
     if interrupted_by is not None and own != 0:
         return 128 + int(interrupted_by)
     return own

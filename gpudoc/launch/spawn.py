@@ -56,8 +56,8 @@ class LaunchOptions:
     linger_s: float = 0.5  # after the first process exits, how long the rest may take on their own
     drain_s: float = 2.0  # after every process is gone, how long to wait for the output's end
     on_start: Callable[[int, int], None] | None = None
-    scan: "LiveScan | None" = None  # the live failure scan, fed after the tee
-    on_tick: Callable[["Launcher"], None] | None = None
+    scan: LiveScan | None = None  # the live failure scan, fed after the tee
+    on_tick: Callable[[Launcher], None] | None = None
     warn: Callable[[str], None] | None = None
 
 
@@ -211,7 +211,7 @@ class Launcher:
         if o.use_pty:
             master, slave = os.openpty()
             self._setup_slave(slave)
-            io = dict(stdin=slave, stdout=slave, stderr=slave)
+            io = {"stdin": slave, "stdout": slave, "stderr": slave}
             setup = _pty_child_setup
             self._master = master
             self._out = master
@@ -221,14 +221,14 @@ class Launcher:
                 fcntl.fcntl(r, F_SETPIPE_SZ, PIPE_SIZE)
             except OSError:
                 pass  # above the system's pipe-max-size: the default size still works
-            io = dict(stdin=None, stdout=w, stderr=w)
+            io = {"stdin": None, "stdout": w, "stderr": w}
             setup = _pipe_child_setup
             self._out = r
             slave = w
         try:
             self.proc = subprocess.Popen(
                 o.argv, env=o.env, cwd=str(o.cwd), start_new_session=True,
-                preexec_fn=setup, close_fds=True, **io,
+                preexec_fn=setup, close_fds=True, **io,  # noqa: PLW1509 - prctl(PDEATHSIG) must run in the child; gpudoc forks before starting threads
             )
         except OSError as exc:
             os.close(slave)
@@ -345,7 +345,7 @@ class Launcher:
         if sig == signal.SIGKILL:
             try:
                 reaper.signal_processes(self.processes(), sig)
-            except Exception:  # noqa: BLE001 - a handler must not raise into the tee loop
+            except Exception:
                 pass
 
     # -- the loop -------------------------------------------------------------------------
@@ -384,7 +384,7 @@ class Launcher:
             idle = not events
             if idle and scan is not None and scan.backlog:
                 self._catch_up(scan)
-            for fd, event in events:
+            for fd, _event in events:
                 if fd == out:
                     # Under heavy output, keep reading while reads come back full: one poll per
                     # burst, not per chunk (bounded, so signals and deadlines are still seen).
@@ -418,7 +418,7 @@ class Launcher:
                         poller.unregister(fd)
                         stdin_on = None
             now = time.monotonic()
-            if next_reap and now >= next_reap or now >= next_tick:
+            if (next_reap and now >= next_reap) or now >= next_tick:
                 self._reap()
                 next_reap = 0.0
             if now >= next_tick:
@@ -427,7 +427,7 @@ class Launcher:
                 if self.o.on_tick is not None:
                     try:
                         self.o.on_tick(self)
-                    except Exception as exc:  # noqa: BLE001 - bookkeeping must not kill the job
+                    except Exception as exc:
                         self.warn(f"internal error while watching the job: {exc!r}")
             if self._end_at is not None and now >= self._end_at and self._ending_since is None:
                 if self._main_status is None or self.processes():
@@ -437,14 +437,13 @@ class Launcher:
             if self._kill_at is not None and now >= self._kill_at:
                 self._kill_at = None
                 self._signal_job(signal.SIGKILL)
-            if self._main_status is not None and self._ending_since is None:
-                if not out_open or now - self._main_exited_at >= self.o.linger_s:
-                    self._begin_ending(now)
-            if self._ending_since is not None:
-                if self._ending_done(now):
-                    if out_open:
-                        self._drain_rest()
-                    return
+            if self._main_status is not None and self._ending_since is None and (
+                    not out_open or now - self._main_exited_at >= self.o.linger_s):
+                self._begin_ending(now)
+            if self._ending_since is not None and self._ending_done(now):
+                if out_open:
+                    self._drain_rest()
+                return
 
     def _read_burst(self, out: int) -> bytes | None:
         """One read; on a pty (which hands out ~4 KiB per read) as many as are ready, up to
@@ -476,14 +475,14 @@ class Launcher:
     def _feed_scan(self, scan: LiveScan, data: bytes) -> None:
         try:
             scan.feed(data, busy=len(data) >= CHUNK)
-        except Exception as exc:  # noqa: BLE001 - watching must never stop the tee
+        except Exception as exc:
             self.o.scan = None
             self.warn(f"output watcher disabled after an internal error: {exc!r}")
 
     def _catch_up(self, scan: LiveScan) -> None:
         try:
             scan.catch_up(scan.slice_bytes)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.o.scan = None
             self.warn(f"output watcher disabled after an internal error: {exc!r}")
 

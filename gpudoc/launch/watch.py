@@ -87,7 +87,7 @@ class GpuSampler:
         try:
             result = self.reader()
             gpus, error = result[3], result[4]
-        except Exception as exc:  # noqa: BLE001 - NVML trouble must never reach the job
+        except Exception as exc:
             gpus, error = (), repr(exc)
         if error is not None or not gpus:
             if self.samples == 0:
@@ -125,7 +125,7 @@ class GpuSampler:
             return
         if self._handle is None:
             new = not self.path.exists()
-            self._handle = open(self.path, "a", encoding="utf-8")
+            self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole run
             if new:
                 self._handle.write(HEADER)
         self._handle.writelines(rows)

@@ -95,7 +95,7 @@ class CleanResult:
 
 def protected_pids() -> set[int]:
     """gpudoc itself, its ancestors (the shell, tmux, sshd...) and init."""
-    import psutil  # noqa: PLC0415
+    import psutil
 
     out = {0, 1, os.getpid()}
     try:
@@ -109,7 +109,7 @@ def plan_clean(facts: Facts, owners: RunOwnerIndex | None = None, gpus: Iterable
                uid: int | None = None, protected: set[int] | None = None) -> list[Target]:
     """This user's processes holding memory on ``gpus`` (all when None), leftovers of gpudoc runs
     first, with the rest of each leftover run's process group (torchrun, its other workers)."""
-    import psutil  # noqa: PLC0415
+    import psutil
 
     uid = os.getuid() if uid is None else uid
     protected = protected_pids() if protected is None else protected
@@ -153,7 +153,7 @@ def _merge(t: Target, h: GpuHolder) -> Target:
 
 def verify(target: Target, *, uid: int | None = None):
     """The live psutil.Process for the target, or (None, why): gone, PID reused, another uid, protected."""
-    import psutil  # noqa: PLC0415
+    import psutil
 
     uid = os.getuid() if uid is None else uid
     if target.pid in (0, 1) or target.pid == os.getpid():

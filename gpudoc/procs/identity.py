@@ -77,7 +77,7 @@ def start_time(pid: int) -> float | None:
 
 
 def _psutil_start_time(pid: int) -> float | None:
-    import psutil  # noqa: PLC0415 - only where /proc cannot answer
+    import psutil
 
     try:
         return float(psutil.Process(pid).create_time())

@@ -171,7 +171,7 @@ def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
         dotted = f"{table}.{key}" if table else key
         raise ProfileError(f"{where}: {dotted}: {message}", file=str(path), key=dotted)
 
-    allowed_top = {**schema.TOP_LEVEL, **{t: (dict,) for t in schema.TABLES}, "env": (dict,)}
+    allowed_top = {**schema.TOP_LEVEL, **dict.fromkeys(schema.TABLES, (dict,)), "env": (dict,)}
     for key, value in data.items():
         if key not in allowed_top:
             fail(None, key, f"unknown key{_did_you_mean(key, list(allowed_top))}")

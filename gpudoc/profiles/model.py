@@ -93,7 +93,7 @@ class Profile:
     def bind_env(self) -> bool:
         return bool(self.bind.get("env", True))
 
-    def with_train(self, changes: Mapping[str, Any]) -> "Profile":
+    def with_train(self, changes: Mapping[str, Any]) -> Profile:
         """A copy with some knobs changed (the ladder's proposals, before they are written)."""
         from dataclasses import replace
 

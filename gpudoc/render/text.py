@@ -34,7 +34,7 @@ def text(result: Any, console: Console) -> None:
 
 @text.register
 def _check(result: CheckResult, console: Console) -> None:
-    from gpudoc.render.findings_text import render_findings  # noqa: PLC0415
+    from gpudoc.render.findings_text import render_findings
 
     header = f"gpudoc check: facts from {result.facts.source}"
     if result.profile_label:
@@ -53,7 +53,7 @@ def _catalogue(result: CatalogueResult, console: Console) -> None:
 
 @text.register
 def _estimate(result: EstimateResult, console: Console) -> None:
-    from gpudoc.estimate.render import render_estimate  # noqa: PLC0415
+    from gpudoc.estimate.render import render_estimate
 
     render_estimate(result.estimate, console, profile_name=result.profile_name, gpu_from=result.gpu_from)
 
@@ -141,7 +141,7 @@ def _dry_run(result: DryRunResult, console: Console) -> None:
 @text.register
 def _run(result: RunResult, console: Console) -> None:
     """The summary after a run (gpudoc's own words go to stderr: stdout is the job's)."""
-    from gpudoc.launch.signals import signal_name  # noqa: PLC0415
+    from gpudoc.launch.signals import signal_name
 
     record = result.record
     say, style = console.print, console.style

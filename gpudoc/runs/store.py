@@ -141,7 +141,7 @@ class RunStore:
 
     def owners(self) -> RunOwners:
         """Which run each process belongs to, from every record (see ``gpudoc.runs.owners``)."""
-        from gpudoc.runs.owners import RunOwners  # noqa: PLC0415
+        from gpudoc.runs.owners import RunOwners
 
         return RunOwners(self.records())
 

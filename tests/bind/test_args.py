@@ -109,7 +109,7 @@ def test_accelerate_launch_own_gradient_accumulation_is_not_the_scripts(tmp_path
     argv = ["accelerate", "launch", "--num_processes", "2", "--gradient_accumulation_steps", "8", "--multi_gpu",
             "train.py", "--lr", "1e-4"]
     p = plan("accelerate", {"gradient_accumulation_steps": 4}, argv, tmp_path, launch={"nproc_per_node": 2})
-    assert p.argv == argv + ["--gradient_accumulation_steps", "4"]
+    assert p.argv == [*argv, "--gradient_accumulation_steps", "4"]
 
 
 def test_deepspeed_launcher_and_python_m_torch_distributed(tmp_path):

@@ -270,7 +270,7 @@ def test_fixture_binding_changes_only_bound_values(case, isolated_home):
         if want is MISSING:
             assert got is MISSING, f"{key} should be absent, is {got!r}"
         else:
-            assert got == want and type(got) is type(want) or (isinstance(want, float) and got == want), \
+            assert (got == want and type(got) is type(want)) or (isinstance(want, float) and got == want), \
                 f"{key}: {got!r} != {want!r}"
     # Only bound lines differ: each changed line names a key whose value changed (or the
     # structure around a created key).

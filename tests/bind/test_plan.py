@@ -6,10 +6,10 @@ import json
 import resource
 import shutil
 import signal
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from gpudoc.bind import apply_file_edits, plan_bindings
 from gpudoc.errors import InputError, ProfileError, UsageError

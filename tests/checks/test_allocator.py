@@ -38,14 +38,14 @@ def test_new_name_is_ignored_by_old_torch():
 
 def test_old_name_on_new_torch_is_deprecated_info():
     findings = run({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
-    f = [x for x in findings if "deprecated" in x.title][0]
+    f = next(x for x in findings if "deprecated" in x.title)
     assert f.severity is Severity.INFO
     assert f.remedy == "export PYTORCH_ALLOC_CONF=expandable_segments:True; unset PYTORCH_CUDA_ALLOC_CONF"
 
 
 def test_both_set_and_disagreeing():
     findings = run({"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"})
-    f = [x for x in findings if "disagree" in x.title][0]
+    f = next(x for x in findings if "disagree" in x.title)
     assert f.severity is Severity.WARN
     assert "reads PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF is ignored" in f.detail
     assert f.remedy == "unset PYTORCH_CUDA_ALLOC_CONF"

@@ -21,7 +21,7 @@ def test_missing_driver_fails_and_gpu_checks_skip_without_crashing():
     facts = Facts(collected_at="now", source="none", nvml_error="NVIDIA driver not loaded (libnvidia-ml.so.1 not found)",
                   host=HostFacts(in_container=False, cpu_count=4))
     findings = run_checks(facts, None)
-    nvml = [f for f in findings if f.id == "driver.nvml"][0]
+    nvml = next(f for f in findings if f.id == "driver.nvml")
     assert nvml.severity is Severity.FAIL
     assert "libnvidia-ml.so.1" in nvml.detail
     assert "nvidia-smi" in nvml.remedy

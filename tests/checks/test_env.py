@@ -46,9 +46,9 @@ def test_debug_variables_each_get_an_unset():
     findings = check_cuda_debug(snap(A5000, env=env), EMPTY, CTX)
     remedies = {f.remedy for f in findings}
     assert remedies == {f"unset {k}" for k in env}
-    blocking = [f for f in findings if f.affects == ("CUDA_LAUNCH_BLOCKING",)][0]
+    blocking = next(f for f in findings if f.affects == ("CUDA_LAUNCH_BLOCKING",))
     assert blocking.severity is Severity.WARN
-    assert [f for f in findings if f.affects == ("TORCH_USE_CUDA_DSA",)][0].severity is Severity.INFO
+    assert next(f for f in findings if f.affects == ("TORCH_USE_CUDA_DSA",)).severity is Severity.INFO
 
 
 def test_debug_variables_off_values_are_fine():

@@ -44,7 +44,7 @@ def test_uuid_entries_and_a_bad_entry_that_hides_the_rest():
     vis = visibility(facts, facts.env)
     assert [g.index for g in vis.gpus] == [1] and vis.count == 1
     findings = check_visible(facts, profile(launch={"nproc_per_node": 2}), CTX)
-    warn = [f for f in findings if f.severity is Severity.WARN][0]
+    warn = next(f for f in findings if f.severity is Severity.WARN)
     assert "'7' matches no GPU" in warn.title and "1 entries after it" in warn.title
     assert only(findings, Severity.FAIL).title == "the profile needs 2 GPUs per node, 1 visible"
 
@@ -98,7 +98,7 @@ def test_mig_without_a_mig_uuid_warns():
 
 def test_mig_with_several_ranks_per_node_warns_about_ranks():
     findings = check_mig(snap(H100_MIG_CSV), profile(launch={"nproc_per_node": 2}), CTX)
-    ranks = [f for f in findings if "each rank" in f.title][0]
+    ranks = next(f for f in findings if "each rank" in f.title)
     assert ranks.severity is Severity.WARN and "-mig 0" in ranks.remedy
 
 

@@ -53,7 +53,7 @@ def test_leftover_of_a_gpudoc_run_points_at_clean():
                     gpudoc_run_live=False),
     ))
     findings = check_stray(facts, EMPTY, CheckContext())
-    f = [x for x in findings if "pid:5762" in x.affects][0]
+    f = next(x for x in findings if "pid:5762" in x.affects)
     assert f.severity is Severity.WARN
     assert f.title == "GPU 0: leftover of gpudoc run 20240101-000000-abcdef holds 1005.0 MiB"
     assert f.remedy == "gpudoc clean --gpus 0"
@@ -62,7 +62,7 @@ def test_leftover_of_a_gpudoc_run_points_at_clean():
 def test_zombie_remedy_signals_the_parent():
     facts = replace(snap(T4, live=True), processes=(
         ProcessInfo(pid=5762, visible=True, user="me", uid=1000, ppid=4242, status="zombie", zombie=True),))
-    f = [x for x in check_stray(facts, EMPTY, CheckContext()) if "pid:5762" in x.affects][0]
+    f = next(x for x in check_stray(facts, EMPTY, CheckContext()) if "pid:5762" in x.affects)
     assert f.remedy.startswith("kill -TERM 4242")
 
 

@@ -103,7 +103,7 @@ def test_help_teaches(path, app_cls):
 def test_top_level_help_lists_every_command_with_its_purpose():
     result = gpudoc_cli("--help")
     assert result.returncode == 0
-    for path, app_cls in COMMANDS:
+    for path, _app_cls in COMMANDS:
         if len(path) == 1:
             assert re.search(rf"^    {path[0]}\s+\S", result.stdout, re.M), path
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpudoc.cli import main as cli_main
 from gpudoc.errors import ExitStatus
 from tests.conftest import gpudoc_cli
@@ -38,7 +40,7 @@ def test_a_crash_becomes_exit_3_with_a_report(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "internal error" in err
     report = err.strip().splitlines()[-1].split(" in ", 1)[1]
-    assert "RuntimeError: boom" in open(report, encoding="utf-8").read()
+    assert "RuntimeError: boom" in Path(report).read_text(encoding="utf-8")
 
 
 def test_keyboard_interrupt_is_130(monkeypatch):

@@ -24,7 +24,7 @@ def test_json_envelope_contract():
     assert doc["schema_version"] == 1 and doc["command"] == "check"
     assert doc["status"] == "warn" and doc["exit_code"] == 0 == result.returncode
     gpu = doc["facts"]["gpus"][0]
-    assert GPU_KEYS <= set(gpu)
+    assert set(gpu) >= GPU_KEYS
     assert gpu["memory_total_bytes"] == 25757220864
     assert set(gpu["processes"][0]) >= {"pid", "used_memory_bytes", "name"}
     assert doc["facts"]["driver_version"] == "590.44.01" and doc["facts"]["cuda_driver_version"] == "13.1"
@@ -109,7 +109,7 @@ def test_two_snapshot_files_combine_gpus_and_processes():
 def test_missing_driver_is_a_fail_not_a_crash():
     result = gpudoc_cli("check", "--json")  # this test machine has no NVIDIA driver
     doc = json.loads(result.stdout)
-    nvml = [f for f in doc["findings"] if f["id"] == "driver.nvml"][0]
+    nvml = next(f for f in doc["findings"] if f["id"] == "driver.nvml")
     if doc["facts"]["nvml_error"]:
         assert nvml["severity"] == "fail" and result.returncode == 1
         assert all(f["severity"] == "skip" for f in doc["findings"] if f["id"].startswith(("gpu.", "proc.")))

@@ -99,7 +99,7 @@ def test_fix_rerun_relaunches_with_the_recorded_switches_and_links_the_child(tmp
     text = (tmp_path / "gpudoc.toml").read_text()
     assert "micro_batch_size = 2" in text and "gradient_accumulation_steps = 16" in text
     chain = _chain(store)
-    assert [r.id for r in chain][0] == failed.id
+    assert next(r.id for r in chain) == failed.id
     child = chain[1]
     assert child.parent == failed.id
     assert child.run_switches == ["-p", str(tmp_path / "gpudoc.toml"), "--no-check"]

@@ -56,7 +56,7 @@ def test_no_arguments_reads_every_node_of_the_latest_attempt(tmp_path):
     _record(store, NCCL, host="node-b", start=t, end=t + 30, node=1)
     oom = _record(store, OOM, host="node-b", start=t + 3600, end=t + 3660, node=1)
     timeout = _record(store, NCCL, host="node-a", start=t + 3601, end=t + 3661, node=0)
-    status, out = _fix(tmp_path, as_json=True)
+    _status, out = _fix(tmp_path, as_json=True)
     doc = json.loads(out)
     d = doc["diagnosis"]
     assert (d["cause"], d["rank"], d["gpu_index"]) == ("gpu_oom", 3, 1)
@@ -64,7 +64,7 @@ def test_no_arguments_reads_every_node_of_the_latest_attempt(tmp_path):
     assert doc["run_id"] == oom.id and doc["job_id"] == "slurm-55.0"
     assert [(s["run_id"], s["role"]) for s in doc["sources"]] == [(oom.id, "first_failure"),
                                                                  (timeout.id, "consequence")]
-    status, out = _fix(tmp_path)
+    _status, out = _fix(tmp_path)
     lines = out.splitlines()
     assert lines[0] == (f"Job slurm-55.0: looked at 2 records/logs; the first real failure is on node node-b "
                         f"(run {oom.id}), rank 3, GPU 1: gpu_oom.")
@@ -75,7 +75,7 @@ def test_a_run_without_a_job_id_is_read_alone(tmp_path):
     store = RunStore(tmp_path / ".gpudoc")
     t = time.time() - 60
     _record(store, OOM, host="h", start=t, end=t + 1, job_id=None)
-    status, out = _fix(tmp_path, as_json=True)
+    _status, out = _fix(tmp_path, as_json=True)
     doc = json.loads(out)
     assert "sources" not in doc and doc["diagnosis"]["host"] == "h" and doc["diagnosis"]["node"] == "h"
 

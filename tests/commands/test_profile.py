@@ -10,7 +10,7 @@ from tests.conftest import NVIDIA_SMI, gpudoc_cli
 def test_list_shows_shipped_profiles_with_descriptions():
     result = gpudoc_cli("profile", "list")
     assert result.returncode == 0, result.stderr
-    line = next(l for l in result.stdout.splitlines() if l.startswith("gpu-24gb "))
+    line = next(row for row in result.stdout.splitlines() if row.startswith("gpu-24gb "))
     assert "shipped" in line and "A10G" in line
 
 

@@ -41,7 +41,7 @@ def setup(tmp_path, log: str, diagnosis=None):
 
 
 def test_next_attempt_skips_free_stray_memory_and_applies_the_batch_rung(tmp_path):
-    profile, store, record = setup(tmp_path, OOM_WITH_STRAY)
+    profile, _store, record = setup(tmp_path, OOM_WITH_STRAY)
     new_profile, rung = next_attempt(record, profile, captured_workspace(tmp_path), allow_semantic=False)
     assert rung.rung == "halve-micro-batch"
     assert new_profile.knobs["micro_batch_size"] == 2 and new_profile.knobs["gradient_accumulation_steps"] == 4
@@ -50,19 +50,19 @@ def test_next_attempt_skips_free_stray_memory_and_applies_the_batch_rung(tmp_pat
 
 
 def test_record_without_diagnosis_is_diagnosed_from_its_log(tmp_path):
-    profile, store, record = setup(tmp_path, OOM_WITH_STRAY)
+    _profile, store, record = setup(tmp_path, OOM_WITH_STRAY)
     diag = record_diagnosis(record, store)
     assert diag.cause == "gpu_oom" and diag.requested_bytes == 2 * 1024**3
 
 
 def test_stored_diagnosis_wins_and_non_memory_failure_gives_nothing(tmp_path):
-    profile, store, record = setup(tmp_path, OOM_WITH_STRAY, diagnosis=Diagnosis(cause="host_oom", summary="Killed"))
+    profile, _store, record = setup(tmp_path, OOM_WITH_STRAY, diagnosis=Diagnosis(cause="host_oom", summary="Killed"))
     assert next_attempt(record, profile, captured_workspace(tmp_path), allow_semantic=True) == (None, None)
     assert (tmp_path / "gpudoc.toml").read_text() == PROFILE
 
 
 def test_exhausted_ladder_gives_nothing(tmp_path):
-    profile, store, record = setup(tmp_path, OOM_WITH_STRAY.replace("Process 999 has 6.00 GiB memory in use. ", ""))
+    profile, _store, record = setup(tmp_path, OOM_WITH_STRAY.replace("Process 999 has 6.00 GiB memory in use. ", ""))
     (tmp_path / "gpudoc.toml").write_text(PROFILE.replace("micro_batch_size = 4", "micro_batch_size = 1"))
     profile = load_profile_file(tmp_path / "gpudoc.toml")
     assert next_attempt(record, profile, captured_workspace(tmp_path), allow_semantic=False) == (None, None)

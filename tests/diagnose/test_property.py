@@ -73,7 +73,7 @@ def test_any_set_of_logs(items):
 )
 def test_oom_found_in_noise(before, after, prefix, rank, gpu, req, shape, crlf):
     message = shape.format(req=req, g=gpu)
-    lines = before + [prefix.format(r=rank) + message] + after
+    lines = [*before, prefix.format(r=rank) + message, *after]
     text = ("\r\n" if crlf else "\n").join(lines)
     d = diagnose_text(text)
     assert d.cause == "gpu_oom"

@@ -84,7 +84,7 @@ def _optimizer(r: dict) -> tuple[str, bool, bool]:
 
 def _checkpointing(r: dict) -> str:
     text = (r["grad_checkpointing"] or "").lower()
-    if text.startswith("none") or text.startswith("not stated"):
+    if text.startswith(("none", "not stated")):
         return "none"
     if "selective" in text:
         return "selective"

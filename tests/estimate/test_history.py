@@ -27,9 +27,9 @@ def _truth(micro_batch: int, *, static_scale=0.9, per_sample_scale=1.6) -> float
 def _record(micro_batch: int, run_id: str, **kw) -> RunRecord:
     allocated = _truth(micro_batch)
     nvml = allocated * (1 + terms.allocator_slack_bytes(1.0, expandable_segments=False)) + terms.cuda_context_bytes()
-    fields = dict(id=run_id, command=["train"], cwd=".", status="ok", exit_code=0,
-                  profile={"name": "p", "knobs": {**KNOBS, "micro_batch_size": micro_batch}},
-                  peak_memory_bytes={"0": int(nvml)})
+    fields = {"id": run_id, "command": ["train"], "cwd": ".", "status": "ok", "exit_code": 0,
+                  "profile": {"name": "p", "knobs": {**KNOBS, "micro_batch_size": micro_batch}},
+                  "peak_memory_bytes": {"0": int(nvml)}}
     fields.update(kw)
     return RunRecord(**fields)
 

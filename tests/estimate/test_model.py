@@ -125,7 +125,7 @@ def test_gpt_block_fp32_eager_matches_autograd_up_to_the_causal_mask():
 def _inputs(**setup) -> Inputs:
     shape = ModelShape(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
                        params=8.03e9, gated_mlp=True)
-    base = dict(micro_batch_size=1, seq_len=2048, precision="bf16")
+    base = {"micro_batch_size": 1, "seq_len": 2048, "precision": "bf16"}
     base.update(setup)
     return Inputs(shape=shape, setup=TrainSetup(**base))
 

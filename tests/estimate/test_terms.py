@@ -91,14 +91,14 @@ def test_per_term_layer_matches_korthikanti_for_its_assumptions():
 
 def test_flash_attention_removes_the_quadratic_term_and_gqa_shrinks_kv():
     s, b, h, a = 4096, 1, 4096, 32
-    common = dict(tokens=s * b, batch=b, seq=s, hidden=h, heads=a, act_bytes=2.0, dropout=0.0,
-                  score_bytes=2.0, amp_cast=False)
+    common = {"tokens": s * b, "batch": b, "seq": s, "hidden": h, "heads": a, "act_bytes": 2.0, "dropout": 0.0,
+                  "score_bytes": 2.0, "amp_cast": False}
     _, s2 = terms.attention_saved_bytes(kv_heads=a, attention="sdpa", **common)
     assert s2 == 0
     mha, _ = terms.attention_saved_bytes(kv_heads=a, attention="sdpa", **common)
     gqa, _ = terms.attention_saved_bytes(kv_heads=8, attention="sdpa", **common)
     assert mha - gqa == 2 * s * b * h * 2 * (1 - 8 / 32)
-    eager_sbh, eager_s2 = terms.attention_saved_bytes(kv_heads=a, attention="eager", **common)
+    _eager_sbh, eager_s2 = terms.attention_saved_bytes(kv_heads=a, attention="eager", **common)
     assert eager_s2 == 2 * a * s * s * b
 
 

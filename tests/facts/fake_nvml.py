@@ -92,7 +92,7 @@ class FakeNvml:
 
     @classmethod
     def from_snapshot(cls, *paths: Path, old_driver: bool = False, symbols: Iterable[str] | None = None,
-                      missing: Iterable[str] = (), init_error: int | None = None) -> "FakeNvml":
+                      missing: Iterable[str] = (), init_error: int | None = None) -> FakeNvml:
         gone = frozenset(missing) | (OLD_DRIVER_MISSING if old_driver else frozenset())
         return cls(load_snapshot(list(paths)), missing=gone,
                    symbols=frozenset(symbols) if symbols is not None else None, init_error=init_error)

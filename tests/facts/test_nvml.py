@@ -103,7 +103,7 @@ def test_wddm_not_available_memory_sentinel_becomes_none_and_c_plus_g_is_merged(
 
 def test_old_driver_falls_back_to_older_functions():
     backend = FakeNvml.from_snapshot(NVIDIA_SMI / (TG + "dual_a5000-v13.xml"), old_driver=True)
-    driver, cuda, _, gpus, error = read_gpus(backend)
+    _driver, cuda, _, gpus, error = read_gpus(backend)
     assert error is None
     assert cuda == "13.1"  # from nvmlSystemGetCudaDriverVersion (v1)
     assert "nvmlSystemGetCudaDriverVersion" in backend.calls

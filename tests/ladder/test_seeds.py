@@ -177,7 +177,7 @@ def test_seed_003_never_shrinks_the_model_and_holds_back_sequence_length(tmp_pat
 
 
 def test_seed_003_with_allow_semantic_shortens_sequences_after_non_semantic_rungs(tmp_path):
-    status, out = run_fix(tmp_path, SEED_003_PROFILE, SEED_003_LOG, "--allow-semantic")
+    _status, out = run_fix(tmp_path, SEED_003_PROFILE, SEED_003_LOG, "--allow-semantic")
     order = rungs(out)
     flags = [s["semantic"] for s in out["suggestions"]]
     assert flags == sorted(flags)  # every non-semantic rung first
@@ -238,7 +238,7 @@ def test_seed_000_cuts_the_micro_batch_keeping_256(tmp_path):
     assert "expandable-segments" not in rungs(out)  # already set in [env]
     halve = get(out, "halve-micro-batch")
     old, new = halve["changes"]["micro_batch_size"]
-    accum_old, accum_new = halve["changes"]["gradient_accumulation_steps"]
+    _accum_old, accum_new = halve["changes"]["gradient_accumulation_steps"]
     assert old == 8 and new <= 4
     assert new * accum_new * 4 == 256
     assert rungs(out)[0] == "halve-micro-batch"
@@ -306,7 +306,7 @@ def test_seed_002_halves_batch_states_drift_then_fewer_negatives(tmp_path):
 
 
 def test_seed_002_fp32_on_turing_gets_fp16_not_bf16(tmp_path):
-    status, out = run_fix(tmp_path, SEED_002_PROFILE.format(precision="fp32"), SEED_002_LOG)
+    _status, out = run_fix(tmp_path, SEED_002_PROFILE.format(precision="fp32"), SEED_002_LOG)
     assert get(out, "mixed-precision")["changes"] == {"precision": ["fp32", "fp16"]}
 
 

@@ -35,7 +35,7 @@ def test_clean_torchrun_run_exits_0_with_every_line_logged(isolated_home):
     assert g.wait(90) == 0, g.stderr
     log = last_log(isolated_home)
     for rank in (0, 1):
-        assert_in_order(log, rank_lines(rank) + [f"rank{rank} done\n".encode()])
+        assert_in_order(log, [*rank_lines(rank), f"rank{rank} done\n".encode()])
     assert bytes(g.out) == log  # the terminal (here: a pipe) got exactly the log's bytes
     record = last_record(isolated_home)
     assert (record["status"], record["exit_code"], record["cause"]) == ("ok", 0, "ok")
@@ -108,7 +108,7 @@ def test_ctrl_c_reports_130_and_leaves_nothing(isolated_home):
     assert record["status"] == "interrupted"
     assert record["exit_code"] == 130
     assert "SIGINT sent to the job" in g.stderr
-    assert_in_order(last_log(isolated_home), rank_lines(0) + [b"rank0 ready\n"])
+    assert_in_order(last_log(isolated_home), [*rank_lines(0), b"rank0 ready\n"])
     assert_no_leftovers(mark)
 
 

@@ -24,9 +24,9 @@ def test_plain_text_dot_leaders_remedies_and_verdict():
     text = render(False)
     lines = text.splitlines()
     assert lines[0] == "Driver"
-    ok = [line for line in lines if line.startswith("  driver")][0]
+    ok = next(line for line in lines if line.startswith("  driver"))
     assert ok.endswith(" ok") and len(ok) == 70
-    fail = [line for line in lines if "1.6 GiB" in line][0]
+    fail = next(line for line in lines if "1.6 GiB" in line)
     assert fail.endswith("FAIL") and len(fail) == 70
     assert "      fix: gpudoc clean --gpus 0" in lines
     assert text.count("fix: gpudoc check --snapshot x") == 1  # the same skip remedy is said once

@@ -128,7 +128,7 @@ def test_records_are_parsed_once_and_again_only_when_changed(tmp_path):
     store = RunStore(tmp_path)
     first = make(store)
     [again] = store.records()
-    assert [r for r in store.records()][0] is again  # the same object: not parsed a second time
+    assert next(iter(store.records())) is again  # the same object: not parsed a second time
     # Another process rewrites the record (a later `gpudoc run` finishing): the store sees it.
     other = RunStore(tmp_path)
     changed = other.load(first.id)
