@@ -1,6 +1,6 @@
 # fish completion for gpudoc
-# Generated from gpudoc's own command line by `python -m gpudoc.commands.completions --write`:
-# change the CLI (or gpudoc/commands/completions.py) and regenerate rather than editing this file.
+# Generated from gpudoc's own command line by `python -m gpudoc.cli.completion --write`:
+# change the CLI (or gpudoc/cli/completion/) and regenerate rather than editing this file.
 # Print it with `gpudoc completions fish`.
 #
 # Install: copy to ~/.config/fish/completions/gpudoc.fish (fish loads it on first use).

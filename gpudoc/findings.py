@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -67,7 +68,7 @@ def summarize(findings: list[Finding] | tuple[Finding, ...]) -> dict[str, int]:
     return counts
 
 
-def overall_status(findings, *, strict: bool = False) -> str:
+def overall_status(findings: Iterable[Finding], *, strict: bool = False) -> str:
     """``ok``, ``warn`` or ``fail`` for the whole report."""
     if any(f.severity.is_problem for f in findings):
         return "fail"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import traceback
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from gpudoc.checks import allocator, driver, env, gpus, health, host, memory, processes
 from gpudoc.checks._common import CheckContext, has_profile
@@ -94,7 +94,7 @@ def _skip_reason(check: Check, facts: Facts, profile: Profile) -> Finding | None
     return None
 
 
-def _as_list(result) -> list[Finding]:
+def _as_list(result: Finding | Iterable[Finding] | None) -> list[Finding]:
     if result is None:
         return []
     if isinstance(result, Finding):
@@ -103,7 +103,7 @@ def _as_list(result) -> list[Finding]:
 
 
 def run_checks(facts: Facts, profile: Profile | None, *, only: Iterable[str] = (), skip: Iterable[str] = (),
-               gpus: Iterable[int] | None = None, estimate=None, alloc_env_name: str | None = None,
+               gpus: Iterable[int] | None = None, estimate: Any = None, alloc_env_name: str | None = None,
                torch_version: str | None = None, profile_label: str | None = None) -> list[Finding]:
     """Run the selected checks over one facts snapshot. Never raises for a check's own bug."""
     profile = profile if profile is not None else EMPTY

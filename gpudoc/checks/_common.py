@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpudoc.errors import UsageError
 from gpudoc.facts.model import Facts, Gpu
 from gpudoc.profiles.model import EMPTY, Profile
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeGuard
 
 # The two spellings of the allocator variable (torch >= 2.9 reads the first, older the second).
 
@@ -33,7 +36,7 @@ class CheckContext:
     profile_label: str | None = None  # how to name the profile in remedies (`-p NAME`)
 
 
-def has_profile(profile: Profile | None) -> bool:
+def has_profile(profile: Profile | None) -> TypeGuard[Profile]:
     if profile is None or profile is EMPTY:
         return False
     if profile.path is not None:
@@ -132,7 +135,7 @@ class Visibility:
 
 def _mig_uuids(gpu: Gpu) -> list[str]:
     devices = (gpu.mig or {}).get("devices") or []
-    return [d.get("uuid") for d in devices if isinstance(d, Mapping) and d.get("uuid")]
+    return [str(d["uuid"]) for d in devices if isinstance(d, Mapping) and d.get("uuid")]
 
 
 def visibility(facts: Facts, env: Mapping[str, str]) -> Visibility:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 
 from gpudoc.allocator import CUDA_NAME as ALLOC_OLD
 from gpudoc.allocator import NEW_NAME as ALLOC_NEW
@@ -28,7 +29,7 @@ def _bool(value: str) -> str | None:
     return None if value in _BOOL else "expects True or False (capitalised)"
 
 
-def _int_min(minimum: int):
+def _int_min(minimum: int) -> Callable[[str], str | None]:
     def check(value: str) -> str | None:
         if not re.fullmatch(r"\d+", value):
             return "expects a whole number"
@@ -47,7 +48,7 @@ def _fraction(value: str) -> str | None:
     return None if 0.0 < number < 1.0 else "must be strictly between 0.0 and 1.0"
 
 
-def _power_of_two(limit: int | None = None):
+def _power_of_two(limit: int | None = None) -> Callable[[str], str | None]:
     def check(value: str) -> str | None:
         if not re.fullmatch(r"\d+", value):
             return "expects a power of two"

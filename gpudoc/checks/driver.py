@@ -63,7 +63,7 @@ def _version(text: str | None) -> tuple[int, ...] | None:
 
 
 def _wheel_for(driver_cuda: tuple[int, ...]) -> str | None:
-    fitting = [t for t in _WHEEL_TAGS if _version(t) <= driver_cuda]
+    fitting = [t for t in _WHEEL_TAGS if (_version(t) or (0,)) <= driver_cuda]
     return fitting[-1] if fitting else None
 
 

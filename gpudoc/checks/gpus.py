@@ -115,7 +115,7 @@ def check_mig(facts: Facts, profile: Profile, ctx: CheckContext) -> list[Finding
         devices = (g.mig or {}).get("devices") or []
         sizes = ", ".join(format_bytes(d.get("memory_total_bytes")) for d in devices if isinstance(d, dict))
         detail = f"{len(devices)} MIG instance(s)" + (f": {sizes}" if sizes else "")
-        uuids = [d.get("uuid") for d in devices if isinstance(d, dict) and d.get("uuid")]
+        uuids = [str(d["uuid"]) for d in devices if isinstance(d, dict) and d.get("uuid")]
         if not vis.mig_entries:
             remedy = (set_remedy("CUDA_VISIBLE_DEVICES", uuids[0], profile, ctx) if uuids
                       else "nvidia-smi -L  # then export CUDA_VISIBLE_DEVICES=MIG-<uuid>")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gpudoc.checks._common import (
     CheckContext,
     free_bytes,
@@ -11,7 +13,7 @@ from gpudoc.checks._common import (
     profile_name,
     target_gpus,
 )
-from gpudoc.facts.holders import classify_gpu_processes
+from gpudoc.facts.holders import GpuHolder, classify_gpu_processes
 from gpudoc.facts.model import Facts, Gpu
 from gpudoc.findings import Finding, Severity
 from gpudoc.profiles.model import Profile
@@ -107,7 +109,8 @@ def check_free_memory(facts: Facts, profile: Profile, ctx: CheckContext) -> list
     return out
 
 
-def _remedy(facts, gpu, total, need, holders, gpus, profile, ctx) -> str:
+def _remedy(facts: Facts, gpu: Gpu, total: int | None, need: float, holders: list[GpuHolder], gpus: Sequence[Gpu],
+            profile: Profile, ctx: CheckContext) -> str:
     if total is not None and total < need:
         label = profile_name(profile, ctx)
         return (f"the card holds {format_bytes(total)}: lower micro_batch_size in [train] of {label} "

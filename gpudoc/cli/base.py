@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from plumbum import cli
 from plumbum.cli.application import ShowCompletion, ShowHelp, ShowHelpAll, ShowVersion
 
@@ -23,7 +25,7 @@ class Command(cli.Application):
     SUBCOMMAND_HELPMSG = False
     EXAMPLES = ""  # shown at the end of --help: two real invocations
 
-    def __init__(self, executable) -> None:
+    def __init__(self, executable: Any) -> None:
         super().__init__(executable)
         # Our -h/--help below replaces plumbum's; without this the replaced one is still listed
         # in --help as a nameless line ("Prints this help message and quits").
@@ -32,7 +34,7 @@ class Command(cli.Application):
             if any(self._switches_by_name.get(name) is info for name in info.names)
         }
 
-    def _parse_args(self, argv):
+    def _parse_args(self, argv: list[str]) -> Any:
         try:
             return super()._parse_args(argv)
         except cli.SwitchError as exc:
@@ -40,7 +42,7 @@ class Command(cli.Application):
                 raise
             raise UsageError(f"{self.PROGNAME}: {exc}") from None
 
-    def _validate_args(self, swfuncs, tailargs):
+    def _validate_args(self, swfuncs: Any, tailargs: Any) -> Any:
         try:
             return super()._validate_args(swfuncs, tailargs)
         except cli.SwitchError as exc:

@@ -14,6 +14,6 @@ gpudoc completions fish > ~/.config/fish/completions/gpudoc.fish
 """
 
     def main(self, shell: str) -> int:
-        from gpudoc.commands.completions import print_completions
+        from gpudoc.cli.completion import print_completions
 
         return print_completions(shell)

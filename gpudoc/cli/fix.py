@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from plumbum import cli
 
 from gpudoc.cli.base import Command
@@ -30,7 +32,7 @@ gpudoc fix --log train.log -p gpudoc.toml --apply
     allow_semantic = cli.Flag(["--allow-semantic"], help="also propose rungs that change the experiment (shorter sequences, smaller LoRA rank, user rungs)")
     json = cli.Flag(["--json"], help="one JSON object: diagnosis and suggestions")
 
-    def _parse_args(self, argv):
+    def _parse_args(self, argv: list[str]) -> Any:
         return super()._parse_args([_STDIN if arg == "-" else arg for arg in argv])
 
     def main(self, *targets: str) -> int:

@@ -17,7 +17,7 @@ gpudoc logs 20250131-140509123-a1b2c3 | grep loss
 
     follow = cli.Flag(["-f", "--follow"], help="keep printing new output until the run ends")
 
-    def main(self, run_id: str = None) -> int:  # noqa: RUF013 - plumbum reads the default
+    def main(self, run_id: str = "") -> int:  # plumbum converts by the annotation: a str, "" for none
         from gpudoc.commands.logs import logs
 
-        return logs(self.workspace, run_id, follow=self.follow)
+        return logs(self.workspace, run_id or None, follow=self.follow)

@@ -38,12 +38,12 @@ def _run(options: RunOptions, workspace: Workspace) -> int:
     return run(options, workspace)
 
 
-def _build_command_class():
+def _build_command_class() -> type:
     from plumbum import cli
 
     from gpudoc.cli.base import Command
 
-    def _parse_args(self, argv):
+    def _parse_args(self: Any, argv: list[str]) -> Any:
         try:
             return Command._parse_args(self, split_command(argv, takes_value()))
         except UsageError as exc:
@@ -51,7 +51,8 @@ def _build_command_class():
             exc.exit_status = ExitStatus.LAUNCH_REFUSED
             raise
 
-    def main(self, *command: str) -> int:
+    # plumbum converts positionals by main's annotations, `self` included: it stays unannotated.
+    def main(self, *command: str) -> int:  # type: ignore[no-untyped-def]
         values = {attr: getattr(self, attr) for _, attr, _, _, _ in SWITCHES}
         return _run(RunOptions(command=list(command), **values), self.workspace)
 
@@ -74,7 +75,7 @@ def _build_command_class():
 _cache: dict[str, Any] = {}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # `gpudoc.cli.app` names "gpudoc.cli.run.RunCommand": built (and plumbum imported) on demand.
     if name == "RunCommand":
         if name not in _cache:

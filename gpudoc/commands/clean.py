@@ -7,6 +7,7 @@ from typing import TextIO
 
 from gpudoc.errors import ExitStatus
 from gpudoc.output import Console
+from gpudoc.procs.clean import Target
 from gpudoc.units import format_bytes
 from gpudoc.workspace import Workspace
 
@@ -18,7 +19,7 @@ _KIND_TEXT = {
 }
 
 
-def _describe(t) -> str:
+def _describe(t: Target) -> str:
     size = format_bytes(t.bytes) if t.bytes is not None else "-"
     gpus = ",".join(map(str, t.gpu_indexes)) or "-"
     cmd = " ".join(t.cmdline)[:70] if t.cmdline else (t.name or "?")
@@ -34,7 +35,7 @@ def tty_confirm(stdin: TextIO, console: Console) -> Callable | None:
     if not interactive:
         return None
 
-    def ask(targets) -> bool:
+    def ask(targets: list[Target]) -> bool:
         console.out.write(f"End these {len(targets)} process(es) (SIGTERM, then SIGKILL)? [y/N] ")
         console.out.flush()
         answer = stdin.readline().strip().lower()

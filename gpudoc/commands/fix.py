@@ -159,10 +159,11 @@ def _rerun_options(record: RunRecord, profile_path: Path, allow_semantic: bool) 
     command = list(record.command or [])
     if not command:
         raise UsageError(f"run {record.id} recorded no command to relaunch")
-    switches = relaunch_switches(record.id, record.run_switches, record.argv)
+    options = replace(relaunch_switches(record.id, record.run_switches, record.argv), command=command,
+                      profile=str(profile_path))
     if allow_semantic:
-        switches["allow_semantic"] = True
-    return RunOptions(command=command, profile=str(profile_path), **switches)
+        options.allow_semantic = True
+    return options
 
 
 def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: bool) -> int:

@@ -59,7 +59,8 @@ def logs(ws: Workspace, run_id: str | None = None, *, follow: bool = False, out_
         handle = None
     try:
         if not follow:
-            _copy(handle, out)
+            if handle is not None:  # without --follow a missing log raised above
+                _copy(handle, out)
             return 0
         while True:
             if handle is None:

@@ -64,7 +64,7 @@ def _from_gpu(ws: Workspace, snapshots: tuple[str, ...]) -> tuple[str | None, li
     if not gpus:
         reason = facts.nvml_error or "the driver reports no GPU"
         raise GpudocError(f"--from-gpu: no GPU to read ({reason})", exit_status=ExitStatus.NEGATIVE)
-    smallest = min(g.memory_total_bytes for g in gpus) / GIB
+    smallest = min(g.memory_total_bytes or 0 for g in gpus) / GIB
     tier = _nearest_tier(smallest)
     names = sorted({g.name or "unknown" for g in gpus})
     lines = [

@@ -23,6 +23,7 @@ from gpudoc.workspace import Workspace
 
 if TYPE_CHECKING:
     from gpudoc.facts.model import Facts
+    from gpudoc.ladder.model import Suggestion
     from gpudoc.launch.command import ResolvedCommand
     from gpudoc.profiles.model import Profile
 
@@ -62,7 +63,8 @@ def run(options: RunOptions, ws: Workspace) -> int:
 
 # -- resolving the command ---------------------------------------------------------------------
 
-def resolve_command(profile, command: Sequence[str], *, cwd: Path, environ: Mapping[str, str]):
+def resolve_command(profile: Profile, command: Sequence[str], *, cwd: Path,
+                    environ: Mapping[str, str]) -> tuple[ResolvedCommand, str | None]:
     """Profile + bindings -> the ResolvedCommand (pure apart from reading the job's config files)."""
     from gpudoc import allocator
     from gpudoc.job.interpreter import target_python
@@ -182,7 +184,7 @@ def _check_executable(argv: Sequence[str], env: Mapping[str, str], cwd: Path) ->
         raise LaunchError(f"command not found: {first}", exit_status=ExitStatus.NOT_FOUND)
 
 
-def _apply_edits(resolved) -> list[dict]:
+def _apply_edits(resolved: ResolvedCommand) -> list[dict]:
     if not resolved.file_edits:
         return []
     from gpudoc.bind import apply_file_edits
@@ -192,17 +194,15 @@ def _apply_edits(resolved) -> list[dict]:
 
 # -- the summary ------------------------------------------------------------------------------
 
-def _describe_rung(rung) -> str:
+def _describe_rung(rung: Suggestion | None) -> str:
     if rung is None:
         return "next rung"
-    name = getattr(rung, "rung", "rung")
-    changes = getattr(rung, "changes", {}) or {}
-    env = getattr(rung, "env", {}) or {}
-    parts = [f"{k} {old} -> {new}" for k, (old, new) in changes.items()] + [f"{k}={v}" for k, v in env.items()]
-    return f"{name}" + (f" ({', '.join(parts)})" if parts else "")
+    parts = [f"{k} {old} -> {new}" for k, (old, new) in rung.changes.items()] + [f"{k}={v}" for k, v in rung.env.items()]
+    return rung.rung + (f" ({', '.join(parts)})" if parts else "")
 
 
-def _next_attempt(record: RunRecord, profile: Profile, options: RunOptions, ws: Workspace):
+def _next_attempt(record: RunRecord, profile: Profile, options: RunOptions,
+                  ws: Workspace) -> tuple[Profile | None, Suggestion | None]:
     from gpudoc.commands.retry import next_attempt
 
     allow = options.allow_semantic or profile.allow_semantic

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -24,7 +24,10 @@ from gpudoc.runs.store import read_tail
 from gpudoc.workspace import Workspace
 
 if TYPE_CHECKING:
+    from gpudoc.diagnose.stream import SignatureScanner
     from gpudoc.launch.command import ResolvedCommand
+    from gpudoc.launch.spawn import Outcome
+    from gpudoc.launch.watch import GpuSampler
     from gpudoc.profiles.model import Profile
 
 
@@ -91,7 +94,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     sampler = GpuSampler(store.samples_path(run_id), reader_factory=lambda: nvml_reader(nvml_backend),
                          environ=child_env)
     thread = SamplerThread(sampler, float(profile.run.get("sample_interval_s", DEFAULT_SAMPLE_INTERVAL_S)))
-    state = {"pids": {}}
+    state: dict[str, dict[int, float | None]] = {"pids": {}}
 
     def on_start(pid: int, pgid: int) -> None:
         # The record appears with the job's PID and group in it: a `gpudoc clean` after a crash
@@ -106,7 +109,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
 
     launcher: Launcher | None = None
 
-    def on_events(events) -> None:
+    def on_events(events: Iterable[Any]) -> None:
         for event in events:
             if len(watch.event_lines) < _KEEP_EVENT_LINES:
                 watch.event_lines.append(getattr(event, "line", "") or "")
@@ -181,13 +184,14 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     return outcome.status, record
 
 
-def _scanner():
-    from gpudoc.diagnose.stream import SignatureScanner
+def _scanner() -> SignatureScanner:
+    from gpudoc.diagnose.stream import SignatureScanner as Scanner
 
-    return SignatureScanner()
+    return Scanner()
 
 
-def _merge_pids(record, state: dict, procs) -> bool:
+def _merge_pids(record: RunRecord, state: dict[str, dict[int, float | None]],
+                procs: Iterable[tuple[int, float | None]]) -> bool:
     changed = False
     seen = state["pids"]
     for pid, create_time in procs:
@@ -199,7 +203,7 @@ def _merge_pids(record, state: dict, procs) -> bool:
     return changed
 
 
-def _finish_record(record, outcome, watch: _Watch, sampler, log_path: Path) -> None:
+def _finish_record(record: RunRecord, outcome: Outcome, watch: _Watch, sampler: GpuSampler, log_path: Path) -> None:
     record.ended_at = now_iso()
     record.duration_s = round(outcome.ended - outcome.started, 3)
     record.exit_code = outcome.status
@@ -243,7 +247,7 @@ def _diagnose(log_path: Path, exit_code: int | None, watch: _Watch, pids: list[i
     return diagnose_text(text, exit_code=exit_code, own_pids=pids)
 
 
-def _profile_doc(profile) -> dict | None:
+def _profile_doc(profile: Profile) -> dict | None:
     try:
         doc = profile.to_dict()
     except AttributeError:
@@ -269,14 +273,14 @@ def _user() -> str | None:
         return None
 
 
-def _isatty(stream) -> bool:
+def _isatty(stream: Any) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
 
 
-def _fileno(stream) -> int | None:
+def _fileno(stream: Any) -> int | None:
     try:
         return stream.fileno()
     except (AttributeError, ValueError, OSError):

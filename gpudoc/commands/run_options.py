@@ -146,8 +146,8 @@ def parse_fast(args: list[str]) -> RunOptions | None:
     return RunOptions(command=[], **values)
 
 
-def relaunch_switches(run_id: str, switches: list[str], argv: list[str]) -> dict[str, bool]:
-    """A recorded run's own `gpudoc run` switches that a relaunch keeps: {attribute: value}.
+def relaunch_switches(run_id: str, switches: list[str], argv: list[str]) -> RunOptions:
+    """A recorded run's own `gpudoc run` switches that a relaunch keeps (no command, no profile).
 
     ``switches`` is the record's ``run_switches``; a record that only has ``argv`` keeps the
     launched command there (it never starts with a dash), unless it is a switch list itself. A
@@ -159,11 +159,14 @@ def relaunch_switches(run_id: str, switches: list[str], argv: list[str]) -> dict
         if "--" in switches:
             switches = switches[: switches.index("--")]
     if not switches:
-        return {}
+        return RunOptions()
     parsed = parse_fast([*switches, "--", "true"])
     if parsed is None:
         raise InputError(f"run {run_id}: unreadable recorded switches {' '.join(switches)!r}")
-    return {key: True for key in RELAUNCH_SWITCHES if getattr(parsed, key)}
+    kept = RunOptions()
+    for key in RELAUNCH_SWITCHES:
+        setattr(kept, key, bool(getattr(parsed, key)))
+    return kept
 
 
 OPTION_NAMES = tuple(f.name for f in fields(RunOptions))

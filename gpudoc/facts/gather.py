@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from gpudoc.facts.model import Facts, HostFacts
+from gpudoc.facts.model import Facts, HostFacts, ProcessInfo, TorchFacts
 
 
 def _now() -> str:
@@ -74,7 +74,7 @@ def _from_nvml(backend: Any | None) -> Facts:
     )
 
 
-def _processes(facts: Facts, runs: Any | None):
+def _processes(facts: Facts, runs: Any | None) -> tuple[ProcessInfo, ...]:
     pids = []
     for gpu in facts.gpus:
         for proc in gpu.processes or ():
@@ -108,7 +108,7 @@ def _host(runs: Any | None, environ: Mapping[str, str]) -> HostFacts:
         return HostFacts(runs_dir=str(root), unavailable={"host": f"reading host facts failed: {exc}"})
 
 
-def _torch(python: str | None):
+def _torch(python: str | None) -> TorchFacts:
     from gpudoc.facts.model import TorchFacts
     from gpudoc.facts.torch_probe import probe_torch
 

@@ -179,7 +179,7 @@ _NESTED = {
 }
 
 
-def _from_jsonable(cls, data: Mapping[str, Any]):
+def _from_jsonable(cls: Any, data: Mapping[str, Any]) -> Any:
     kwargs = {}
     names = {f.name for f in fields(cls)}
     for key, value in data.items():

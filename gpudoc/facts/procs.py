@@ -6,7 +6,7 @@ here, which is a fact worth reporting (``visible=False``), not an error.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpudoc.facts.model import ProcessInfo, RunOwnerIndex
@@ -41,7 +41,7 @@ def _one(psutil: Any, pid: int, owners: RunOwnerIndex | None) -> ProcessInfo:
     info: dict[str, Any] = {}
     vanished = False
 
-    def get(key: str, fn) -> None:
+    def get(key: str, fn: Callable[[], Any]) -> None:
         nonlocal vanished
         try:
             info[key] = fn()

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from gpudoc import allocator
@@ -96,7 +97,7 @@ def installed_torch_version(python: str | None = None) -> str | None:
     return text or None
 
 
-def _dist_info_version(directories) -> str | None:
+def _dist_info_version(directories: Iterable[str]) -> str | None:
     for entry in directories:
         try:
             names = os.listdir(entry or ".")

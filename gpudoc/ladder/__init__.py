@@ -85,7 +85,7 @@ def suggest(
     if skip_by_saving:
         covering = [
             s for s in candidates
-            if s.expected_saving_bytes is None or s.expected_saving_bytes >= short
+            if s.expected_saving_bytes is None or (short is not None and s.expected_saving_bytes >= short)
         ]
         if any(s.expected_saving_bytes is not None for s in covering):
             for s in candidates:

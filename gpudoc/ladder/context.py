@@ -171,7 +171,7 @@ class Context:
         index = self.diagnosis.gpu_index
         return index if index is not None else 0
 
-    def _fact_gpu(self):
+    def _fact_gpu(self) -> Any:
         gpus = getattr(self.facts, "gpus", None) or ()
         for gpu in gpus:
             if gpu.index == self.gpu_index():

@@ -13,6 +13,7 @@ from typing import Any, Callable, Union
 from gpudoc import allocator
 from gpudoc.ladder.context import Context, nice_seq_len
 from gpudoc.ladder.model import Skipped, Suggestion
+from gpudoc.profiles.model import UserRung
 from gpudoc.units import format_bytes
 
 Outcome = Union[Suggestion, Skipped]
@@ -45,8 +46,8 @@ def expandable_segments(ctx: Context) -> Outcome:
     frag = ctx.diagnosis.reserved_unallocated_bytes
     requested = ctx.diagnosis.requested_bytes
     total = ctx.diagnosis.total_bytes
-    fragmented = bool(frag) and (
-        (requested is not None and frag >= requested) or (total and frag >= 0.05 * total)
+    fragmented = frag is not None and frag > 0 and (
+        (requested is not None and frag >= requested) or (total is not None and frag >= 0.05 * total)
     )
     if fragmented:
         why = (
@@ -88,7 +89,8 @@ def free_stray_memory(ctx: Context) -> Outcome:
 
 # -- 3. halve-micro-batch ---------------------------------------------------------------------
 
-def split_global_batch(micro: int, accum: int | None, world: int, new_micro: int, *, window_low: int | None = None):
+def split_global_batch(micro: int, accum: int | None, world: int, new_micro: int, *,
+                       window_low: int | None = None) -> tuple[int, int | None, int]:
     """(new_micro, new_accum, new_global) keeping ``micro × accum × world`` exact when possible.
 
     Micro sizes from ``new_micro`` down to ``window_low`` are tried for an exact split; otherwise
@@ -120,7 +122,7 @@ def halve_micro_batch(ctx: Context) -> Outcome:
     accum = int(ctx.knobs.get(ACCUM) or 1)
     derives_accum = not has_accum and ctx.declared("global_batch_size")
 
-    def plan(target: int):
+    def plan(target: int) -> tuple[int, int | None, int]:
         if has_accum:
             return split_global_batch(micro, accum, world, target, window_low=math.ceil(target * 0.8))
         return target, None, target * accum * world
@@ -313,7 +315,7 @@ def smaller_lora_rank(ctx: Context) -> Outcome:
 
 # -- 11. user rungs ---------------------------------------------------------------------------
 
-def user_rung(ctx: Context, spec) -> Outcome:
+def user_rung(ctx: Context, spec: UserRung) -> Outcome:
     rung = spec.name
     if not ctx.declared(spec.knob):
         return _not_declared(rung, spec.knob)

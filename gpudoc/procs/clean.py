@@ -16,11 +16,15 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from gpudoc.facts.holders import GpuHolder, classify_gpu_processes
 from gpudoc.facts.model import Facts, ProcessInfo, RunOwnerIndex
 from gpudoc.procs.identity import ProcessRef, same_start
 from gpudoc.procs.terminate import terminate as end_processes
+
+if TYPE_CHECKING:
+    import psutil
 
 EMPTY_CACHE_NOTE = ("torch.cuda.empty_cache() in a fresh process frees nothing another process holds: "
                     "the memory comes back only when the process holding it ends.")
@@ -151,7 +155,7 @@ def _merge(t: Target, h: GpuHolder) -> Target:
     return replace(t, gpu_indexes=tuple(dict.fromkeys((*t.gpu_indexes, h.gpu_index))), bytes=total)
 
 
-def verify(target: Target, *, uid: int | None = None):
+def verify(target: Target, *, uid: int | None = None) -> tuple[psutil.Process | None, str]:
     """The live psutil.Process for the target, or (None, why): gone, PID reused, another uid, protected."""
     import psutil
 

@@ -11,6 +11,7 @@ import difflib
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -223,7 +224,7 @@ def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
                 _validate_rung(rung, fail)
 
 
-def _validate_rung(rung: Any, fail) -> None:
+def _validate_rung(rung: Any, fail: Callable[[str | None, str, str], None]) -> None:
     if not isinstance(rung, dict):
         fail("ladder", "rung", "each [[ladder.rung]] must be a table")
     for key, v in rung.items():
@@ -247,7 +248,7 @@ def _type_names(types: tuple) -> str:
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 
-def _did_you_mean(word: str, choices) -> str:
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 

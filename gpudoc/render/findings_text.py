@@ -78,10 +78,3 @@ def verdict(findings: list[Finding], console: Console) -> str:
     if counts["warn"]:
         return console.style("READY, with warnings", "yellow", "bold") + f": {tally}."
     return console.style("READY", "green", "bold") + f": {tally}."
-
-
-def render_catalogue(checks, console: Console) -> None:
-    """``--list-checks``: id and title, aligned."""
-    width = max(len(c.id) for c in checks)
-    for c in checks:
-        console.print(f"{c.id.ljust(width)}  {c.title}")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoc import __version__
 from gpudoc.findings import Finding, overall_status, summarize
+
+if TYPE_CHECKING:
+    from gpudoc.facts.model import Facts
 
 SCHEMA_VERSION = 1
 
@@ -22,7 +25,7 @@ def envelope(command: str, *, status: str, exit_code: int, **body: Any) -> dict:
     }
 
 
-def check_document(facts, findings: list[Finding], *, exit_code: int, profile: dict | None = None) -> dict:
+def check_document(facts: Facts, findings: list[Finding], *, exit_code: int, profile: dict | None = None) -> dict:
     """``gpudoc check --json``: the facts (readable back with ``--snapshot``), the findings, the counts.
 
     ``status`` describes the findings (``warn`` stays ``warn`` under ``--strict``); ``exit_code`` is

@@ -179,8 +179,8 @@ class RunStore:
             r_start, r_end = spans[record.id]
             superseded = any(
                 other.id != record.id and other.host == record.host and other.node_rank == record.node_rank
-                and spans[other.id][0] is not None and r_start is not None
-                and spans[other.id][0] >= r_end
+                and r_start is not None and (other_start := spans[other.id][0]) is not None
+                and other_start >= r_end
                 for other in same
             )
             if not superseded or record.id == attempt_of.id:

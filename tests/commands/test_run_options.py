@@ -38,14 +38,14 @@ def test_anything_unusual_goes_to_the_full_parser(args):
 def test_relaunch_keeps_the_recorded_switches_from_either_field():
     rec = RunRecord(id="r", command=["python", "t.py"], cwd=".", run_switches=["-p", "x.toml", "--no-check", "--force",
                                                                                  "--retry-oom", "3", "--json"])
-    assert relaunch_switches(rec.id, rec.run_switches, rec.argv) == {"no_check": True, "force": True}
+    assert relaunch_switches(rec.id, rec.run_switches, rec.argv) == RunOptions(no_check=True, force=True)
     # argv that holds gpudoc's own switches (`run ... -- COMMAND`) reads the same.
     rec = RunRecord(id="r", command=["python", "t.py"], cwd=".",
                     argv=["run", "--clean", "--yes", "--allow-semantic", "--", "python", "t.py"])
-    assert relaunch_switches(rec.id, rec.run_switches, rec.argv) == {"clean": True, "yes": True, "allow_semantic": True}
+    assert relaunch_switches(rec.id, rec.run_switches, rec.argv) == RunOptions(clean=True, yes=True, allow_semantic=True)
     # argv that is the launched command: no switches known.
     rec = RunRecord(id="r", command=["python", "t.py"], cwd=".", argv=["python", "t.py", "--bs", "2"])
-    assert relaunch_switches(rec.id, rec.run_switches, rec.argv) == {}
+    assert relaunch_switches(rec.id, rec.run_switches, rec.argv) == RunOptions()
 
 
 

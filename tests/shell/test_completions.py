@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpudoc import shellcomplete
-from gpudoc.commands.completions import command_tree
+from gpudoc.cli.completion import command_tree
 from tests.conftest import REPO
 from tests.shell.drivers import DRIVERS, shell_env
 

@@ -1,5 +1,5 @@
 """The completion scripts against the live CLI: a switch or subcommand that exists in gpudoc but
-not in a script fails here (regenerate with `python -m gpudoc.commands.completions --write`).
+not in a script fails here (regenerate with `python -m gpudoc.cli.completion --write`).
 
 The live CLI is read through plumbum's own registries (every subcommand's ``_switches_by_name``
 and ``_subcommands``), independently of the generator, and each shell is asked for real.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gpudoc.cli.app import Gpudoc
-from gpudoc.commands.completions import SCRIPT_NAMES, SHELLS, render
+from gpudoc.cli.completion import SCRIPT_NAMES, SHELLS, render
 from tests.shell.drivers import COMPLETIONS, DRIVERS
 
 pytestmark = pytest.mark.slow
@@ -57,7 +57,7 @@ def test_every_switch_and_subcommand_of_the_live_cli_completes(shell, isolated_h
         for name in sorted(subcommands - offered_words):
             missing.append(f"gpudoc {' '.join(path)} {name}".replace("  ", " "))
     assert not missing, (
-        f"{shell} completion lacks (run `python -m gpudoc.commands.completions --write`):\n"
+        f"{shell} completion lacks (run `python -m gpudoc.cli.completion --write`):\n"
         + "\n".join(missing)
     )
 
@@ -67,5 +67,5 @@ def test_the_shipped_script_is_what_the_generator_makes_now(shell):
     shipped = (COMPLETIONS / SCRIPT_NAMES[shell]).read_text(encoding="utf-8")
     assert shipped == render(shell), (
         f"completions/{SCRIPT_NAMES[shell]} is stale: run "
-        "`python -m gpudoc.commands.completions --write`"
+        "`python -m gpudoc.cli.completion --write`"
     )

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from gpudoc.commands import completions
+from gpudoc.cli.completion import scripts as completions
 from gpudoc.errors import UsageError
 from tests.conftest import REPO, gpudoc_cli
 
