@@ -90,7 +90,7 @@ def main() -> int:
         make_input(data, size)
         env = {**os.environ, "PYTHONPATH": str(REPO), "GPUDOC_HOME": str(work / "home")}
         gpudoc = [sys.executable, "-m", "gpudoc", "run", "--no-check", "--", "cat", str(data)]
-        devnull = open(os.devnull, "wb")
+        devnull = open(os.devnull, "wb")  # noqa: SIM115 - shared by every timed pipeline below
 
         def tee_pipeline() -> float:
             start = time.perf_counter()
@@ -139,7 +139,7 @@ def main() -> int:
             pipes.append(t)
             rss.append(r)
             settle()
-            t, _, seen = on_pty(["cat", str(data)], env)
+            t, _, _seen = on_pty(["cat", str(data)], env)
             direct.append(t)
             settle()
             t, r, seen_g = on_pty(gpudoc, env)

@@ -16,15 +16,34 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from gpudoc.errors import GpudocError
 from gpudoc.estimate import terms
 from gpudoc.estimate.inputs import Inputs, train_setup
 from gpudoc.estimate.model import Phases, compute_phases
 
-if TYPE_CHECKING:
-    from gpudoc.runs.record import RunRecord as PastRun
+
+class PastRun(Protocol):
+    """What the estimator reads of an earlier run (a ``gpudoc.runs.record.RunRecord``)."""
+
+    @property
+    def peak_bytes(self) -> int | None: ...
+
+    @property
+    def failed_oom(self) -> bool: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    @property
+    def knobs(self) -> dict[str, Any]: ...
+
+    @property
+    def launch(self) -> dict[str, Any]: ...
+
+    @property
+    def env_set(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
