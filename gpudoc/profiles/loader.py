@@ -28,11 +28,17 @@ PROJECT_PROFILE = "gpudoc.toml"
 
 
 def shipped_profiles_dir() -> Path:
-    """The bundled profiles: beside the package in a checkout, under share/ when installed."""
-    here = Path(__file__).resolve().parent.parent.parent / "profiles"
-    if here.is_dir():
-        return here
-    return Path(sys.prefix) / "share" / "gpudoc" / "profiles"
+    """The bundled profiles: beside the package in a checkout, else under the ``share/`` of the
+    prefix the package was installed into (a venv or system prefix, or the user base of a
+    ``pip install --user``)."""
+    import site  # noqa: PLC0415 - only when a profile is looked up
+
+    candidates = [
+        Path(__file__).resolve().parents[2] / "profiles",
+        Path(sys.prefix) / "share" / "gpudoc" / "profiles",
+        Path(site.getuserbase()) / "share" / "gpudoc" / "profiles",
+    ]
+    return next((c for c in candidates if c.is_dir()), candidates[1])
 
 
 def search_dirs(cwd: Path | None = None) -> list[Path]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,6 +44,8 @@ def test_bin_gpudoc_works_from_a_fresh_clone(fresh_clone, tmp_path):
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == f"gpudoc {__version__}"
     assert (fresh_clone / ".venv" / "bin" / "python").is_file()
+    # The first call says why it takes a while, on stderr (stdout stays the command's).
+    assert first.stderr.splitlines()[0] == f"gpudoc: setting up {fresh_clone / '.venv'} (first run only, about 20 s)"
 
     # Later calls go straight to the venv: no second install.
     started = time.monotonic()
@@ -103,6 +106,38 @@ def test_an_install_puts_scripts_and_profiles_where_the_shells_look(fresh_clone,
     [names] = bash_complete(["gpudoc profile show "], cwd=work, env=env)
     assert set(names) == shipped
     assert BASH_SCRIPT.is_file()
+
+
+def test_a_user_install_finds_the_shipped_profiles(fresh_clone, tmp_path):
+    # `pip install --user` puts the data files under the user base, not sys.prefix.
+    user_base = tmp_path / "user-base"
+    env = clean_env(tmp_path, PYTHONUSERBASE=str(user_base), PIP_USER="1")
+    prefix = tmp_path / "venv"
+    # A venv that sees the (user) site like a system interpreter does: --user installs work in it.
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--system-site-packages", "--without-pip", str(prefix)], check=True,
+                   env=env, timeout=120)
+    user_site = subprocess.run([str(prefix / "bin" / "python"), "-c", "import site; print(site.getusersitepackages())"],
+                               env=env, capture_output=True, text=True, check=True).stdout.strip()
+    Path(user_site).mkdir(parents=True)
+    # gpudoc's dependencies from the test venv (a fresh machine's global interpreter has none).
+    (Path(user_site) / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--user",
+                              "--python", str(prefix / "bin" / "python"), str(fresh_clone)],
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stderr
+    assert (user_base / "share" / "gpudoc" / "profiles" / "gpu-24gb.toml").is_file()
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    gpudoc = [str(prefix / "bin" / "python"), "-m", "gpudoc"]
+    listed = subprocess.run([*gpudoc, "profile", "list"], cwd=work, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert "gpu-24gb" in listed.stdout
+    shown = subprocess.run([*gpudoc, "profile", "show", "gpu-24gb", "--json"], cwd=work, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["profile"]["path"].startswith(str(user_base))
 
 
 def _venv_standing_in_for_bin_test(tmp_path: Path) -> Path:
