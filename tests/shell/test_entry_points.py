@@ -122,8 +122,8 @@ def test_a_user_install_finds_the_shipped_profiles(fresh_clone, tmp_path):
     Path(user_site).mkdir(parents=True)
     # gpudoc's dependencies from the test venv (a fresh machine's global interpreter has none).
     (Path(user_site) / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--user",
-                              "--python", str(prefix / "bin" / "python"), str(fresh_clone)],
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(prefix / "bin" / "python"), "install",
+                              "--quiet", "--no-deps", "--user", str(fresh_clone)],
                              env=env, capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr
     assert (user_base / "share" / "gpudoc" / "profiles" / "gpu-24gb.toml").is_file()
