@@ -1,36 +1,39 @@
-"""Write files so that a crash or a full disk never leaves a half-written profile or config."""
+"""Write files so that a crash or a full disk never leaves a half-written profile or config.
+
+A write goes to a temporary file beside the target, is synced, then renamed over it. A symlink at
+the target is replaced, never followed (gpudoc's own files: a planted link must not redirect a
+write), unless ``follow_link``: a file the user named, such as a bound config that is a link into
+a shared directory, is edited at the link's target and the link stays.
+"""
 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 
-def atomic_write_text(path: Path, text: str, *, encoding: str = "utf-8") -> None:
-    atomic_write_bytes(path, text.encode(encoding))
+def atomic_write_text(path: Path, text: str, *, encoding: str = "utf-8", follow_link: bool = False) -> None:
+    atomic_write_bytes(path, text.encode(encoding), follow_link=follow_link)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename over ``path``.
-
-    The file's permission bits are kept when it already exists.
-    """
+def atomic_write_bytes(path: Path, data: bytes, *, follow_link: bool = False) -> None:
+    """Write ``data`` to ``path`` atomically. An existing file keeps its permission bits; a new
+    one gets the usual ``0666 & ~umask`` (not the temporary file's private 0600)."""
     path = Path(path)
-    mode = None
+    if follow_link and path.is_symlink():
+        path = path.resolve()
     try:
-        mode = path.stat().st_mode & 0o7777
+        mode = path.lstat().st_mode & 0o7777 if not path.is_symlink() else _new_file_mode()
     except FileNotFoundError:
-        pass
+        mode = _new_file_mode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -40,9 +43,19 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def _new_file_mode() -> int:
+    # The process umask can only be read by setting it; set it straight back.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def backup(path: Path, suffix: str = ".gpudoc.bak") -> Path:
-    """Copy ``path`` beside itself before an edit; the latest backup wins."""
+    """Copy the file ``path`` names (a link's target) beside it before an edit, atomically, and
+    without following a link planted where the backup goes; the latest backup wins."""
     path = Path(path)
+    source = path.resolve() if path.is_symlink() else path
     target = path.with_name(path.name + suffix)
-    shutil.copy2(path, target)
+    atomic_write_bytes(target, source.read_bytes())
+    os.chmod(target, source.stat().st_mode & 0o7777)
     return target

@@ -99,9 +99,14 @@ def main():
 
 
 def train(knobs, steps, world, rank):
-    import torch
-    from torch import nn
-    from torch.utils.checkpoint import checkpoint
+    try:
+        import torch
+        from torch import nn
+        from torch.utils.checkpoint import checkpoint
+    except ImportError:
+        print("train.py: this example trains a tiny model with PyTorch, which this Python lacks: "
+              "`python -m pip install torch` (the CPU build is enough)", file=sys.stderr)
+        raise SystemExit(2) from None
 
     if world > 1:
         torch.distributed.init_process_group("gloo")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -394,7 +395,12 @@ def _require_expressed(profile, knobs: Mapping[str, Any], results: list[tuple[st
 
 
 # -- applying --------------------------------------------------------------------------------------
-def apply_file_edits(plan: BindPlan, *, writer=atomic_write_text) -> list[dict]:
+def _edit_config(path: Path, text: str) -> None:
+    # The user named this file: a config that is a symlink is edited at its target, the link kept.
+    atomic_write_text(path, text, follow_link=True)
+
+
+def apply_file_edits(plan: BindPlan, *, writer: Callable[[Path, str], None] = _edit_config) -> list[dict]:
     """Write every planned edit (backup first, atomic replace); all or nothing.
 
     A file that changed since planning is refused. When a later write fails, the files already
@@ -419,7 +425,7 @@ def apply_file_edits(plan: BindPlan, *, writer=atomic_write_text) -> list[dict]:
     except OSError as exc:
         for edit, _ in reversed(done):
             try:
-                atomic_write_text(Path(edit.path), edit.old_text)
+                _edit_config(Path(edit.path), edit.old_text)
             except OSError:
                 pass
         raise InputError(f"cannot write {exc.filename or 'a config file'}: {exc.strerror or exc}; "

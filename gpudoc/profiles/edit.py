@@ -79,7 +79,7 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
         return path
     if not creating:
         backup(path)
-    atomic_write_text(path, new_text)
+    atomic_write_text(path, new_text, follow_link=True)  # the user's profile: a link is edited at its target
     return path
 
 

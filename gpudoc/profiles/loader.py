@@ -31,7 +31,7 @@ def shipped_profiles_dir() -> Path:
     """The bundled profiles: beside the package in a checkout, else under the ``share/`` of the
     prefix the package was installed into (a venv or system prefix, or the user base of a
     ``pip install --user``)."""
-    import site  # noqa: PLC0415 - only when a profile is looked up
+    import site
 
     candidates = [
         Path(__file__).resolve().parents[2] / "profiles",

@@ -139,3 +139,20 @@ def test_env_example_under_torchrun_two_ranks(isolated_home):
                   timeout=180)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "step 1/1" in result.stdout
+
+
+def test_env_example_without_torch_says_how_to_get_it(isolated_home, tmp_path):
+    # A Python with nothing installed (what a new user's `python` may well be).
+    bare = tmp_path / "bare"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(bare)],
+                   check=True, timeout=120)
+    work = _copy("env_knobs", isolated_home)
+    done = _run([str(bare / "bin" / "python"), "train.py"], work, {"GPUDOC_STEPS": "1"})
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("train.py: this example trains a tiny model with PyTorch, which this Python "
+                                   "lacks: `python -m pip install torch` (the CPU build is enough)")
+    # Over the simulated budget it fails as a GPU OOM before needing torch at all.
+    over = _run([str(bare / "bin" / "python"), "train.py"], work, {"FAKE_GPU_BUDGET": "1"})
+    assert over.returncode == 1 and "torch.OutOfMemoryError: CUDA out of memory" in over.stderr
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "python -m pip install torch" in readme and "examples/env_knobs" in readme
