@@ -59,6 +59,3 @@ class Console:
     def flush(self) -> None:
         self.out.flush()
 
-
-def default_console() -> Console:
-    return Console()

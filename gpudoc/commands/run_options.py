@@ -8,7 +8,7 @@ errors, anything unusual) from the same table, so the two cannot drift apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoc.errors import InputError
@@ -168,5 +168,3 @@ def relaunch_switches(run_id: str, switches: list[str], argv: list[str]) -> RunO
         setattr(kept, key, bool(getattr(parsed, key)))
     return kept
 
-
-OPTION_NAMES = tuple(f.name for f in fields(RunOptions))

@@ -14,7 +14,6 @@ from typing import Any
 
 CAUSES = ("gpu_oom", "host_oom", "shm", "nccl_timeout", "signal", "error", "ok")
 BACKENDS = ("cuda", "hip", "mps", "xla", "tensorflow", None)
-MEMORY_CAUSES = ("gpu_oom", "host_oom", "shm")
 
 # The SPEC's keys, in the SPEC's order; to_dict() emits these first, then the extras.
 SPEC_KEYS = (
@@ -85,10 +84,6 @@ class Diagnosis:
         return replace(self, cause="signal", summary=summary)
 
     # -- questions ---------------------------------------------------------------------------------
-
-    @property
-    def is_memory(self) -> bool:
-        return self.cause in MEMORY_CAUSES
 
     @property
     def other_processes_bytes(self) -> int:
