@@ -9,7 +9,7 @@ or the flags inside a shell script (see ``shell.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from gpudoc.bind.values import as_bool_text, is_neutral
 
@@ -59,7 +59,7 @@ class ArgEdits:
                         found.append(Occurrence(i, name, i + 1 if nxt is not None else None, value=nxt))
         return found
 
-    def has(self, names: tuple[str, ...], **kw) -> bool:
+    def has(self, names: tuple[str, ...], **kw: Any) -> bool:
         return bool(self.find(names, **kw))
 
     def uses_explicit_bools(self) -> bool:
@@ -132,7 +132,7 @@ class PresetResult:
     conflicts: list[str] = field(default_factory=list)
     deepspeed_files: list[str] = field(default_factory=list)
 
-    def unsupported(self, knobs: Mapping[str, Any], names, why: Callable[[str], str]) -> None:
+    def unsupported(self, knobs: Mapping[str, Any], names: Iterable[str], why: Callable[[str], str]) -> None:
         """Knobs this preset has no setting for: fine at their neutral value (there is nothing to
         change), an error before launch otherwise (SPEC: never a silent no-op)."""
         for knob in names:
@@ -230,8 +230,8 @@ def lightning(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     res = PresetResult()
     name = "lightning"
     if "micro_batch_size" in knobs:
-        flags = ("--data.batch_size", "--data.init_args.batch_size")
-        present = [f for f in flags if ed.has((f,))] or [flags[0]]
+        batch_flags = ("--data.batch_size", "--data.init_args.batch_size")
+        present = [f for f in batch_flags if ed.has((f,))] or [batch_flags[0]]
         ed.set_value((present[0],), str(knobs["micro_batch_size"]))
         res.expressed.add("micro_batch_size")
     if "gradient_accumulation_steps" in knobs:
@@ -242,8 +242,8 @@ def lightning(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
         res.expressed.add("precision")
     gc = knobs.get("gradient_checkpointing")
     if gc is not None:
-        flags = ("--model.gradient_checkpointing", "--model.init_args.gradient_checkpointing",
-                 "--model.activation_checkpointing")
+        flags: tuple[str, ...] = ("--model.gradient_checkpointing", "--model.init_args.gradient_checkpointing",
+                                  "--model.activation_checkpointing")
         present = [f for f in flags if ed.has((f,))]
         if present:
             ed.set_value((present[0],), str(gc).lower())

@@ -124,7 +124,8 @@ def deepspeed_write(data: Any, ctx: FileContext) -> FileResult:
                 f"world size = {micro} x {accum} x {ctx.world_size} = {micro * accum * ctx.world_size}; "
                 f"set train_batch_size to {micro * accum * ctx.world_size} (or \"auto\") or change the profile")
     stage = k.get("zero_stage", get(data, ("zero_optimization", "stage")))
-    if k.get("offload_params") and _num(stage) is not None and _num(stage) < 3:
+    stage_number = _num(stage)
+    if k.get("offload_params") and stage_number is not None and stage_number < 3:
         res.conflicts.append(f"{ctx.name}: offload_params needs ZeRO stage 3, the stage is {stage}")
     return res
 

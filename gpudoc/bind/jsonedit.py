@@ -52,7 +52,7 @@ class _Parser:
         if ch == "[":
             return self.container(i, "array", "]")
         if ch == '"':
-            _, end = json.decoder.scanstring(self.text, i + 1)
+            _, end = json.decoder.scanstring(self.text, i + 1)  # type: ignore[attr-defined]  # public in CPython, absent from typeshed
             return Node("scalar", i, end)
         for lit in ("true", "false", "null"):
             if self.text.startswith(lit, i):
@@ -73,7 +73,7 @@ class _Parser:
             if kind == "object":
                 if not self.text.startswith('"', i):
                     raise self.fail(i, "expected a key")
-                key, key_end = json.decoder.scanstring(self.text, i + 1)
+                key, key_end = json.decoder.scanstring(self.text, i + 1)  # type: ignore[attr-defined]  # see above
                 key_start = i
                 i = self.ws(key_end)
                 if not self.text.startswith(":", i):

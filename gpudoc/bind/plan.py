@@ -7,7 +7,7 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gpudoc.atomic import atomic_write_text, backup
 from gpudoc.bind import jsonedit, pyedit, shell, tomledit, yamledit
@@ -18,6 +18,11 @@ from gpudoc.errors import InputError, ProfileError, UsageError
 from gpudoc.job.argv import parse_command
 from gpudoc.job.identity import World
 from gpudoc.job.identity import world as job_world
+
+if TYPE_CHECKING:
+    import re
+
+    from gpudoc.profiles.model import Profile
 
 
 @dataclass
@@ -140,7 +145,7 @@ def substitute(argv: list[str], values: Mapping[str, Any]) -> list[str]:
     """``{knob}`` -> value; ``{{name}}`` -> literal ``{name}``; other braces (JSON) untouched."""
     out = []
     for tok in argv:
-        def repl(m):
+        def repl(m: re.Match[str]) -> str:
             if m.group(1):
                 return "{" + m.group(2) + "}"
             name = m.group(4)
@@ -157,7 +162,7 @@ def _placeholder_knobs(argv: list[str]) -> set[str]:
     return {m.group(4) for tok in argv for m in PLACEHOLDER.finditer(tok) if m.group(4)}
 
 
-def plan_bindings(profile, command: list[str], *, cwd: Path) -> BindPlan:
+def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPlan:
     """What ``gpudoc run`` will launch and change for ``profile``; reads files, writes nothing.
 
     Raises ProfileError when a preset cannot carry a knob the ladder may change (a silent no-op
@@ -330,7 +335,7 @@ def _flag_of(tokens: list[str], idx: int) -> str:
     return tokens[idx - 1] if idx > 0 else tok
 
 
-def _launch_conflicts(profile, launcher: str | None, cmd: World) -> list[str]:
+def _launch_conflicts(profile: Profile, launcher: str | None, cmd: World) -> list[str]:
     out = []
     launch = dict(profile.launch)
     want_nproc = launch.get("nproc_per_node") or dict(profile.gpu).get("count")
@@ -372,7 +377,7 @@ def _unbound_file_conflicts(st: _FileState, knobs: Mapping[str, Any], bound: set
     return out
 
 
-def _require_expressed(profile, knobs: Mapping[str, Any], results: list[tuple[str, PresetResult]],
+def _require_expressed(profile: Profile, knobs: Mapping[str, Any], results: list[tuple[str, PresetResult]],
                        explicit: set[str]) -> None:
     expressed = set(explicit)
     for _, res in results:

@@ -77,5 +77,6 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "Python
         return text + sep + f"{key} = {render(value)}" + ("\n" if not sep else "")
     lines = text.splitlines(keepends=True)
     start = _offset(lines, node.lineno, node.col_offset)
-    end = _offset(lines, node.end_lineno, node.end_col_offset)
+    # Parsed from source, so every node has its end position.
+    end = _offset(lines, node.end_lineno or node.lineno, node.end_col_offset or node.col_offset)
     return text[:start] + render(value, text[start:end]) + text[end:]

@@ -18,7 +18,7 @@ from gpudoc.errors import InputError
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
 
 
-def _yaml():
+def _yaml() -> Any:
     from ruamel.yaml import YAML
 
     yaml = YAML(typ="rt")
@@ -182,7 +182,7 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "YAML")
     if _child(node, leaf) is _MISSING:
         return _create(text, lines, node, [leaf], value, name, dotted)
     if isinstance(node, list):
-        line_no, col = node.lc.item(int(leaf))
+        line_no, col = node.lc.item(int(leaf))  # type: ignore[attr-defined]  # ruamel CommentedSeq
     else:
         line_no, col = node.lc.value(leaf)
         key_line, key_col = node.lc.key(leaf)
@@ -226,10 +226,11 @@ def _create(text: str, lines: list[str], parent: Any, rest: list[str], value: An
     step = _indent_step(text)
     keys = list(parent.keys())
     if keys:
-        indent = parent.lc.key(keys[0])[1]
-        if any(parent.lc.key(k)[0] == parent.lc.key(keys[0])[0] for k in keys[1:]):
+        positions = parent.lc  # type: ignore[attr-defined]  # ruamel CommentedMap: where each key sits
+        indent = positions.key(keys[0])[1]
+        if any(positions.key(k)[0] == positions.key(keys[0])[0] for k in keys[1:]):
             raise InputError(f"{name}: cannot create '{dotted}' inside a flow mapping")
-        after = _block_end(lines, parent.lc.key(keys[-1])[0], indent)
+        after = _block_end(lines, positions.key(keys[-1])[0], indent)
     elif parent is not None and hasattr(parent, "lc") and lines:
         raise InputError(f"{name}: cannot create '{dotted}' inside an empty mapping")
     else:

@@ -55,7 +55,8 @@ class Match:
         return self.signature.peer
 
 
-def _sig(name, cause, strength, pattern, backend=None, inferred=False, flags=0, peer=False):
+def _sig(name: str, cause: str, strength: int, pattern: str, backend: str | None = None, inferred: bool = False,
+         flags: int = 0, peer: bool = False) -> Signature:
     return Signature(name, cause, strength, re.compile(pattern, flags), backend, inferred, peer)
 
 

@@ -86,7 +86,7 @@ def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]]) -> Diagn
     if not results:
         return _from_exit_code(None, "")
 
-    def weight(item):
+    def weight(item: tuple[int, str, Diagnosis]) -> tuple[int, int]:
         order, _label, d = item
         if d.cause == "ok":
             tier = 9
@@ -273,7 +273,7 @@ def _build(ev: Event, events: list[Event], lines: list[Line], exit_code: int | N
         req, alloc = _p(groups.get("req")), _p(groups.get("mps_alloc"))
         other, cap = _p(groups.get("mps_other")), _p(groups.get("mps_max"))
         vals.update(requested_bytes=req, allocated_bytes=alloc, allowed_bytes=cap, total_bytes=cap)
-        if None not in (alloc, other, cap):
+        if alloc is not None and other is not None and cap is not None:
             vals["free_bytes"] = max(0, cap - alloc - other)
     elif name in ("xla_oom", "xla_bfc", "tf_bfc", "cpu_alloc"):
         vals["requested_bytes"] = _p(groups.get("req"))
@@ -353,7 +353,8 @@ def _torch_figures(window: str, own_pids: frozenset) -> dict:
     out["private_pools_bytes"] = _size(rf"with (?P<v>{SIZE}) allocated in private pools", window)
     out["allowed_bytes"] = _size(rf"(?P<v>{SIZE}) allowed\s*;", window)
     this_proc = _size(rf"this process has (?P<v>{SIZE}) memory in use", window)
-    procs = [(int(p), parse_size(s)) for p, s in re.findall(rf"Process (\d+) has ({SIZE}) memory in use", window)]
+    procs = [(int(p), size) for p, s in re.findall(rf"Process (\d+) has ({SIZE}) memory in use", window)
+             if (size := parse_size(s)) is not None]
     others = []
     for pid, size in procs:
         if pid in own_pids:

@@ -265,13 +265,13 @@ def _gated_guess(model: Mapping[str, Any], shape_wo_gate: dict) -> tuple[bool, b
     if "_gated" in model and not (params and "tied_embeddings" not in model):
         return bool(model["_gated"]), tied
     if params:
-        best = None
+        best: tuple[float, bool, bool] = (float("inf"), True, True)
         for gated in (True, False):
             for tied in ((model["tied_embeddings"],) if "tied_embeddings" in model else (True, False)):
                 trial = ModelShape(**{**shape_wo_gate, "gated_mlp": gated, "tied_embeddings": tied})
                 err = abs(params_from_shapes(trial) - float(params)) / float(params)
-                if best is None or err < best[0]:
-                    best = (err, gated, tied)
+                if err < best[0]:
+                    best = (err, gated, bool(tied))
         gated = bool(model["_gated"]) if "_gated" in model else best[1]
         return gated, best[2]
     return shape_wo_gate["ffn"] != 4 * shape_wo_gate["hidden"], tied
@@ -300,7 +300,7 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
         ffn = 4 * hidden
         notes.append("[model] ffn not given: assumed 4 x hidden")
     arch = _choice("model", "arch", model.get("arch"), {"decoder", "encoder", "encoder-decoder"}, "decoder")
-    base = {
+    base: dict[str, Any] = {
         "layers": _positive_int("model", "layers", model["layers"]),
         "hidden": hidden,
         "heads": heads,

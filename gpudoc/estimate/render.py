@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoc.units import format_bytes
+
+if TYPE_CHECKING:
+    from gpudoc.estimate.estimator import Estimate
+    from gpudoc.output import Console
 
 _LABELS = {
     "weights": "weights",
@@ -17,7 +23,7 @@ _WHY = {
 }
 
 
-def render_estimate(est, console, *, profile_name: str = "", gpu_from: str | None = None) -> None:
+def render_estimate(est: Estimate, console: Console, *, profile_name: str = "", gpu_from: str | None = None) -> None:
     total = est.gpu_total_bytes
 
     def share(n: int) -> str:

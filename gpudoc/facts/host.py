@@ -114,6 +114,7 @@ def _read(path: Path) -> str | None:
 
 
 def _usable_cpus(root: Path, dirs: list[Path]) -> int | None:
+    count: int | None
     try:
         count = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -135,7 +135,7 @@ def job_processes(root_pid: int | None, pgid: int | None, *, exclude: Iterable[i
 
 
 def _group_members(pgid: int) -> list[int]:
-    members = []
+    members: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:

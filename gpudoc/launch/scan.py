@@ -13,16 +13,23 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
 
 WINDOW_S = 0.1
 FLOOD_BYTES_PER_S = 8 * 1024 * 1024
 SCANNER_LOAD_S = 0.05  # importing the scanner's signatures, budgeted like a slice
 
 
+class LineScanner(Protocol):
+    """What the live scan feeds the job's output to (``gpudoc.diagnose.stream.SignatureScanner``)."""
+
+    def feed(self, data: bytes) -> Sequence[Any]: ...
+
+
 class LiveScan:
-    def __init__(self, log_path, on_events: Callable[[Sequence], None], *,
-                 scanner_factory: Callable[[], object], budget: float = 0.1, slice_bytes: int = 1 << 20,
+    def __init__(self, log_path: Path, on_events: Callable[[Sequence[Any]], None], *,
+                 scanner_factory: Callable[[], LineScanner], budget: float = 0.1, slice_bytes: int = 1 << 20,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.log_path = log_path
         self.on_events = on_events
@@ -30,7 +37,7 @@ class LiveScan:
         self.budget = budget
         self.slice_bytes = slice_bytes
         self.clock = clock
-        self.scanner = None
+        self.scanner: LineScanner | None = None
         self.written = 0  # bytes of output so far (all of them are in the log, in order)
         self.scanned = 0  # bytes the scanner has seen
         self.skipped = 0  # bytes never scanned (the log could not be read back)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TextIO
+
+if TYPE_CHECKING:
+    from gpudoc.facts.model import Gpu
 
 HEADER = ("time,gpu_index,memory_used_bytes,memory_total_bytes,utilization_gpu_percent,"
           "job_memory_bytes\n")
@@ -20,7 +23,7 @@ HEADER = ("time,gpu_index,memory_used_bytes,memory_total_bytes,utilization_gpu_p
 Reader = Callable[[], tuple]  # () -> (driver, cuda_driver, nvml_version, gpus, error)
 
 
-def nvml_reader(backend=None) -> Reader | None:
+def nvml_reader(backend: Any = None) -> Reader | None:
     """A reader over one NVML session kept open for the whole run (the sampler closes it);
     None when NVML cannot be used."""
     from gpudoc.facts.nvml import Session
@@ -66,10 +69,10 @@ class GpuSampler:
         self.reader_factory = reader_factory
         self.disabled = reader is None and reader_factory is None
         self.error: str | None = None
-        self._handle = None
+        self._handle: TextIO | None = None
         self._lock = threading.Lock()
 
-    def _selected(self, gpu) -> bool:
+    def _selected(self, gpu: Gpu) -> bool:
         if self.indices is None and self.uuids is None:
             return True
         return (self.indices is not None and gpu.index in self.indices) or (
@@ -80,7 +83,7 @@ class GpuSampler:
         if self.disabled:
             return False
         if self.reader is None:
-            self.reader = self.reader_factory()
+            self.reader = self.reader_factory() if self.reader_factory is not None else None
             if self.reader is None:
                 self.disabled = True
                 return False
@@ -142,7 +145,7 @@ class GpuSampler:
                 close_reader()  # shut the NVML session down
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
