@@ -25,7 +25,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from gpudoc.errors import InputError
 from gpudoc.facts.model import Facts, Gpu, GpuProcess, MigDevice
@@ -58,13 +58,10 @@ _COMPUTE_MODES = {
 
 def load_snapshot(paths: Iterable[Path | str]) -> Facts:
     """Read one or more saved outputs into one ``Facts``. Raises ``InputError`` naming the file."""
-    paths = [Path(p) for p in paths]
-    if not paths:
+    files = [Path(p) for p in paths]
+    if not files:
         raise InputError("no snapshot file given")
-    parts: list[_Part] = []
-    for path in paths:
-        parts.append(_parse_file(path))
-    return _combine(parts, paths)
+    return _combine([_parse_file(path) for path in files], files)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,6 +126,11 @@ def _is_na(value: str | None) -> bool:
     return value is None or bool(_NA_RE.match(value.strip()))
 
 
+def _given(value: str | None) -> str | None:
+    """The value, stripped, or None when nvidia-smi printed none (N/A, [Not Supported], ...)."""
+    return None if value is None or _is_na(value) else value.strip()
+
+
 def _na_reason(value: str | None, what: str) -> str:
     if value is None:
         return f"not in this {what}"
@@ -137,9 +139,10 @@ def _na_reason(value: str | None, what: str) -> str:
 
 
 def _number(value: str | None) -> float | None:
-    if _is_na(value):
+    text = _given(value)
+    if text is None:
         return None
-    match = _NUM_RE.match(value)
+    match = _NUM_RE.match(text)
     return float(match.group(1)) if match else None
 
 
@@ -155,26 +158,25 @@ def _int(value: str | None) -> int | None:
 
 
 def _enabled(value: str | None) -> str | None:
-    if _is_na(value):
+    text = _given(value)
+    if text is None:
         return None
-    low = value.strip().lower()
+    low = text.lower()
     if low in ("on", "enabled", "yes"):
         return "Enabled"
     if low in ("off", "disabled", "no"):
         return "Disabled"
-    return value.strip()
+    return text
 
 
 def _yes_no(value: str | None) -> bool | None:
-    if _is_na(value):
-        return None
-    return value.strip().lower() in ("yes", "true", "1", "active")
+    text = _given(value)
+    return None if text is None else text.lower() in ("yes", "true", "1", "active")
 
 
 def _compute_mode(value: str | None) -> str | None:
-    if _is_na(value):
-        return None
-    return _COMPUTE_MODES.get(value.strip().lower(), value.strip())
+    text = _given(value)
+    return None if text is None else _COMPUTE_MODES.get(text.lower(), text)
 
 
 def bus_key(bus_id: str | None) -> tuple[int, int, int, int] | None:
@@ -195,7 +197,7 @@ class _Fields:
         self.values: dict = {}
         self.unavailable: dict[str, str] = {}
 
-    def set(self, name: str, value, raw: str | None = None) -> None:
+    def set(self, name: str, value: Any, raw: str | None = None) -> None:
         self.values[name] = value
         if value is None:
             self.unavailable[name] = _na_reason(raw, self.what)
@@ -244,9 +246,10 @@ def _xml_raw(node: ET.Element, path: str) -> str | None:
 def _xml_gpu(index: int, node: ET.Element) -> Gpu:
     f = _Fields("nvidia-smi -q -x")
 
-    def put(name: str, path: str, convert=lambda v: v) -> None:
+    def put(name: str, path: str, convert: Callable[[str], Any] = lambda v: v) -> None:
         raw = _xml_raw(node, path)
-        f.set(name, None if _is_na(raw) else convert(raw), raw)
+        given = None if raw is None or _is_na(raw) else raw
+        f.set(name, None if given is None else convert(given), raw)
 
     put("name", "product_name")
     put("uuid", "uuid")
@@ -400,7 +403,7 @@ def _parse_csv(path: Path, text: str) -> _Part | None:
     return None
 
 
-def _records(path: Path, keys: list[str], rows: list[list[str]]) -> list[dict[str, str]]:
+def _records(path: Path, keys: list[str], rows: list[list[str]]) -> list[dict[str, str | None]]:
     records = []
     for number, row in enumerate(rows, start=2):
         if len(row) > len(keys):
@@ -427,12 +430,13 @@ def _parse_gpu_csv(path: Path, keys: list[str], rows: list[list[str]]) -> _Part:
         f = _Fields(what)
 
         # Called only within this iteration, so the loop's `rec` and `f` are the ones meant.
-        def put(name: str, key: str, convert=lambda v: v, *alts: str) -> None:
+        def put(name: str, key: str, convert: Callable[[str], Any] = lambda v: v, *alts: str) -> None:
             raw = rec.get(key)  # noqa: B023
             for alt in alts:
                 if raw is None:
                     raw = rec.get(alt)  # noqa: B023
-            f.set(name, None if _is_na(raw) else convert(raw), raw)  # noqa: B023
+            given = None if raw is None or _is_na(raw) else raw
+            f.set(name, None if given is None else convert(given), raw)  # noqa: B023
 
         put("name", "name", lambda v: v, "gpu_name")
         put("uuid", "uuid", lambda v: v, "gpu_uuid")
@@ -473,7 +477,7 @@ def _parse_gpu_csv(path: Path, keys: list[str], rows: list[list[str]]) -> _Part:
 
 def _csv_throttle(rec: dict[str, str | None]) -> tuple[str, ...] | None:
     found = False
-    active = []
+    active: list[str] = []
     for key, value in rec.items():
         for prefix in ("clocks_event_reasons.", "clocks_throttle_reasons."):
             if key.startswith(prefix):
@@ -487,11 +491,12 @@ def _csv_throttle(rec: dict[str, str | None]) -> tuple[str, ...] | None:
                         except ValueError:
                             pass
                     continue
-                if _is_na(value):
+                text = _given(value)
+                if text is None:
                     continue
                 found = True
                 name = _THROTTLE_ALIASES.get(name, name)
-                if name != "gpu_idle" and value.strip().lower() == "active":
+                if name != "gpu_idle" and text.lower() == "active":
                     active.append(name)
     if not found:
         return None
@@ -542,6 +547,8 @@ _PROC_LINE = re.compile(
 def _parse_table(path: Path, text: str) -> _Part:
     part = _Part(path, "table")
     header = _TABLE_HEADER_RE.search(text)
+    if header is None:  # the sniffer only sends a file here when it found this header
+        raise InputError(f"{path}: no nvidia-smi table header")
     part.driver_version = header.group(2)
     part.cuda_driver_version = header.group(3)
     wddm_layout = "Driver-Model" in text

@@ -24,7 +24,8 @@ import termios
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from types import FrameType
+from typing import Any, Callable
 
 from gpudoc.errors import ExitStatus, LaunchError
 from gpudoc.launch import reaper
@@ -63,8 +64,8 @@ class LaunchOptions:
 
 @dataclass
 class Outcome:
-    pid: int
-    pgid: int
+    pid: int | None  # None only when the job never started (gpudoc raised LaunchError instead)
+    pgid: int | None
     exit_code: int | None  # the first process's own exit code, when it exited
     signal: int | None  # the signal that ended the first process, when one did
     status: int  # gpudoc's exit status for this job (SPEC)
@@ -142,7 +143,7 @@ class Launcher:
         self._out: int | None = None
         self._log_fd: int | None = None
         self._tee: Tee | None = None
-        self._old_handlers: dict[int, object] = {}
+        self._old_handlers: dict[int, Any] = {}  # signal -> the handler to put back
         self._wake_r: int | None = None
         self._wake_w: int | None = None
         self._old_wakeup: int = -1
@@ -178,10 +179,10 @@ class Launcher:
         self._exclude = self._current_children()
         started = time.time()
         try:
-            self._spawn()
+            pid = self._spawn()
             self._install_signals()
             if self.o.on_start is not None:
-                self.o.on_start(self.pid, self.pgid)
+                self.o.on_start(pid, pid)  # the job leads its own process group
             self._open_log()
             self._loop()
         finally:
@@ -205,41 +206,41 @@ class Launcher:
         kids = reaper.children_of(os.getpid())
         return set(kids if kids is not None else reaper.descendants_of(os.getpid()))
 
-    def _spawn(self) -> None:
+    def _spawn(self) -> int:
+        """Start the job (its own session and process group); its PID."""
         o = self.o
         argv0 = o.argv[0]
+        stdin: int | None
         if o.use_pty:
             master, slave = os.openpty()
             self._setup_slave(slave)
-            io = {"stdin": slave, "stdout": slave, "stderr": slave}
-            setup = _pty_child_setup
+            stdin, out, setup = slave, master, _pty_child_setup
             self._master = master
-            self._out = master
         else:
             r, w = os.pipe()
             try:
                 fcntl.fcntl(r, F_SETPIPE_SZ, PIPE_SIZE)
             except OSError:
                 pass  # above the system's pipe-max-size: the default size still works
-            io = {"stdin": None, "stdout": w, "stderr": w}
-            setup = _pipe_child_setup
-            self._out = r
+            stdin, out, setup = None, r, _pipe_child_setup
             slave = w
+        self._out = out
         try:
             self.proc = subprocess.Popen(
                 o.argv, env=o.env, cwd=str(o.cwd), start_new_session=True,
-                preexec_fn=setup, close_fds=True, **io,  # noqa: PLW1509 - prctl(PDEATHSIG) must run in the child; gpudoc forks before starting threads
+                preexec_fn=setup, close_fds=True, stdin=stdin, stdout=slave, stderr=slave,  # noqa: PLW1509 - prctl(PDEATHSIG) must run in the child; gpudoc forks before starting threads
             )
         except OSError as exc:
             os.close(slave)
-            os.close(self._out)
+            os.close(out)
             self._out = self._master = None
             raise spawn_error(argv0, exc) from None
         os.close(slave)  # only the job holds the writing end now: EOF/EIO when it is done
-        os.set_blocking(self._out, False)  # read bursts until drained; poll only when empty
-        self.pid = self.proc.pid
-        self.pgid = self.proc.pid  # start_new_session: the child leads its own session and group
-        self._seen[self.pid] = ProcessRef(self.pid, start_time(self.pid))
+        os.set_blocking(out, False)  # read bursts until drained; poll only when empty
+        pid = self.proc.pid
+        self.pid = self.pgid = pid  # start_new_session: the child leads its own session and group
+        self._seen[pid] = ProcessRef(pid, start_time(pid))
+        return pid
 
     def _setup_slave(self, slave: int) -> None:
         # Start from the user's terminal settings (control characters), then: no echo (the
@@ -302,19 +303,21 @@ class Launcher:
             except (TypeError, ValueError, OSError):
                 pass
         for fd in (self._wake_r, self._wake_w):
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
         self._wake_r = self._wake_w = None
 
-    def _on_interrupt(self, signum, frame) -> None:
+    def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
         self.interrupts += 1
         self.interrupted_by = signal.SIGINT
         sig = interrupt_signal(self.interrupts)
         self._signal_job(sig)
-        hint = {signal.SIGINT: "press Ctrl-C again to send SIGTERM",
-                signal.SIGTERM: "press Ctrl-C again to send SIGKILL"}.get(sig, "")
+        hints: dict[int, str] = {signal.SIGINT: "press Ctrl-C again to send SIGTERM",
+                                 signal.SIGTERM: "press Ctrl-C again to send SIGKILL"}
+        hint = hints.get(sig, "")
         self.warn(f"Ctrl-C: {signal_name(sig)} sent to the job" + (f" ({hint})" if hint else ""))
 
-    def _on_terminate(self, signum, frame) -> None:
+    def _on_terminate(self, signum: int, frame: FrameType | None) -> None:
         self.terms += 1
         if self.interrupted_by is None:
             self.interrupted_by = signum
@@ -326,17 +329,17 @@ class Launcher:
         else:
             self._signal_job(signal.SIGKILL)
 
-    def _on_hangup(self, signum, frame) -> None:
+    def _on_hangup(self, signum: int, frame: FrameType | None) -> None:
         # The terminal is gone: keep the job and the log; stop writing to a dead terminal.
         if self._tee is not None and self.o.term_fd is not None and os.isatty(self.o.term_fd):
             self._tee.lose_terminal()
         self.o.stdin_fd = None
 
-    def _on_winch(self, signum, frame) -> None:
+    def _on_winch(self, signum: int, frame: FrameType | None) -> None:
         if self._master is not None:
             self._copy_winsize(self._master)
 
-    def _on_forward(self, signum, frame) -> None:
+    def _on_forward(self, signum: int, frame: FrameType | None) -> None:
         reaper.signal_group(self.pgid, signum)
 
     def _signal_job(self, sig: int) -> None:
@@ -351,14 +354,14 @@ class Launcher:
     # -- the loop -------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        out, tee, wake = self._running()
         poller = select.poll()
-        poller.register(self._out, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
+        poller.register(out, select.POLLIN)
+        poller.register(wake, select.POLLIN)
         stdin_on: int | None = None
         out_open = True
         next_tick = time.monotonic() + TICK_S
-        tee_write = self._tee.write
-        out = self._out
+        tee_write = tee.write
         if self._log_fd is None:
             self.o.scan = None  # the scan reads its backlog back from the log
         idle = False
@@ -368,7 +371,7 @@ class Launcher:
             now = time.monotonic()
             if want_stdin and self.o.stdin_fd is None:
                 want_stdin = False
-            if want_stdin and stdin_on is None:
+            if want_stdin and stdin_on is None and self.o.stdin_fd is not None:
                 stdin_on = self.o.stdin_fd
                 poller.register(stdin_on, select.POLLIN)
             elif not want_stdin and stdin_on is not None:
@@ -437,8 +440,9 @@ class Launcher:
             if self._kill_at is not None and now >= self._kill_at:
                 self._kill_at = None
                 self._signal_job(signal.SIGKILL)
+            exited_at = self._main_exited_at
             if self._main_status is not None and self._ending_since is None and (
-                    not out_open or now - self._main_exited_at >= self.o.linger_s):
+                    not out_open or (exited_at is not None and now - exited_at >= self.o.linger_s)):
                 self._begin_ending(now)
             if self._ending_since is not None and self._ending_done(now):
                 if out_open:
@@ -500,6 +504,8 @@ class Launcher:
         return True
 
     def _forward_stdin(self) -> bool:
+        if self.o.stdin_fd is None:
+            return False
         try:
             data = os.read(self.o.stdin_fd, 4096)
         except OSError:
@@ -513,6 +519,8 @@ class Launcher:
         return True
 
     def _write_master(self, data: bytes) -> None:
+        if self._master is None:
+            return
         try:
             write_all(self._master, data)
         except OSError:
@@ -560,23 +568,24 @@ class Launcher:
 
     def _drain_rest(self) -> None:
         """Every process is gone; read what is still buffered until EOF (bounded in time)."""
+        out, tee, _ = self._running()
         deadline = time.monotonic() + self.o.drain_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            ready, _, _ = select.select([self._out], [], [], left)
+            ready, _, _ = select.select([out], [], [], left)
             if not ready:
                 return
             try:
-                data = os.read(self._out, CHUNK)
+                data = os.read(out, CHUNK)
             except BlockingIOError:
                 continue
             except OSError:
                 return
             if not data:
                 return
-            self._tee.write(data)
+            tee.write(data)
 
     # -- the end --------------------------------------------------------------------------
 
@@ -613,16 +622,23 @@ class Launcher:
         return survivors
 
     def _drain_nonblocking(self) -> None:
-        os.set_blocking(self._out, False)
+        out, tee, _ = self._running()
+        os.set_blocking(out, False)
         while True:
             try:
-                data = os.read(self._out, CHUNK)
+                data = os.read(out, CHUNK)
             except OSError:
                 return
             if not data:
                 return
-            self._tee.write(data)
+            tee.write(data)
+
+    def _running(self) -> tuple[int, Tee, int]:
+        """The job's output, the tee and the wake-up pipe: open from the start of the run to its end."""
+        if self._out is None or self._tee is None or self._wake_r is None:
+            raise RuntimeError("the launcher is not running a job")  # a bug in gpudoc's order of steps
+        return self._out, self._tee, self._wake_r
 
 
-def _noop(signum, frame) -> None:
+def _noop(signum: int, frame: FrameType | None) -> None:
     """SIGCHLD only needs to wake the loop (through the wakeup fd)."""
