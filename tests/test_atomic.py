@@ -7,7 +7,8 @@ import os
 import pytest
 
 from gpudoc.atomic import atomic_write_text, backup
-from gpudoc.bind.plan import apply_file_edits, plan_bindings
+from gpudoc.bind.apply import apply_file_edits
+from gpudoc.bind.plan import plan_bindings
 from gpudoc.profiles.model import Profile
 
 

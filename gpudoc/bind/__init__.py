@@ -12,6 +12,7 @@ Three ways in, combinable (SPEC "[bind]"):
 ``apply_file_edits`` writes the plan atomically, with a backup beside each file.
 """
 
-from gpudoc.bind.plan import BindPlan, FileEdit, apply_file_edits, plan_bindings, unified_diff
+from gpudoc.bind.apply import apply_file_edits
+from gpudoc.bind.plan import BindPlan, FileEdit, plan_bindings, unified_diff
 
 __all__ = ["BindPlan", "FileEdit", "apply_file_edits", "plan_bindings", "unified_diff"]

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from gpudoc.atomic import atomic_write_text, backup
 from gpudoc.bind import jsonedit, pyedit, shell, tomledit, yamledit
 from gpudoc.bind.args import ARG_PRESETS, KNOWN_FLAGS, ArgContext, ArgEdits, PresetResult
-from gpudoc.bind.filepresets import FILE_PRESETS, MISSING, FileContext, FileResult, detect_preset, get
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get
+from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
 from gpudoc.bind.values import LADDER_KNOBS, PLACEHOLDER, env_for, format_value, is_neutral
 from gpudoc.errors import InputError, ProfileError, UsageError
 from gpudoc.job.argv import parse_command
@@ -397,42 +396,3 @@ def _require_expressed(profile: Profile, knobs: Mapping[str, Any], results: list
         raise ProfileError(f"{where}[bind] cannot pass " + "; ".join(problems) +
                            ". Bind it another way ([bind.files], a {knob} placeholder, or [bind] via_env = [\"<knob>\"] when "
                            "the job reads GPUDOC_<KNOB> itself) or remove it from [train]")
-
-
-# -- applying --------------------------------------------------------------------------------------
-def _edit_config(path: Path, text: str) -> None:
-    # The user named this file: a config that is a symlink is edited at its target, the link kept.
-    atomic_write_text(path, text, follow_link=True)
-
-
-def apply_file_edits(plan: BindPlan, *, writer: Callable[[Path, str], None] = _edit_config) -> list[dict]:
-    """Write every planned edit (backup first, atomic replace); all or nothing.
-
-    A file that changed since planning is refused. When a later write fails, the files already
-    written are put back, so the job never starts against a half-applied set of edits.
-    """
-    for edit in plan.file_edits:
-        try:
-            current = Path(edit.path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"{edit.path}: cannot read before editing: {exc}") from None
-        if current != edit.old_text:
-            raise InputError(f"{edit.path}: changed since gpudoc planned the edit; nothing was written")
-    done: list[tuple[FileEdit, Path]] = []
-    records = []
-    try:
-        for edit in plan.file_edits:
-            saved = backup(Path(edit.path))
-            writer(Path(edit.path), edit.new_text)
-            done.append((edit, saved))
-            records.append({"path": str(edit.path), "backup": str(saved), "changes": list(edit.changes),
-                            "diff": edit.diff})
-    except OSError as exc:
-        for edit, _ in reversed(done):
-            try:
-                _edit_config(Path(edit.path), edit.old_text)
-            except OSError:
-                pass
-        raise InputError(f"cannot write {exc.filename or 'a config file'}: {exc.strerror or exc}; "
-                         f"no config file was changed") from None
-    return records

@@ -15,20 +15,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.diagnose.figures import bytes_of, int_of, torch_figures
 from gpudoc.diagnose.lines import Line, iter_lines
-from gpudoc.diagnose.signatures import SIZE, WARNING, Match, match_line
+from gpudoc.diagnose.signatures import WARNING, Match, match_line
 from gpudoc.diagnose.summary import summarise
-from gpudoc.units import GIB, parse_size
 
 # Logs beyond this are read as head + tail: the first failure is near the end in practice, and
 # the head keeps startup failures.
 _MAX_CHARS = 64 * 1024 * 1024
 _HEAD_CHARS = 8 * 1024 * 1024
 
-# A CUDA context and the libraries' workspaces sit outside the allocator's figures: a process
-# line within this of the allocator's reserved total is the job itself (seen from a container,
-# whose PID namespace hides that the NVML pid is its own).
-_CONTEXT_SLACK = int(1.5 * GIB)
 
 _SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
             11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
@@ -248,11 +244,6 @@ def _window(lines: list[Line], i: int, limit: int = 8) -> str:
     return " ".join(parts)
 
 
-def _size(pattern: str, text: str) -> int | None:
-    m = re.search(pattern, text)
-    return parse_size(m.group("v")) if m else None
-
-
 def _build(ev: Event, events: list[Event], lines: list[Line], exit_code: int | None,
            own_pids: frozenset, root_rank: int | None, root_host: str | None) -> Diagnosis:
     m = ev.m
@@ -268,20 +259,20 @@ def _build(ev: Event, events: list[Event], lines: list[Line], exit_code: int | N
     vals.update({k: v for k, v in ev.extra.items() if k in ("gpu_index", "pid")})
 
     if name == "torch_alloc":
-        vals.update(_torch_figures(_window(lines, ev.index), own_pids))
+        vals.update(torch_figures(_window(lines, ev.index), own_pids))
     elif name == "mps":
-        req, alloc = _p(groups.get("req")), _p(groups.get("mps_alloc"))
-        other, cap = _p(groups.get("mps_other")), _p(groups.get("mps_max"))
+        req, alloc = bytes_of(groups.get("req")), bytes_of(groups.get("mps_alloc"))
+        other, cap = bytes_of(groups.get("mps_other")), bytes_of(groups.get("mps_max"))
         vals.update(requested_bytes=req, allocated_bytes=alloc, allowed_bytes=cap, total_bytes=cap)
         if alloc is not None and other is not None and cap is not None:
             vals["free_bytes"] = max(0, cap - alloc - other)
     elif name in ("xla_oom", "xla_bfc", "tf_bfc", "cpu_alloc"):
-        vals["requested_bytes"] = _p(groups.get("req"))
+        vals["requested_bytes"] = bytes_of(groups.get("req"))
     elif name == "xla_hbm":
-        vals["total_bytes"] = _p(groups.get("total"))
+        vals["total_bytes"] = bytes_of(groups.get("total"))
     elif name == "theano":
-        vals.update(requested_bytes=int(groups["req"]), free_bytes=_int(groups.get("free")),
-                    total_bytes=_int(groups.get("total")))
+        vals.update(requested_bytes=int(groups["req"]), free_bytes=int_of(groups.get("free")),
+                    total_bytes=int_of(groups.get("total")))
     elif name == "tf_oom" and "requested_estimate_bytes" in m.fields:
         vals["requested_bytes"] = m.fields["requested_estimate_bytes"]
 
@@ -309,71 +300,6 @@ def _build(ev: Event, events: list[Event], lines: list[Line], exit_code: int | N
             who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" if ranks else "the other ranks"
             summary = summary.rstrip(".") + f" ({who} then lost the connection to it, a consequence)."
     return replace(diag, summary=summary)
-
-
-def _p(text: str | None) -> int | None:
-    return parse_size(text) if text else None
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text else None
-
-
-_OLD_AND_NEW = {
-    "total_bytes": (rf"(?P<v>{SIZE}) total capacity", rf"total capac\w* of (?P<v>{SIZE})"),
-    "free_bytes": (rf"(?P<v>{SIZE}) free\s*[;)]", rf"of which (?P<v>{SIZE}) is free"),
-    "allocated_bytes": (rf"(?P<v>{SIZE}) already allocated", rf"(?P<v>{SIZE}) is allocated by PyTorch"),
-}
-
-
-def _torch_figures(window: str, own_pids: frozenset) -> dict:
-    out: dict = {}
-    req = re.search(rf"Tried to allocate\s+(?P<v>{SIZE})", window)
-    out["requested_bytes"] = parse_size(req.group("v")) if req else None
-    gpu = re.search(r"\(GPU (\d+)\s*;", window) or re.search(r"\bGPU (\d*)\s*has a total capac", window)
-    out["gpu_index"] = int(gpu.group(1)) if gpu and gpu.group(1) else None
-    for key, patterns in _OLD_AND_NEW.items():
-        for pattern in patterns:
-            value = _size(pattern, window)
-            if value is not None:
-                out[key] = value
-                break
-    reserved_total = _size(rf"(?P<v>{SIZE}) reserved in total by PyTorch", window)
-    cached = _size(rf"(?P<v>{SIZE}) cached\)", window)  # <= 1.3: cached = reserved, not allocated
-    unalloc = _size(rf"(?P<v>{SIZE}) is reserved by PyTorch but unallocated", window)
-    allocated = out.get("allocated_bytes")
-    if unalloc is None and cached is not None:
-        unalloc = cached
-    if unalloc is None and reserved_total is not None and allocated is not None:
-        unalloc = max(0, reserved_total - allocated)
-    if reserved_total is None and unalloc is not None and allocated is not None:
-        reserved_total = allocated + unalloc
-    out["reserved_unallocated_bytes"] = unalloc
-    out["reserved_bytes"] = reserved_total
-    out["private_pools_bytes"] = _size(rf"with (?P<v>{SIZE}) allocated in private pools", window)
-    out["allowed_bytes"] = _size(rf"(?P<v>{SIZE}) allowed\s*;", window)
-    this_proc = _size(rf"this process has (?P<v>{SIZE}) memory in use", window)
-    procs = [(int(p), size) for p, s in re.findall(rf"Process (\d+) has ({SIZE}) memory in use", window)
-             if (size := parse_size(s)) is not None]
-    others = []
-    for pid, size in procs:
-        if pid in own_pids:
-            this_proc = (this_proc or 0) + size
-        else:
-            others.append((pid, size))
-    if this_proc is None and others and reserved_total is not None:
-        # In a container NVML reports the job under its host PID, so it appears as "Process P".
-        candidates = [(abs(size - reserved_total), pid, size) for pid, size in others
-                      if reserved_total * 0.99 - 16 * 1024**2 <= size <= reserved_total + _CONTEXT_SLACK]
-        if candidates:
-            _, pid, size = min(candidates)
-            this_proc = size
-            others = [(p, s) for p, s in others if p != pid]
-    out["this_process_bytes"] = this_proc
-    out["other_processes"] = tuple(others)
-    req_b = out["requested_bytes"]
-    out["fragmentation"] = bool(req_b and unalloc is not None and unalloc >= req_b)
-    return out
 
 
 def _signal_name(text: str) -> str | None:

@@ -9,7 +9,8 @@ import pytest
 
 from gpudoc.errors import ProfileError
 from gpudoc.estimate import estimate, estimate_with, per_sample_activation_bytes
-from gpudoc.estimate.inputs import inputs_from_profile, model_from_hf_config, params_from_shapes
+from gpudoc.estimate.hf_config import model_from_hf_config
+from gpudoc.estimate.inputs import inputs_from_profile, params_from_shapes
 from gpudoc.profiles.model import Profile
 
 LLAMA3_8B = {

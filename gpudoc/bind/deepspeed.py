@@ -1,0 +1,97 @@
+"""The DeepSpeed JSON preset: where each knob lives in a ``ds_config.json`` (``"auto"`` respected)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get, is_auto, num
+from gpudoc.bind.values import is_neutral
+
+
+def deepspeed_write(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+
+    def hf_field(path: tuple[str, ...], value: Any, knob: str) -> None:
+        current = get(data, path)
+        if ctx.hf_mode and is_auto(current):
+            res.expressed.add(knob)
+            res.notes.append(f"{ctx.name}: left {'.'.join(path)} = \"auto\": the Trainer fills it from its "
+                             f"own flag, which carries {knob} = {value}")
+        else:
+            res.set(path, value, knob)
+
+    if "micro_batch_size" in k:
+        hf_field(("train_micro_batch_size_per_gpu",), int(k["micro_batch_size"]), "micro_batch_size")
+    if "gradient_accumulation_steps" in k:
+        hf_field(("gradient_accumulation_steps",), int(k["gradient_accumulation_steps"]), "gradient_accumulation_steps")
+    if "zero_stage" in k:
+        if get(data, ("zero_optimization",)) is MISSING and is_neutral("zero_stage", k["zero_stage"]):
+            res.expressed.add("zero_stage")
+        else:
+            res.set(("zero_optimization", "stage"), int(k["zero_stage"]), "zero_stage")
+    for knob, section, legacy in (("offload_optimizer", "offload_optimizer", "cpu_offload"),
+                                  ("offload_params", "offload_param", "cpu_offload_params")):
+        if knob not in k:
+            continue
+        on = bool(k[knob])
+        if get(data, ("zero_optimization", legacy)) is not MISSING:
+            res.set(("zero_optimization", legacy), on, knob)
+        elif get(data, ("zero_optimization", section)) is not MISSING or on:
+            res.set(("zero_optimization", section, "device"), "cpu" if on else "none", knob)
+        else:
+            res.expressed.add(knob)
+    prec = k.get("precision")
+    if prec is not None:
+        if prec in ("bf16-true", "fp16-true"):
+            res.cannot["precision"] = (f"deepspeed ({ctx.name}): bf16/fp16 modes keep fp32 master weights; "
+                                       f"'{prec}' has no setting")
+        else:
+            want = {"bf16": prec == "bf16", "fp16": prec == "fp16"}
+            for section, on in want.items():
+                current = get(data, (section, "enabled"))
+                if current is MISSING and not on:
+                    continue
+                if ctx.hf_mode and is_auto(current):
+                    res.notes.append(f"{ctx.name}: left {section}.enabled = \"auto\": the Trainer sets it from "
+                                     f"--bf16/--fp16 (precision = {prec})")
+                    continue
+                res.set((section, "enabled"), on, "precision")
+            res.expressed.add("precision")
+    # Consistency: DeepSpeed asserts train_batch_size == micro x accumulation x world size.
+    tbs = num(get(data, ("train_batch_size",)))
+    if tbs is not None:
+        micro = num(k.get("micro_batch_size", get(data, ("train_micro_batch_size_per_gpu",))))
+        accum = num(k.get("gradient_accumulation_steps", get(data, ("gradient_accumulation_steps",))))
+        if micro is not None and accum is not None and micro * accum * ctx.world_size != tbs:
+            res.conflicts.append(
+                f"{ctx.name}: train_batch_size = {tbs} but micro_batch_size x gradient_accumulation_steps x "
+                f"world size = {micro} x {accum} x {ctx.world_size} = {micro * accum * ctx.world_size}; "
+                f"set train_batch_size to {micro * accum * ctx.world_size} (or \"auto\") or change the profile")
+    stage = k.get("zero_stage", get(data, ("zero_optimization", "stage")))
+    stage_number = num(stage)
+    if k.get("offload_params") and stage_number is not None and stage_number < 3:
+        res.conflicts.append(f"{ctx.name}: offload_params needs ZeRO stage 3, the stage is {stage}")
+    return res
+
+
+def deepspeed_read(data: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for knob, path in (("micro_batch_size", ("train_micro_batch_size_per_gpu",)),
+                       ("gradient_accumulation_steps", ("gradient_accumulation_steps",)),
+                       ("zero_stage", ("zero_optimization", "stage"))):
+        v = num(get(data, path))
+        if v is not None:
+            out[knob] = v
+    for knob, section, legacy in (("offload_optimizer", "offload_optimizer", "cpu_offload"),
+                                  ("offload_params", "offload_param", "cpu_offload_params")):
+        legacy_v = get(data, ("zero_optimization", legacy))
+        device = get(data, ("zero_optimization", section, "device"))
+        if isinstance(legacy_v, bool):
+            out[knob] = legacy_v
+        elif isinstance(device, str) and not is_auto(device):
+            out[knob] = device.lower() in ("cpu", "nvme")
+    bf, fp = get(data, ("bf16", "enabled")), get(data, ("fp16", "enabled"))
+    if (isinstance(bf, bool) and isinstance(fp, bool)) or (bf is True or fp is True):
+        out["precision"] = "bf16" if bf is True else "fp16" if fp is True else "fp32"
+    return out

@@ -1,0 +1,56 @@
+"""What a file preset works with: the parsed file, the knobs, and what it assigns and could not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from gpudoc.bind.args import PresetResult
+
+MISSING = object()
+
+
+def get(data: Any, path: tuple[str, ...]) -> Any:
+    node = data
+    for key in path:
+        if isinstance(node, Mapping) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return MISSING
+    return node
+
+
+@dataclass
+class FileContext:
+    name: str  # the file as the user wrote it, for messages
+    knobs: Mapping[str, Any]
+    world_size: int
+    # The HF Trainer (or accelerate) fills DeepSpeed "auto" values from its own flags, so an
+    # "auto" there is already bound and must stay "auto".
+    hf_mode: bool = False
+
+
+@dataclass
+class FileResult(PresetResult):
+    assignments: list[tuple[tuple[str, ...], Any, str]] = field(default_factory=list)  # (path, value, knob)
+    follow: list[tuple[str, str, bool]] = field(default_factory=list)  # (file, preset, hf_mode)
+
+    def set(self, path: tuple[str, ...], value: Any, knob: str) -> None:
+        self.assignments.append((path, value, knob))
+        self.expressed.add(knob)
+
+
+def is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().lower() == "auto"
+
+
+def num(value: Any) -> int | None:
+    if isinstance(value, bool) or value is MISSING:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
