@@ -44,6 +44,12 @@ def set_parent_death_signal(sig: int) -> bool:
 _children_files: bool | None = None
 
 
+def current_children() -> set[int]:
+    """gpudoc's own children now (to tell them from the job's)."""
+    kids = children_of(os.getpid())
+    return set(kids if kids is not None else descendants_of(os.getpid()))
+
+
 def children_of(pid: int) -> list[int] | None:
     """Direct children from /proc/PID/task/*/children (cheap); None where the kernel lacks it."""
     global _children_files

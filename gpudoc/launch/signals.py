@@ -1,12 +1,16 @@
 """What gpudoc does with the signals it receives while a job runs, and the exit status it reports.
 
 gpudoc runs the job in its own session, so the terminal's Ctrl-C reaches gpudoc only; gpudoc
-decides what the job gets. Pure functions here; ``spawn`` installs the handlers.
+decides what the job gets. The rules are pure functions; ``SignalRelay`` installs the
+launcher's handlers for one run.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+from types import FrameType
+from typing import Any, Callable
 
 # Ctrl-C once asks politely (the job's own KeyboardInterrupt handling, torchrun's forwarding),
 # twice insists, three times ends it.
@@ -49,3 +53,30 @@ def exit_status(exit_code: int | None, term_signal: int | None, *, interrupted_b
     if interrupted_by is not None and own != 0:
         return 128 + int(interrupted_by)
     return own
+
+
+class SignalRelay:
+    """gpudoc's handlers for the signals it relays to a job, installed for one run; a wake-up pipe
+    (``wake_fd``) becomes readable whenever one arrives, so the output loop never sleeps through it."""
+
+    def __init__(self, handlers: dict[int, Callable[[int, FrameType | None], None]]) -> None:
+        self.wake_fd, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # SIGCHLD only needs to wake the loop (through the wake-up pipe).
+        handlers = {signal.SIGCHLD: _wake_only, **handlers}
+        self._previous: dict[int, Any] = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+        self._previous_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+
+    def restore(self) -> None:
+        """The handlers (and wake-up fd) from before, put back; the pipe closed."""
+        signal.set_wakeup_fd(self._previous_wakeup)
+        for sig, handler in self._previous.items():
+            try:
+                signal.signal(sig, handler)
+            except (TypeError, ValueError, OSError):
+                pass
+        for fd in (self.wake_fd, self._wake_w):
+            os.close(fd)
+
+
+def _wake_only(signum: int, frame: FrameType | None) -> None:
+    """A signal whose only job is to wake the loop (its wake-up byte does that)."""

@@ -14,116 +14,33 @@ come back to it and are ended with the rest.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import select
 import signal
 import subprocess
-import termios
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from functools import partial
 from types import FrameType
-from typing import Any, Callable
+from typing import Callable
 
-from gpudoc.errors import ExitStatus, LaunchError
 from gpudoc.launch import reaper
-from gpudoc.launch.scan import LiveScan
-from gpudoc.launch.signals import decode_wait_status, exit_status, interrupt_signal, signal_name
-from gpudoc.launch.tee import Tee, write_all
+from gpudoc.launch.options import LaunchOptions, Outcome, pipe_child_setup, pty_child_setup, safe_warn, spawn_error
+from gpudoc.launch.output import CHUNK, drain_available, drain_until_eof, output_pipe, read_burst
+from gpudoc.launch.signals import SignalRelay, decode_wait_status, exit_status, interrupt_signal, signal_name
+from gpudoc.launch.tee import Tee
+from gpudoc.launch.terminal import copy_winsize, forward_input, setup_slave, stdin_is_ours
 from gpudoc.procs.identity import ProcessRef, start_time
 from gpudoc.procs.terminate import reap_children, terminate
 
-CHUNK = 1 << 18  # one read: large enough for throughput, small enough to stay bounded
-PIPE_SIZE = 1 << 20  # ask the kernel for a 1 MiB pipe: fewer wake-ups under heavy output
-F_SETPIPE_SZ = 1031
 TICK_S = 1.0
 BURST_READS = 16
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)  # e.g. Slurm's --signal before the time limit
 
 
-@dataclass
-class LaunchOptions:
-    argv: list[str]
-    env: dict[str, str]
-    cwd: Path
-    log_path: Path | None
-    use_pty: bool = False
-    term_fd: int | None = 1
-    stdin_fd: int | None = 0
-    term_grace_s: float = 10.0  # SIGTERM to gpudoc: forward, SIGKILL after this long
-    end_grace_s: float = 3.0  # ending the job ourselves (fail-fast, leftovers): TERM -> KILL
-    linger_s: float = 0.5  # after the first process exits, how long the rest may take on their own
-    drain_s: float = 2.0  # after every process is gone, how long to wait for the output's end
-    on_start: Callable[[int, int], None] | None = None
-    scan: LiveScan | None = None  # the live failure scan, fed after the tee
-    on_tick: Callable[[Launcher], None] | None = None
-    warn: Callable[[str], None] | None = None
-
-
-@dataclass
-class Outcome:
-    pid: int | None  # None only when the job never started (gpudoc raised LaunchError instead)
-    pgid: int | None
-    exit_code: int | None  # the first process's own exit code, when it exited
-    signal: int | None  # the signal that ended the first process, when one did
-    status: int  # gpudoc's exit status for this job (SPEC)
-    interrupted_by: int | None  # SIGINT/SIGTERM the user (or a supervisor) sent to gpudoc
-    ended_by: str | None  # why gpudoc ended the job itself ("gpu_oom", ...), None when it did not
-    started: float
-    ended: float
-    terminal_lost: bool
-    log_error: str | None
-    survivors: list[int] = field(default_factory=list)  # PIDs even SIGKILL did not end
-    processes: list[ProcessRef] = field(default_factory=list)  # every process seen in the job
-
-
-def _safe_warn(message: str) -> None:
-    try:
-        os.write(2, f"gpudoc: {message}\n".encode())
-    except OSError:
-        pass  # stderr is gone with the terminal
-
-
-def spawn_error(argv0: str, exc: OSError) -> LaunchError:
-    """The SPEC's 127/126/125 for a command that could not be started, with a message naming it."""
-    if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT:
-        return LaunchError(f"command not found: {argv0}", exit_status=ExitStatus.NOT_FOUND)
-    if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EPERM):
-        reason = "exec format error" if exc.errno == errno.ENOEXEC else "permission denied"
-        return LaunchError(f"command not executable: {argv0} ({reason})",
-                           exit_status=ExitStatus.NOT_EXECUTABLE)
-    return LaunchError(f"cannot start {argv0}: {os.strerror(exc.errno or 0) or exc}")
-
-
-def _pty_child_setup() -> None:
-    # Runs in the child between fork and exec: it is already a session leader (setsid); make the
-    # pty on fd 0 its controlling terminal so job control and SIGWINCH reach it.
-    try:
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-    except OSError:
-        pass
-    _pipe_child_setup()
-
-
-def _pipe_child_setup() -> None:
-    # If gpudoc is SIGKILLed (the one signal it cannot handle), the job's first process gets
-    # SIGTERM: torchrun then ends its own workers, a plain script dies.
-    reaper.set_parent_death_signal(signal.SIGTERM)
-
-
-def _winsize(fd: int) -> bytes | None:
-    try:
-        return fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8)
-    except OSError:
-        return None
-
-
 class Launcher:
     def __init__(self, options: LaunchOptions) -> None:
         self.o = options
-        self.warn = options.warn or _safe_warn
+        self.warn = options.warn or safe_warn
         self.proc: subprocess.Popen | None = None
         self.pid: int | None = None
         self.pgid: int | None = None
@@ -143,10 +60,8 @@ class Launcher:
         self._out: int | None = None
         self._log_fd: int | None = None
         self._tee: Tee | None = None
-        self._old_handlers: dict[int, Any] = {}  # signal -> the handler to put back
-        self._wake_r: int | None = None
-        self._wake_w: int | None = None
-        self._old_wakeup: int = -1
+        self._relay: SignalRelay | None = None
+        self._wake_r: int | None = None  # readable when a signal arrived (the loop's wake-up)
         self._next_ending_check = 0.0
 
     # -- public ---------------------------------------------------------------------------
@@ -176,11 +91,16 @@ class Launcher:
 
     def run(self) -> Outcome:
         reaper.become_subreaper()
-        self._exclude = self._current_children()
+        self._exclude = reaper.current_children()
         started = time.time()
         try:
             pid = self._spawn()
-            self._install_signals()
+            self._relay = SignalRelay({
+                signal.SIGINT: self._on_interrupt, signal.SIGTERM: self._on_terminate,
+                signal.SIGQUIT: self._on_terminate, signal.SIGHUP: self._on_hangup,
+                signal.SIGWINCH: self._on_winch, **dict.fromkeys(FORWARDED, self._on_forward),
+            })
+            self._wake_r = self._relay.wake_fd
             if self.o.on_start is not None:
                 self.o.on_start(pid, pid)  # the job leads its own process group
             self._open_log()
@@ -201,11 +121,6 @@ class Launcher:
 
     # -- start ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _current_children() -> set[int]:
-        kids = reaper.children_of(os.getpid())
-        return set(kids if kids is not None else reaper.descendants_of(os.getpid()))
-
     def _spawn(self) -> int:
         """Start the job (its own session and process group); its PID."""
         o = self.o
@@ -213,16 +128,12 @@ class Launcher:
         stdin: int | None
         if o.use_pty:
             master, slave = os.openpty()
-            self._setup_slave(slave)
-            stdin, out, setup = slave, master, _pty_child_setup
+            setup_slave(slave, self.o.stdin_fd, self.o.term_fd)
+            stdin, out, setup = slave, master, pty_child_setup
             self._master = master
         else:
-            r, w = os.pipe()
-            try:
-                fcntl.fcntl(r, F_SETPIPE_SZ, PIPE_SIZE)
-            except OSError:
-                pass  # above the system's pipe-max-size: the default size still works
-            stdin, out, setup = None, r, _pipe_child_setup
+            r, w = output_pipe()
+            stdin, out, setup = None, r, pipe_child_setup
             slave = w
         self._out = out
         try:
@@ -242,33 +153,6 @@ class Launcher:
         self._seen[pid] = ProcessRef(pid, start_time(pid))
         return pid
 
-    def _setup_slave(self, slave: int) -> None:
-        # Start from the user's terminal settings (control characters), then: no echo (the
-        # user's terminal already echoes what is typed) and no output processing ("\n" stays
-        # "\n"), so the log holds exactly the bytes the job wrote; the user's own terminal
-        # still turns "\n" into "\r\n" on display.
-        source = next((fd for fd in (self.o.stdin_fd, self.o.term_fd)
-                       if fd is not None and os.isatty(fd)), None)
-        try:
-            attrs = termios.tcgetattr(source if source is not None else slave)
-            attrs[1] &= ~termios.OPOST
-            attrs[3] &= ~(termios.ECHO | termios.ECHONL)
-            termios.tcsetattr(slave, termios.TCSANOW, attrs)
-        except (termios.error, OSError):
-            pass
-        self._copy_winsize(slave)
-
-    def _copy_winsize(self, target: int) -> None:
-        for fd in (self.o.term_fd, self.o.stdin_fd):
-            if fd is not None and os.isatty(fd):
-                size = _winsize(fd)
-                if size is not None and size != b"\0" * 8:
-                    try:
-                        fcntl.ioctl(target, termios.TIOCSWINSZ, size)
-                    except OSError:
-                        pass
-                    return
-
     def _open_log(self) -> None:
         if self.o.log_path is not None:
             self._log_fd = os.open(self.o.log_path,
@@ -276,36 +160,6 @@ class Launcher:
         self._tee = Tee(self._log_fd, self.o.term_fd, warn=self.warn)
 
     # -- signals --------------------------------------------------------------------------
-
-    def _install_signals(self) -> None:
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        handlers = {
-            signal.SIGINT: self._on_interrupt,
-            signal.SIGTERM: self._on_terminate,
-            signal.SIGQUIT: self._on_terminate,
-            signal.SIGHUP: self._on_hangup,
-            signal.SIGCHLD: _noop,
-            signal.SIGWINCH: self._on_winch,
-        }
-        for sig in FORWARDED:
-            handlers[sig] = self._on_forward
-        for sig, handler in handlers.items():
-            self._old_handlers[sig] = signal.signal(sig, handler)
-        self._old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-
-    def _restore_signals(self) -> None:
-        if self._wake_w is None:
-            return
-        signal.set_wakeup_fd(self._old_wakeup)
-        for sig, handler in self._old_handlers.items():
-            try:
-                signal.signal(sig, handler)
-            except (TypeError, ValueError, OSError):
-                pass
-        for fd in (self._wake_r, self._wake_w):
-            if fd is not None:
-                os.close(fd)
-        self._wake_r = self._wake_w = None
 
     def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
         self.interrupts += 1
@@ -337,7 +191,7 @@ class Launcher:
 
     def _on_winch(self, signum: int, frame: FrameType | None) -> None:
         if self._master is not None:
-            self._copy_winsize(self._master)
+            copy_winsize(self._master, self.o.term_fd, self.o.stdin_fd)
 
     def _on_forward(self, signum: int, frame: FrameType | None) -> None:
         reaper.signal_group(self.pgid, signum)
@@ -386,13 +240,13 @@ class Launcher:
             events = poller.poll(timeout_ms)
             idle = not events
             if idle and scan is not None and scan.backlog:
-                self._catch_up(scan)
+                self._watch_output(partial(scan.catch_up, scan.slice_bytes))
             for fd, _event in events:
                 if fd == out:
                     # Under heavy output, keep reading while reads come back full: one poll per
                     # burst, not per chunk (bounded, so signals and deadlines are still seen).
                     for _ in range(BURST_READS):
-                        data = self._read_burst(out)
+                        data = read_burst(out, coalesce=self._master is not None)
                         if data is None:
                             break
                         if not data:
@@ -402,7 +256,7 @@ class Launcher:
                             break
                         tee_write(data)
                         if self.o.scan is not None:
-                            self._feed_scan(self.o.scan, data)
+                            self._watch_output(partial(self.o.scan.feed, data, busy=len(data) >= CHUNK))
                         if len(data) < CHUNK:
                             break
                 elif fd == self._wake_r:
@@ -414,7 +268,7 @@ class Launcher:
                 elif fd == stdin_on:
                     if not self._stdin_wanted():  # gone to the background meanwhile
                         want_stdin = False
-                    elif not self._forward_stdin():
+                    elif not forward_input(self.o.stdin_fd, self._master):
                         self.o.stdin_fd = None
                         want_stdin = False
                     if not want_stdin:
@@ -446,85 +300,20 @@ class Launcher:
                 self._begin_ending(now)
             if self._ending_since is not None and self._ending_done(now):
                 if out_open:
-                    self._drain_rest()
+                    drain_until_eof(*self._running()[:2], self.o.drain_s)
                 return
 
-    def _read_burst(self, out: int) -> bytes | None:
-        """One read; on a pty (which hands out ~4 KiB per read) as many as are ready, up to
-        CHUNK, so the log and the terminal get one write per burst instead of dozens.
-        b"" at the end of the output, None when nothing was there after all."""
+    def _watch_output(self, step: Callable[[], object]) -> None:
+        """One step of the live failure scan; a bug in it disables the scan, never the job."""
         try:
-            data = os.read(out, CHUNK)
-        except BlockingIOError:
-            return None
-        except OSError as exc:
-            if exc.errno != errno.EIO:  # EIO: the pty's last writer closed
-                raise
-            return b""
-        if self._master is None or not data or len(data) >= CHUNK:
-            return data
-        parts = [data]
-        total = len(data)
-        while total < CHUNK:
-            try:
-                more = os.read(out, CHUNK - total)
-            except (BlockingIOError, OSError):
-                break  # drained for now (EIO/EOF comes back on the next poll)
-            if not more:
-                break
-            parts.append(more)
-            total += len(more)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def _feed_scan(self, scan: LiveScan, data: bytes) -> None:
-        try:
-            scan.feed(data, busy=len(data) >= CHUNK)
-        except Exception as exc:
-            self.o.scan = None
-            self.warn(f"output watcher disabled after an internal error: {exc!r}")
-
-    def _catch_up(self, scan: LiveScan) -> None:
-        try:
-            scan.catch_up(scan.slice_bytes)
+            step()
         except Exception as exc:
             self.o.scan = None
             self.warn(f"output watcher disabled after an internal error: {exc!r}")
 
     def _stdin_wanted(self) -> bool:
-        # Only in pty mode (in pipe mode the job reads gpudoc's stdin itself), and only while
-        # gpudoc is in the terminal's foreground: reading from the background would stop it.
-        fd = self.o.stdin_fd
-        if self._master is None or fd is None:
-            return False
-        try:
-            if os.isatty(fd) and os.tcgetpgrp(fd) != os.getpgrp():
-                return False
-        except OSError:
-            return False
-        return True
-
-    def _forward_stdin(self) -> bool:
-        if self.o.stdin_fd is None:
-            return False
-        try:
-            data = os.read(self.o.stdin_fd, 4096)
-        except OSError:
-            data = b""
-        if not data:
-            # End of input: the job reads end-of-file too (VEOF on an empty canonical line).
-            data = b"\x04"
-            self._write_master(data)
-            return False
-        self._write_master(data)
-        return True
-
-    def _write_master(self, data: bytes) -> None:
-        if self._master is None:
-            return
-        try:
-            write_all(self._master, data)
-        except OSError:
-            pass
+        # Only in pty mode (in pipe mode the job reads gpudoc's stdin itself).
+        return self._master is not None and stdin_is_ours(self.o.stdin_fd)
 
     def _reap(self) -> None:
         for pid, status in reap_children():
@@ -566,27 +355,6 @@ class Launcher:
         self._kill_at = None
         return True
 
-    def _drain_rest(self) -> None:
-        """Every process is gone; read what is still buffered until EOF (bounded in time)."""
-        out, tee, _ = self._running()
-        deadline = time.monotonic() + self.o.drain_s
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            ready, _, _ = select.select([out], [], [], left)
-            if not ready:
-                return
-            try:
-                data = os.read(out, CHUNK)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return
-            if not data:
-                return
-            tee.write(data)
-
     # -- the end --------------------------------------------------------------------------
 
     def _finish(self) -> list[ProcessRef]:
@@ -606,9 +374,11 @@ class Launcher:
                     except ChildProcessError:
                         pass
                 if self._out is not None and self._tee is not None:
-                    self._drain_nonblocking()
+                    drain_available(*self._running()[:2])
         finally:
-            self._restore_signals()
+            if self._relay is not None:
+                self._relay.restore()
+            self._wake_r = None
             for fd in (self._out, self._log_fd):
                 if fd is not None:
                     try:
@@ -621,24 +391,8 @@ class Launcher:
                       + ", ".join(str(p.pid) for p in survivors))
         return survivors
 
-    def _drain_nonblocking(self) -> None:
-        out, tee, _ = self._running()
-        os.set_blocking(out, False)
-        while True:
-            try:
-                data = os.read(out, CHUNK)
-            except OSError:
-                return
-            if not data:
-                return
-            tee.write(data)
-
     def _running(self) -> tuple[int, Tee, int]:
         """The job's output, the tee and the wake-up pipe: open from the start of the run to its end."""
         if self._out is None or self._tee is None or self._wake_r is None:
             raise RuntimeError("the launcher is not running a job")  # a bug in gpudoc's order of steps
         return self._out, self._tee, self._wake_r
-
-
-def _noop(signum: int, frame: FrameType | None) -> None:
-    """SIGCHLD only needs to wake the loop (through the wakeup fd)."""
