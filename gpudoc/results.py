@@ -258,6 +258,44 @@ class FixResult:
 
 
 @dataclass(frozen=True)
+class CleanPlan:
+    """`gpudoc clean`, before it signals anything: this user's processes it would end, and the
+    others it leaves alone (each with the command that would free it)."""
+
+    gpus: tuple[int, ...]
+    targets: tuple[dict[str, Any], ...]  # Target.to_dict(), plus "description"
+    others: tuple[dict[str, Any], ...]  # GpuHolder.to_dict(), plus "description" and "remedy"
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    """`gpudoc clean`: the plan, what ending it came to, and how much memory came back."""
+
+    command: ClassVar[str] = "clean"
+    plan: CleanPlan | None  # None: the GPUs' processes could not be seen at all
+    exit_code: int
+    message: str | None = None  # why nothing (more) was done, when that is the news
+    outcome: dict[str, Any] | None = None  # the signals' result: terminated, killed, freed_bytes, ...
+    term_timeout_s: float | None = None
+    note: str = ""
+
+    @property
+    def status(self) -> str:
+        return status_of(self.exit_code)
+
+    def json_body(self) -> dict[str, Any]:
+        plan = self.plan
+        return {"message": self.message, "gpus": list(plan.gpus) if plan and plan.gpus else None,
+                "targets": [_without("description", t) for t in plan.targets] if plan else [],
+                "others": [_without("description", o) for o in plan.others] if plan else [],
+                "result": self.outcome, "note": self.note}
+
+
+def _without(key: str, doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != key}
+
+
+@dataclass(frozen=True)
 class ErrorResult:
     """Any command that could not do what was asked, once ``--json`` was asked."""
 

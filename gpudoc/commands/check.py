@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -13,6 +11,7 @@ from gpudoc.checks._common import has_profile, parse_gpu_list
 from gpudoc.errors import ExitStatus
 from gpudoc.facts.torch_probe import installed_torch_version
 from gpudoc.findings import Finding, Severity
+from gpudoc.job.interpreter import target_python as target_job_python
 from gpudoc.profiles.model import Profile
 from gpudoc.render.show import show
 from gpudoc.results import CatalogueResult, CheckResult
@@ -30,10 +29,10 @@ def exit_status(findings: Iterable[Finding], *, strict: bool = False) -> int:
 
 
 def target_python(python: str | None, environ: Mapping[str, str]) -> str:
-    """The interpreter the job will run: ``--python``, else the ``python3`` (or ``python``) a shell
-    with this environment would start, else gpudoc's own."""
-    path = environ.get("PATH", os.defpath)
-    return python or shutil.which("python3", path=path) or shutil.which("python", path=path) or sys.executable
+    """The interpreter the job will run: ``--python``, else what ``python3`` (or ``python``) names
+    on this environment's PATH, by the one rule the launcher uses; else gpudoc's own."""
+    return python or target_job_python(["python3"], environ) or target_job_python(["python"], environ) \
+        or sys.executable
 
 
 def check(

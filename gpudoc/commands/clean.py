@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
-from gpudoc.errors import ExitStatus
+from gpudoc.errors import ExitStatus, UsageError
 from gpudoc.output import Console
 from gpudoc.procs.clean import Target
+from gpudoc.render.show import show
+from gpudoc.render.text import text
+from gpudoc.results import CleanPlan, CleanResult
 from gpudoc.units import format_bytes
 from gpudoc.workspace import Workspace
 
@@ -62,76 +65,44 @@ def clean(
     console = ws.console
     indexes = parse_gpu_list(gpus) if gpus else ()
     facts = ws.gather()
-    doc: dict = {"gpus": list(indexes) or None, "targets": [], "others": [], "result": None, "note": EMPTY_CACHE_NOTE}
 
-    def finish(status: int, message: str | None = None) -> int:
-        if as_json:
-            from gpudoc.render.json_doc import dumps, envelope
-
-            state = "ok" if status == 0 else "fail"
-            console.print(dumps(envelope("clean", status=state, exit_code=status, message=message, **doc)))
-        elif message and status != ExitStatus.OK:
-            console.error(message)
-        elif message:
-            console.print(message)
-        return status
+    def finish(status: int, message: str | None = None, plan: CleanPlan | None = None,
+               outcome: dict[str, Any] | None = None) -> int:
+        timeout = TERM_TIMEOUT_S if term_timeout is None else term_timeout
+        return show(CleanResult(plan, status, message, outcome, timeout, EMPTY_CACHE_NOTE), console,
+                    as_json=as_json)
 
     if facts.nvml_error or not facts.gpus:
         return finish(ExitStatus.NEGATIVE, f"gpudoc clean: cannot see GPU processes: {facts.nvml_error or 'no GPU'}")
     known = sorted(g.index for g in facts.gpus)
     missing = [i for i in indexes if i not in known]
     if missing:
-        from gpudoc.errors import UsageError
-
         raise UsageError(f"--gpus: no GPU {', '.join(map(str, missing))} here (GPUs: {', '.join(map(str, known))})")
     chosen = list(indexes) or known
     targets = plan_clean(facts, ws.store.owners(), chosen)
     others = [h for h in classify_gpu_processes(facts, gpus=chosen)
               if not h.own and h.pid not in {t.pid for t in targets}]
-    doc["targets"] = [t.to_dict() for t in targets]
-    doc["others"] = [{**h.to_dict(), "remedy": h.remedy()} for h in others]
-
+    plan = CleanPlan(
+        gpus=tuple(chosen),
+        targets=tuple({**t.to_dict(), "description": _describe(t)} for t in targets),
+        others=tuple({**h.to_dict(), "remedy": h.remedy(), "description": h.describe()} for h in others),
+    )
     if not as_json:
-        where = ",".join(map(str, chosen))
-        if targets:
-            total = sum(t.bytes or 0 for t in targets)
-            console.print(f"Your processes holding memory on GPU {where} ({format_bytes(total)}):")
-            for t in targets:
-                console.print(f"  {_describe(t)}")
-        else:
-            console.print(f"Nothing of yours holds memory on GPU {where}.")
-        for h in others:
-            console.print(f"  not touched: {h.describe()}")
-            console.print(f"    fix: {h.remedy()}")
+        text(plan, console)  # before any question: the user sees what would be ended
     if not targets:
-        return finish(ExitStatus.OK)
+        return finish(ExitStatus.OK, plan=plan)
     if dry_run:
-        return finish(ExitStatus.OK, None if as_json else "--dry-run: nothing signalled.")
+        return finish(ExitStatus.OK, "--dry-run: nothing signalled.", plan)
 
     confirm = None if yes else tty_confirm(ws.stdin, console)
     if not yes and confirm is None:
         return finish(ExitStatus.NEGATIVE, "gpudoc clean: refusing to signal processes without confirmation "
-                      "(stdin is not a terminal): pass --yes")
+                      "(stdin is not a terminal): pass --yes", plan)
     result = terminate(targets, yes=yes, confirm=confirm,
                        term_timeout=TERM_TIMEOUT_S if term_timeout is None else term_timeout)
     if result.refused:
-        return finish(ExitStatus.NEGATIVE, "Nothing signalled.")
-    freed, released, _after = wait_for_release(ws.gather, facts, result.ended, chosen,
-                                               timeout=release_timeout)
+        return finish(ExitStatus.NEGATIVE, "Nothing signalled.", plan)
+    freed, released, _after = wait_for_release(ws.gather, facts, result.ended, chosen, timeout=release_timeout)
     result.freed_bytes, result.released = freed, released
-    doc["result"] = result.to_dict()
     status = ExitStatus.OK if not result.survivors else ExitStatus.NEGATIVE
-    if not as_json:
-        for pid in result.terminated:
-            console.print(f"  ended PID {pid} (SIGTERM)")
-        for pid in result.killed:
-            console.print(f"  ended PID {pid} (SIGKILL after {TERM_TIMEOUT_S if term_timeout is None else term_timeout:g} s)")
-        for pid, why in result.skipped:
-            console.print(f"  left PID {pid} alone: {why}")
-        for pid in result.survivors:
-            console.print(f"  PID {pid} survived SIGKILL (stuck in the driver?): sudo nvidia-smi --gpu-reset or reboot")
-        if freed is not None:
-            state = "released" if released else "not yet released by the driver"
-            console.print(f"Freed {format_bytes(freed)} on GPU {','.join(map(str, chosen))} ({state}, per NVML).")
-        console.print(f"Note: {EMPTY_CACHE_NOTE}")
-    return finish(status)
+    return finish(status, plan=plan, outcome=result.to_dict())

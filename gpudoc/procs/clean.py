@@ -75,7 +75,7 @@ class Target:
 
 
 @dataclass
-class CleanResult:
+class CleanOutcome:
     refused: bool = False
     terminated: list[int] = field(default_factory=list)  # ended after SIGTERM
     killed: list[int] = field(default_factory=list)  # needed SIGKILL
@@ -182,9 +182,9 @@ def verify(target: Target, *, uid: int | None = None) -> tuple[psutil.Process | 
 
 def terminate(targets: list[Target], *, yes: bool = False, confirm: Callable[[list[Target]], bool] | None = None,
               term_timeout: float = TERM_TIMEOUT_S, kill_timeout: float = KILL_TIMEOUT_S,
-              uid: int | None = None) -> CleanResult:
+              uid: int | None = None) -> CleanOutcome:
     """SIGTERM every target, SIGKILL what is left after ``term_timeout``; re-verify before each signal."""
-    result = CleanResult()
+    result = CleanOutcome()
     if not targets:
         return result
     if not yes and (confirm is None or not confirm(targets)):

@@ -14,6 +14,8 @@ from gpudoc.output import Console
 from gpudoc.results import (
     CatalogueResult,
     CheckResult,
+    CleanPlan,
+    CleanResult,
     DryRunResult,
     ErrorResult,
     EstimateResult,
@@ -197,3 +199,41 @@ def _peak_text(peaks: dict[str, int], totals: dict[str, int]) -> list[str]:
 @text.register
 def _error(result: ErrorResult, console: Console) -> None:
     console.error(result.message)
+
+
+@text.register
+def _clean_plan(plan: CleanPlan, console: Console) -> None:
+    where = ",".join(map(str, plan.gpus))
+    if plan.targets:
+        total = sum(t.get("bytes") or 0 for t in plan.targets)
+        console.print(f"Your processes holding memory on GPU {where} ({format_bytes(total)}):")
+        for target in plan.targets:
+            console.print(f"  {target['description']}")
+    else:
+        console.print(f"Nothing of yours holds memory on GPU {where}.")
+    for other in plan.others:
+        console.print(f"  not touched: {other['description']}")
+        console.print(f"    fix: {other['remedy']}")
+
+
+@text.register
+def _clean(result: CleanResult, console: Console) -> None:
+    if result.message:
+        (console.error if result.exit_code else console.print)(result.message)
+    outcome = result.outcome
+    if outcome is None:
+        return
+    for pid in outcome["terminated"]:
+        console.print(f"  ended PID {pid} (SIGTERM)")
+    for pid in outcome["killed"]:
+        console.print(f"  ended PID {pid} (SIGKILL after {result.term_timeout_s:g} s)")
+    for skipped in outcome["skipped"]:
+        console.print(f"  left PID {skipped['pid']} alone: {skipped['reason']}")
+    for pid in outcome["survivors"]:
+        console.print(f"  PID {pid} survived SIGKILL (stuck in the driver?): sudo nvidia-smi --gpu-reset or reboot")
+    if outcome.get("freed_bytes") is not None and result.plan is not None:
+        state = "released" if outcome.get("released") else "not yet released by the driver"
+        console.print(f"Freed {format_bytes(outcome['freed_bytes'])} on GPU {','.join(map(str, result.plan.gpus))} "
+                      f"({state}, per NVML).")
+    console.print(f"Note: {result.note}")
+
