@@ -16,8 +16,6 @@ from gpudoc.commands.run_attempt import launch_attempt, refusing
 from gpudoc.commands.run_options import RunOptions
 from gpudoc.errors import ExitStatus, LaunchError
 from gpudoc.output import Console
-from gpudoc.render.show import show
-from gpudoc.results import DryRunResult
 from gpudoc.runs.record import RunRecord
 from gpudoc.workspace import Workspace
 
@@ -26,6 +24,7 @@ if TYPE_CHECKING:
     from gpudoc.ladder.model import Suggestion
     from gpudoc.launch.command import ResolvedCommand
     from gpudoc.profiles.model import Profile
+    from gpudoc.results import DryRunResult
 
 __all__ = ["RunOptions", "launch_once", "run"]
 
@@ -99,6 +98,8 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     console, cwd, environ = ws.console, ws.cwd, ws.environ
     resolved, python = refusing(lambda: resolve_command(profile, options.command, cwd=cwd, environ=environ))
     if options.dry_run:
+        from gpudoc.render.show import show
+
         return show(_dry_run_result(resolved), console, as_json=options.json), None
     child_env = resolved.child_env(environ)
     facts = None
@@ -114,6 +115,8 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
 
 
 def _dry_run_result(resolved: ResolvedCommand) -> DryRunResult:
+    from gpudoc.results import DryRunResult
+
     doc = resolved.to_dict()
     return DryRunResult(argv=tuple(doc["command"]), env_set=doc["env_set"], file_edits=tuple(doc["file_edits"]),
                         notes=(*resolved.conflicts, *resolved.notes))

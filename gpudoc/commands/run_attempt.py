@@ -17,8 +17,6 @@ from gpudoc.commands.run_options import RunOptions
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.errors import GpudocError, LaunchError
 from gpudoc.output import Console
-from gpudoc.render.show import show
-from gpudoc.results import RunResult
 from gpudoc.runs.record import RunRecord, now_iso
 from gpudoc.runs.store import read_tail
 from gpudoc.workspace import Workspace
@@ -174,6 +172,10 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
         diag = record.diagnosis
         sync.announce("gpu_oom", rank=diag.rank if diag else None, line=diag.summary if diag else "")
     store.save(record)
+    # The result layer is imported once the job has ended: the launch path stays short.
+    from gpudoc.render.show import show
+    from gpudoc.results import RunResult
+
     result = RunResult(record=record, exit_code=outcome.status, log_path=str(log_path),
                        killed_by=outcome.signal, interrupted_by=outcome.interrupted_by)
     try:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from gpudoc.diagnose.diagnosis import Diagnosis
-from gpudoc.ladder.model import Suggestion
 from gpudoc.output import Console
 from gpudoc.render.text import text
 from gpudoc.results import FixResult
 from gpudoc.units import format_bytes
+
+if TYPE_CHECKING:
+    # Types only: importing gpudoc.ladder runs its package (the whole ladder) on the launch path.
+    from gpudoc.diagnose.diagnosis import Diagnosis
+    from gpudoc.ladder.model import Suggestion
 
 
 @text.register

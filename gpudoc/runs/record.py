@@ -6,7 +6,7 @@ Other rooms read a record through the accessors below (``knobs``, ``peak_bytes``
 
 from __future__ import annotations
 
-import socket
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -44,7 +44,7 @@ class RunRecord:
     peak_memory_bytes: dict[str, int] = field(default_factory=dict)  # GPU index (str) -> bytes
     gpus: list[dict] = field(default_factory=list)  # {"index", "name", "total_bytes"}
     parent: str | None = None
-    host: str = field(default_factory=socket.gethostname)
+    host: str = field(default_factory=lambda: os.uname().nodename)  # socket.gethostname(), without socket
     job_id: str | None = None
     # Which node of a multi-node job this was (Slurm's node id, torchrun's group/node rank), when
     # the engine says: one job's nodes often share a host name in tests and containers.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -50,7 +49,7 @@ def new_run_id() -> str:
     stamp_ms = max(int(time.time() * 1000), _last_stamp_ms + 1)
     _last_stamp_ms = stamp_ms
     seconds, millis = divmod(stamp_ms, 1000)
-    return time.strftime("%Y%m%d-%H%M%S", time.localtime(seconds)) + f"{millis:03d}-" + secrets.token_hex(3)
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(seconds)) + f"{millis:03d}-" + os.urandom(3).hex()
 
 
 class RunStore:
