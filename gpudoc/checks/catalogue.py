@@ -126,7 +126,7 @@ def run_checks(facts: Facts, profile: Profile | None, *, only: Iterable[str] = (
             continue
         try:
             produced = _as_list(check.func(facts, profile, ctx))
-        except Exception as exc:
+        except Exception as exc:  # one broken check must not hide the others
             where = traceback.extract_tb(exc.__traceback__)[-1]
             findings.append(Finding(
                 check.id, Severity.ERROR, f"{check.title}: the check crashed",

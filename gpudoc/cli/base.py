@@ -34,7 +34,7 @@ class Command(cli.Application):
             if any(self._switches_by_name.get(name) is info for name in info.names)
         }
 
-    def _parse_args(self, argv: list[str]) -> Any:
+    def _parse_args(self, argv: list[str]) -> Any:  # plumbum hook (tests/cli/test_base.py pins it)
         try:
             return super()._parse_args(argv)
         except cli.SwitchError as exc:

@@ -50,7 +50,7 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
     except BrokenPipeError:
         _silence_stdout()
         return ExitStatus.NEGATIVE
-    except Exception:
+    except Exception:  # this is the boundary
         report = _write_crash_report(argv, err)
         message = f"gpudoc: internal error (a bug in gpudoc, not in your job); crash report: {report}"
         err.write(

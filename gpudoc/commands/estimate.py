@@ -13,7 +13,7 @@ def _detected_gpu_bytes(ws: Workspace) -> tuple[int | None, str | None]:
     """The smallest visible GPU's capacity via the facts layer; (None, None) when none is visible."""
     try:
         facts = ws.gather()
-    except Exception:
+    except Exception:  # no driver, no NVML, no GPU: the estimate still stands
         return None, None
     gpus = [g for g in facts.gpus if g.memory_total_bytes]
     if not gpus:

@@ -144,7 +144,7 @@ def _local_facts(ws: Workspace, record: RunRecord) -> Facts | None:
     """
     try:
         facts = ws.gather(deep=False)
-    except Exception:
+    except Exception:  # facts only refine the suggestions
         return None
     job = job_torch_facts(record, ws.environ)
     if job is not None and job.torch is not None:

@@ -65,7 +65,7 @@ def job_torch_facts(record: RunRecord, environ: Mapping[str, str]) -> Facts | No
     python = target_python(record.command, environ)
     try:
         name = alloc_env_name(python)
-    except Exception:
+    except Exception:  # without it the ladder picks the name every torch reads
         return None
     return Facts(collected_at=now_iso(), source="none",
                  torch=TorchFacts(python=python or "", ok=True, alloc_env_name=name))

@@ -30,7 +30,7 @@ def gather_facts(*, snapshot_files: Iterable[Path | str] = (), deep: bool = Fals
     A bad snapshot file raises ``InputError`` (the user named it); every other failure becomes a
     reason inside the facts.
     """
-    from gpudoc.facts.environment import relevant_env
+    from gpudoc.facts.environment import relevant_env  # keep CLI start-up lean
 
     environ = os.environ if environ is None else environ
     files = [Path(f) for f in snapshot_files]

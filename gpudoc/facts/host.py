@@ -36,7 +36,7 @@ def host_facts(runs_dir: Path | str, *, cgroup_root: Path = CGROUP_ROOT,
     values["cpu_count"] = _usable_cpus(cgroup_root, cgroup_dirs)
 
     try:
-        import psutil
+        import psutil  # imported where used, keeps `gpudoc --help` fast
 
         memory = psutil.virtual_memory()
         total, available = memory.total, memory.available

@@ -72,7 +72,7 @@ def format_cuda_version(value: int) -> str:
 
 def _load_default_backend() -> tuple[Any | None, str | None]:
     try:
-        import pynvml
+        import pynvml  # lazy on purpose: `gpudoc --help` must not pay for it
     except ImportError as exc:
         return None, f"nvidia-ml-py is not installed ({exc}): pip install nvidia-ml-py"
     return pynvml, None

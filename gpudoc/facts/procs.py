@@ -18,7 +18,7 @@ def process_facts(pids: Iterable[int], owners: RunOwnerIndex | None = None) -> t
     ``owners`` knows the processes of earlier gpudoc runs: a process that belongs to one gets
     that run's id (and whether the run is still live).
     """
-    import psutil
+    import psutil  # imported where used, keeps `gpudoc --help` fast
 
     seen: dict[int, ProcessInfo] = {}
     for pid in pids:

@@ -138,7 +138,7 @@ class Savings:
 
 
 def _default_estimator() -> Callable[..., Any]:
-    from gpudoc.estimate import estimate
+    from gpudoc.estimate import estimate  # only profiles with [model] pay for it
 
     return estimate
 

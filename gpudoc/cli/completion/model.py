@@ -165,7 +165,7 @@ def command_tree(app_cls: Any = None, prog: str = "gpudoc") -> Node:
 def _node(app_cls: Any, path: tuple[str, ...], prog: str, checks: tuple[str, ...]) -> Node:
     inst = app_cls(" ".join((prog, *path)))
     seen: list = []
-    for info in inst._switches_by_name.values():
+    for info in inst._switches_by_name.values():  # plumbum's only registry
         if info not in seen:
             seen.append(info)
     # The command's own switches first, plumbum's meta-switches (help, version) last.
