@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunOptions", "launch_once", "run"]
 
+
 def run(options: RunOptions, ws: Workspace) -> int:
     """The whole of `gpudoc run`; returns the exit status (the job's, or 125/126/127/130)."""
     console = ws.console
@@ -70,7 +71,7 @@ def resolve_command(profile: Profile, command: Sequence[str], *, cwd: Path,
     from gpudoc.launch.command import resolve
 
     plan = None
-    if getattr(profile, "path", None) is not None:  # no profile: nothing to bind
+    if profile.path is not None:  # no profile: nothing to bind
         from gpudoc.bind import plan_bindings
 
         plan = plan_bindings(profile, list(command), cwd=cwd)

@@ -8,6 +8,7 @@ owner's ``unavailable`` map (field name -> reason) so renderers can say "N/A (no
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
+from functools import cached_property
 from typing import Any, Mapping, Protocol
 
 SCHEMA_VERSION = 1
@@ -144,10 +145,12 @@ class Facts:
     torch: TorchFacts | None = None
 
     def process(self, pid: int) -> ProcessInfo | None:
-        for p in self.processes:
-            if p.pid == pid:
-                return p
-        return None
+        return self._processes_by_pid.get(pid)
+
+    @cached_property
+    def _processes_by_pid(self) -> dict[int, ProcessInfo]:
+        # Asked once per GPU process by every check: a dictionary keeps `check` linear in them.
+        return {p.pid: p for p in reversed(self.processes)}  # the first entry wins, as a scan would
 
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, **_to_jsonable(self)}
