@@ -13,20 +13,22 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write_text(path: Path, text: str, *, encoding: str = "utf-8", follow_link: bool = False) -> None:
-    atomic_write_bytes(path, text.encode(encoding), follow_link=follow_link)
+def atomic_write_text(path: Path, text: str, *, encoding: str = "utf-8", follow_link: bool = False,
+                      mode: int | None = None) -> None:
+    atomic_write_bytes(path, text.encode(encoding), follow_link=follow_link, mode=mode)
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, follow_link: bool = False) -> None:
-    """Write ``data`` to ``path`` atomically. An existing file keeps its permission bits; a new
-    one gets the usual ``0666 & ~umask`` (not the temporary file's private 0600)."""
+def atomic_write_bytes(path: Path, data: bytes, *, follow_link: bool = False, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` atomically with permission bits ``mode``; by default an existing
+    file keeps its own and a new one gets the usual ``0666 & ~umask`` (not mkstemp's private 0600)."""
     path = Path(path)
     if follow_link and path.is_symlink():
         path = path.resolve()
-    try:
-        mode = path.lstat().st_mode & 0o7777 if not path.is_symlink() else _new_file_mode()
-    except FileNotFoundError:
-        mode = _new_file_mode()
+    if mode is None:
+        try:
+            mode = path.lstat().st_mode & 0o7777 if not path.is_symlink() else _new_file_mode()
+        except FileNotFoundError:
+            mode = _new_file_mode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:

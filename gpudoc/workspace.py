@@ -56,8 +56,11 @@ class Workspace:
 
     def load_profile(self, name: str | None) -> Profile:
         """``-p NAME|FILE``, else ``$GPUDOC_PROFILE``, else ``./gpudoc.toml``, else no profile."""
+        from gpudoc.errors import UsageError
         from gpudoc.profiles.loader import load_profile
 
+        if name is not None and not name.strip():
+            raise UsageError("-p: an empty profile name (name a profile or a file, or leave -p out)")
         return load_profile(name, self.cwd)
 
     def history(self, profile: Profile, *, upto: RunRecord | None = None) -> list[RunRecord]:

@@ -98,9 +98,15 @@ def truthy(value: str | None) -> bool:
 _RANGE = re.compile(r"^(\d+)-(\d+)$")
 
 
+# No machine has more GPUs than this: a larger index or range is a typo (and would cost memory).
+MAX_GPU_INDEX = 1023
+
+
 def parse_gpu_list(text: str) -> tuple[int, ...]:
     """``"0,2"`` / ``"0-3"`` / ``"all"`` -> indexes (``all`` -> empty tuple = every GPU)."""
     text = text.strip()
+    if not text:
+        raise UsageError("--gpus: empty (use e.g. 0,1 or 0-3 or all)")
     if text.lower() == "all":
         return ()
     out: list[int] = []
@@ -111,8 +117,12 @@ def parse_gpu_list(text: str) -> tuple[int, ...]:
             lo, hi = int(match.group(1)), int(match.group(2))
             if lo > hi:
                 raise UsageError(f"--gpus: bad range '{part}' (low > high)")
+            if hi > MAX_GPU_INDEX:
+                raise UsageError(f"--gpus: '{part}' goes past GPU {MAX_GPU_INDEX}")
             out.extend(range(lo, hi + 1))
         elif part.isdigit():
+            if int(part) > MAX_GPU_INDEX:
+                raise UsageError(f"--gpus: '{part}' is past GPU {MAX_GPU_INDEX}")
             out.append(int(part))
         else:
             raise UsageError(f"--gpus: '{part}' is not a GPU index (use e.g. 0,1 or 0-3 or all)")

@@ -53,7 +53,7 @@ def check(
         return show(CatalogueResult(tuple((c.id, c.title) for c in CATALOGUE)), ws.console, as_json=as_json)
     only, skip = tuple(only), tuple(skip)
     select(only, skip)  # a typo in --only/--skip is a usage error before any slow work
-    indexes = parse_gpu_list(gpus) if gpus else None
+    indexes = parse_gpu_list(gpus) if gpus is not None else None
 
     profile = ws.load_profile(profile_name)
     python = target_python(python, ws.environ)

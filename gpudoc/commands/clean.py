@@ -63,7 +63,7 @@ def clean(
     from gpudoc.procs.clean import EMPTY_CACHE_NOTE, TERM_TIMEOUT_S, plan_clean, terminate, wait_for_release
 
     console = ws.console
-    indexes = parse_gpu_list(gpus) if gpus else ()
+    indexes = parse_gpu_list(gpus) if gpus is not None else ()
     facts = ws.gather()
 
     def finish(status: int, message: str | None = None, plan: CleanPlan | None = None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import ExitStatus, GpudocError, UsageError
 from gpudoc.profiles.loader import list_profile_names, load_profile, search_dirs, shipped_profiles_dir
@@ -38,8 +40,8 @@ def show_profile(ws: Workspace, name: str, *, as_json: bool = False) -> int:
 def new_profile(ws: Workspace, name: str, *, from_gpu: bool = False, snapshots: tuple[str, ...] = (),
                 force: bool = False) -> int:
     console = ws.console
-    if not name or "/" in name or name.endswith(".toml"):
-        raise UsageError(f"profile name '{name}' must be a plain name, e.g. my-box")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or name.endswith(".toml"):
+        raise UsageError(f"profile name {name!r} must be a plain name (letters, digits, '.', '_', '-'), e.g. my-box")
     target = ws.cwd / ".gpudoc" / "profiles" / f"{name}.toml"
     if target.exists() and not force:
         raise UsageError(f"{target} already exists (use --force to replace it; a backup is kept)")

@@ -34,7 +34,7 @@ def run(options: RunOptions, ws: Workspace) -> int:
     console = ws.console
     if not options.command:
         raise LaunchError("nothing to run: gpudoc run [SWITCHES] -- COMMAND [ARGS...]")
-    if options.tmux:
+    if options.tmux is not None:
         from gpudoc.commands.tmux import start_in_tmux
 
         return start_in_tmux(options, ws)

@@ -6,9 +6,10 @@ diagnosis, and hands the finished record to ``gpudoc.render`` for the summary.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -18,7 +19,7 @@ from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.errors import GpudocError, LaunchError
 from gpudoc.output import Console
 from gpudoc.runs.record import RunRecord, now_iso
-from gpudoc.runs.store import read_tail
+from gpudoc.runs.store import PRIVATE_FILE_MODE, SHARED_FILE_MODE, read_tail
 from gpudoc.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -88,10 +89,14 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     log_path = store.log_path(run_id)
 
     watch = _Watch(multi_process=is_multi_process(job, profile),
-                   oom_grace_s=float(profile.run.get("oom_grace_s", DEFAULT_OOM_GRACE_S)))
+                   oom_grace_s=_seconds(profile.run.get("oom_grace_s"), DEFAULT_OOM_GRACE_S, low=-1, high=3600,
+                                        name="[run] oom_grace_s", console=console))
+    shared = bool(profile.run.get("shared", False))
+    file_mode = SHARED_FILE_MODE if shared else PRIVATE_FILE_MODE
     sampler = GpuSampler(store.samples_path(run_id), reader_factory=lambda: nvml_reader(nvml_backend),
-                         environ=child_env)
-    thread = SamplerThread(sampler, float(profile.run.get("sample_interval_s", DEFAULT_SAMPLE_INTERVAL_S)))
+                         environ=child_env, mode=file_mode)
+    thread = SamplerThread(sampler, _seconds(profile.run.get("sample_interval_s"), DEFAULT_SAMPLE_INTERVAL_S, low=0.05,
+                                             high=3600, name="[run] sample_interval_s", console=console))
     state: dict[str, dict[int, float | None]] = {"pids": {}}
 
     def on_start(pid: int, pgid: int) -> None:
@@ -101,7 +106,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
         from gpudoc.procs.identity import start_time
 
         _merge_pids(record, state, [(pid, start_time(pid))])
-        store.create(record)
+        store.create(record, shared=shared)
         sampler.job_pids = lambda: list(state["pids"])
         thread.start()
 
@@ -139,7 +144,9 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
                 launch.request_end(f"gpu_oom elsewhere ({first.get('host')}, run {first.get('run_id')})",
                                    max(watch.oom_grace_s, 0))
 
-    term_grace = _env_float(child_env, "GPUDOC_TERM_GRACE_S", DEFAULT_TERM_GRACE_S)
+    # How long a job gets between SIGTERM and SIGKILL when gpudoc is told to stop (tests shorten it).
+    term_grace = _seconds(child_env.get("GPUDOC_TERM_GRACE_S"), DEFAULT_TERM_GRACE_S, low=0, high=3600,
+                          name="GPUDOC_TERM_GRACE_S", console=console)
     live = LiveScan(log_path, on_events, scanner_factory=_scanner)
     sync = None
     if identity.job_id:
@@ -147,7 +154,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
 
         sync = JobSync(store.root, identity.job_id, run_id, record.host)
     launch_options = LaunchOptions(
-        argv=list(resolved.argv), env=child_env, cwd=cwd, log_path=log_path,
+        argv=list(resolved.argv), env=child_env, cwd=cwd, log_path=log_path, log_mode=file_mode,
         use_pty=_isatty(console.out), term_fd=_fileno(console.out), stdin_fd=_fileno(ws.stdin),
         term_grace_s=term_grace, on_start=on_start, on_tick=on_tick,
         scan=live,
@@ -289,10 +296,19 @@ def _fileno(stream: Any) -> int | None:
         return None
 
 
-def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
-    try:
-        return float(environ.get(name, default))
-    except ValueError:
+def _seconds(value: object, default: float, *, low: float, high: float, name: str, console: Console) -> float:
+    """A duration setting, or its default (said once, on stderr) when it is not a finite number of
+    seconds in [low, high]: ``nan`` or a negative grace must never switch off SIGKILL."""
+    if value is None:
         return default
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        seconds = math.nan
+    if math.isfinite(seconds) and low <= seconds <= high:
+        return seconds
+    console.error(f"gpudoc: note: {name} = {value!r} is not a number of seconds in [{low:g}, {high:g}]: "
+                  f"using {default:g}")
+    return default
 
 

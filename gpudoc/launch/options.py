@@ -26,6 +26,7 @@ class LaunchOptions:
     env: dict[str, str]
     cwd: Path
     log_path: Path | None
+    log_mode: int = 0o600  # the log holds everything the job printed: private unless the run is shared
     use_pty: bool = False
     term_fd: int | None = 1
     stdin_fd: int | None = 0

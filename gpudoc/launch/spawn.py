@@ -156,7 +156,7 @@ class Launcher:
     def _open_log(self) -> None:
         if self.o.log_path is not None:
             self._log_fd = os.open(self.o.log_path,
-                                   os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+                                   os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, self.o.log_mode)
         self._tee = Tee(self._log_fd, self.o.term_fd, warn=self.warn)
 
     # -- signals --------------------------------------------------------------------------

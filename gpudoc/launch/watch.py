@@ -9,6 +9,7 @@ matters, and ``gpudoc check`` is where a missing driver is reported.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -55,8 +56,9 @@ class GpuSampler:
                  reader_factory: Callable[[], Reader | None] | None = None,
                  environ: Mapping[str, str] | None = None,
                  job_pids: Callable[[], Iterable[int]] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, mode: int = 0o600) -> None:
         self.path = path
+        self.mode = mode
         self.reader = reader
         self.indices, self.uuids = visible_selection(environ or {})
         self.job_pids = job_pids
@@ -128,7 +130,8 @@ class GpuSampler:
             return
         if self._handle is None:
             new = not self.path.exists()
-            self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole run
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, self.mode)
+            self._handle = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole run
             if new:
                 self._handle.write(HEADER)
         self._handle.writelines(rows)

@@ -73,6 +73,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "clean": BOOL,
         "sample_interval_s": NUMBER,
         "oom_grace_s": NUMBER,
+        "shared": BOOL,  # run records readable by the group (a team's shared GPUDOC_HOME)
     },
 }
 

@@ -71,7 +71,7 @@ def _runs(result: RunsResult, console: Console) -> None:
         return
     rows = []
     for record, status in zip(result.records, result.live_status):
-        command = shlex.join(record.command)
+        command = printable(shlex.join(record.command))
         rows.append((record.id, _started(record.started_at), format_duration(record.duration_s), status,
                      record.cause or "-", command if len(command) <= 60 else command[:59] + "…"))
     widths = [max(len(_RUNS_COLUMNS[i]), *(len(row[i]) for row in rows)) for i in range(len(_RUNS_COLUMNS) - 1)]
@@ -81,6 +81,13 @@ def _runs(result: RunsResult, console: Console) -> None:
         cells = [cell.ljust(w) for cell, w in zip(row, widths)]
         cells[3] = console.style(cells[3], _STATUS_COLOURS.get(row[3], "dim"))
         console.print("  ".join(cells) + "  " + row[-1])
+
+
+def printable(text: str) -> str:
+    """Text from a record, safe to print to a terminal: control characters (an escape sequence
+    hidden in a recorded command) are shown as escapes, never sent."""
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
 
 
 def _started(stamp: str | None) -> str:

@@ -28,6 +28,9 @@ LOG = "output.log"
 SAMPLES = "gpu.csv"
 
 
+PRIVATE_DIR_MODE, PRIVATE_FILE_MODE = 0o700, 0o600
+SHARED_DIR_MODE, SHARED_FILE_MODE = 0o750, 0o640
+
 # What a diagnosis reads of a log: a failure is near the end, and a 12-hour log can be huge.
 TAIL_BYTES = 2 * 1024 * 1024
 
@@ -79,16 +82,28 @@ class RunStore:
     def run_dir(self, run_id: str) -> Path:
         return self.root / run_id
 
-    def create(self, record: RunRecord) -> Path:
+    def create(self, record: RunRecord, *, shared: bool = False) -> Path:
+        """The run's directory, private to this user (0700, its files 0600) unless ``shared``
+        (``[run] shared = true``: the group may read it too): a job's output and environment
+        are nobody else's business on a shared box."""
         self.ensure()
         directory = self.run_dir(record.id)
         directory.mkdir(parents=True, exist_ok=False)
+        os.chmod(directory, SHARED_DIR_MODE if shared else PRIVATE_DIR_MODE)  # exact, whatever the umask
         self.save(record)
         return directory
 
+    def file_mode(self, run_id: str) -> int:
+        """The mode of the files in a run's directory: private unless the directory is shared."""
+        try:
+            shared = bool(self.run_dir(run_id).stat().st_mode & 0o070)
+        except OSError:
+            shared = False
+        return SHARED_FILE_MODE if shared else PRIVATE_FILE_MODE
+
     def save(self, record: RunRecord) -> None:
         text = json.dumps(record.to_dict(), indent=2, sort_keys=False) + "\n"
-        atomic_write_text(self.run_dir(record.id) / RECORD, text)
+        atomic_write_text(self.run_dir(record.id) / RECORD, text, mode=self.file_mode(record.id))
 
     def load(self, run_id: str) -> RunRecord:
         path = self.run_dir(run_id) / RECORD

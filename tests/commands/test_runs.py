@@ -35,3 +35,15 @@ def test_a_running_record_whose_gpudoc_is_gone_is_lost():
     record.host = "some-other-node"
     record.launcher_pid = 2**22 + 4321
     assert live_status(record) == "running"  # another node's: not ours to judge
+
+
+def test_runs_never_sends_a_recorded_commands_escape_sequences_to_the_terminal(isolated_home):
+    from gpudoc.runs.store import RunStore
+
+    store = RunStore(isolated_home / ".gpudoc")
+    store.create(RunRecord(id="20250101-000000-aaaaaa", command=["python", "\x1b]0;pwned\x07train.py\x1b[2J"],
+                           cwd=str(isolated_home), status="ok"))
+    done = gpudoc_cli("runs", cwd=isolated_home)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "\\x1b]0;pwned\\x07train.py\\x1b[2J" in done.stdout
