@@ -37,6 +37,7 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
 
             _, status = Gpudoc.run(argv, exit=False)
             _flush_stdout()
+            _say_foreign_records(ws)
             return int(status or 0)
     except KeyboardInterrupt:
         # Ctrl-C while gpudoc itself works (imports, NVML, a prompt): no traceback.
@@ -58,6 +59,14 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
             f"A crash report ready to paste into an issue is in {report}\n"
         )
         return _error_envelope(ws, argv, ExitStatus.INTERNAL, message, file=report)
+
+
+def _say_foreign_records(ws: Workspace) -> None:
+    """Records another user planted in the runs directory were ignored: say so, once."""
+    store = ws.__dict__.get("store")  # only when the command looked at the runs at all
+    note = store.foreign_note() if store is not None else None
+    if note:
+        ws.console.error(note)
 
 
 def _error_envelope(ws: Workspace, argv: list[str], status: int, message: str, *, file: str | None = None,

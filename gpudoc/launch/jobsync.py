@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
@@ -57,13 +58,20 @@ class JobSync:
         except OSError:
             return []
         found = []
+        now = time.time()
         for name in sorted(names):
             if not name.endswith(".json") or name == f"{self.run_id}.json":
                 continue
+            path = self.dir / name
             try:
-                doc = json.loads((self.dir / name).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if float(doc.get("time") or 0) >= self.started - CLOCK_SLACK_S:
+                info = path.lstat()
+                if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid():
+                    continue  # a marker this user did not write never ends this user's job
+                doc = json.loads(path.read_text(encoding="utf-8"))
+                stamp = float(doc["time"])
+            except (OSError, ValueError, TypeError, KeyError):
+                continue  # unreadable or malformed: not a failure of this job
+            # Only markers of this attempt (not an earlier job's with the same id, nor a forged future one).
+            if isinstance(doc, dict) and self.started - CLOCK_SLACK_S <= stamp <= now + CLOCK_SLACK_S:
                 found.append(doc)
         return found

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -55,6 +56,10 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.localtime(seconds)) + f"{millis:03d}-" + os.urandom(3).hex()
 
 
+class ForeignRecord(InputError):
+    """A run record this user did not write (another owner, or a symlink): never trusted."""
+
+
 class RunStore:
     """The runs directory: ``$GPUDOC_HOME/runs``, else ``.gpudoc/runs`` under the working directory.
 
@@ -65,6 +70,7 @@ class RunStore:
         self.home = Path(home)
         self.root = self.home / "runs"
         self._cache: dict[str, tuple[int, RunRecord]] = {}  # run id -> (run.json mtime, record)
+        self.foreign: set[str] = set()  # ids of records another user wrote here: never read
 
     @classmethod
     def locate(cls, cwd: Path, environ: Mapping[str, str]) -> RunStore:
@@ -115,10 +121,23 @@ class RunStore:
                 raise InputError(f"run id '{run_id}' is ambiguous: {', '.join(matches[:5])}")
             else:
                 raise InputError(f"no run '{run_id}' in {self.root} (see `gpudoc runs`)")
+        self._check_ours(path)
         try:
             return RunRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError) as exc:
             raise InputError(f"{path}: unreadable run record: {exc}") from None
+
+    def _check_ours(self, path: Path) -> None:
+        """gpudoc trusts only records it wrote: in a directory others can write (a team's
+        GPUDOC_HOME), a planted record must not become "the latest run" that `fix --rerun` relaunches."""
+        try:
+            info = path.lstat()
+        except OSError as exc:
+            raise InputError(f"{path}: unreadable run record: {exc.strerror}") from None
+        if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid():
+            self.foreign.add(path.parent.name)
+            raise ForeignRecord(f"{path}: not written by you (owner uid {info.st_uid}"
+                                f"{', a symlink' if stat.S_ISLNK(info.st_mode) else ''}): ignored")
 
     def ids(self) -> list[str]:
         if not self.root.is_dir():
@@ -222,21 +241,13 @@ class RunStore:
 
         Run ids sort by start time; among runs started within the newest second (a retry chain
         relaunches at once), a parent comes before its child, then the job's own start (its
-        processes' create_time), then the id (ids carry milliseconds).
+        processes' create_time), then the id (ids carry milliseconds). Only records this user
+        wrote count.
         """
-        ids = self.ids()
-        if not ids:
+        records = list(self.records())
+        if not records:
             return None
-        newest = []
-        for run_id in ids:
-            if run_id[:15] != ids[-1][:15]:
-                continue
-            try:
-                newest.append(self.load(run_id))
-            except InputError:
-                continue  # mid-write
-        if not newest:
-            return None
+        newest = [r for r in records if r.id[:15] == records[-1].id[:15]]
         parents = {r.parent for r in newest}
 
         def order(record: RunRecord) -> tuple[bool, float, str]:
@@ -244,6 +255,13 @@ class RunStore:
             return (record.id not in parents, min(starts) if starts else 0.0, record.id)
 
         return max(newest, key=order)
+
+    def foreign_note(self) -> str | None:
+        """One line about records another user put here, when there are any (they were ignored)."""
+        if not self.foreign:
+            return None
+        return (f"gpudoc: note: ignored {len(self.foreign)} run record(s) in {self.root} that you did not write "
+                f"({', '.join(sorted(self.foreign)[:3])}{', ...' if len(self.foreign) > 3 else ''})")
 
     def history(self, *, profile_path: str | Path | None, profile_name: str | None,
                 upto: RunRecord | None = None) -> list[RunRecord]:
