@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gpudoc.runs.store import RunStore
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 NVIDIA_SMI = FIXTURES / "real" / "nvidia-smi"
@@ -42,6 +44,14 @@ def isolated_home(tmp_path_factory, monkeypatch):
     home.chmod(0o500)  # any write into $HOME fails loudly
     yield work
     home.chmod(0o700)
+
+
+@pytest.fixture
+def store(tmp_path):
+    """An empty run store of the test's own, outside GPUDOC_HOME."""
+    s = RunStore(tmp_path / ".gpudoc")
+    s.ensure()
+    return s
 
 
 def gpudoc_cli(*args: str, cwd: Path | None = None, env: dict | None = None, input: str | None = None,

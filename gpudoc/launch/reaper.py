@@ -157,16 +157,6 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-def signal_group(pgid: int | None, sig: int) -> None:
-    """Forward ``sig`` to the job's process group (the group gpudoc made for it)."""
-    if pgid is None:
-        return
-    try:
-        os.killpg(pgid, sig)
-    except OSError:
-        pass  # the group is gone (or was never made): nothing to signal
-
-
 def signal_processes(procs: Iterable[ProcessRef], sig: int) -> int:
     """Signal each process that is still the same one; returns how many were signalled."""
     return sum(1 for proc in procs if signal_if_same(proc, sig))

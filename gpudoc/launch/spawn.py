@@ -29,7 +29,7 @@ from gpudoc.launch.output import CHUNK, drain_available, drain_until_eof, output
 from gpudoc.launch.signals import SignalRelay, decode_wait_status, exit_status, interrupt_signal, signal_name
 from gpudoc.launch.tee import Tee
 from gpudoc.launch.terminal import copy_winsize, forward_input, setup_slave, stdin_is_ours
-from gpudoc.procs.identity import ProcessRef, start_time
+from gpudoc.procs.identity import ProcessRef, signal_group, start_time
 from gpudoc.procs.terminate import reap_children, terminate
 
 TICK_S = 1.0
@@ -194,11 +194,11 @@ class Launcher:
             copy_winsize(self._master, self.o.term_fd, self.o.stdin_fd)
 
     def _on_forward(self, signum: int, frame: FrameType | None) -> None:
-        reaper.signal_group(self.pgid, signum)
+        signal_group(self.pgid, signum)
 
     def _signal_job(self, sig: int) -> None:
         """Signal the job's process group; SIGKILL reaches every process of the job."""
-        reaper.signal_group(self.pgid, sig)
+        signal_group(self.pgid, sig)
         if sig == signal.SIGKILL:
             try:
                 reaper.signal_processes(self.processes(), sig)
@@ -339,7 +339,7 @@ class Launcher:
         self._ending_since = now
         procs = self.processes()
         if procs:
-            reaper.signal_group(self.pgid, signal.SIGTERM)
+            signal_group(self.pgid, signal.SIGTERM)
             reaper.signal_processes(procs, signal.SIGTERM)
             if self._kill_at is None or self._kill_at > now + self.o.end_grace_s:
                 self._kill_at = now + self.o.end_grace_s

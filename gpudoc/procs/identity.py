@@ -99,3 +99,13 @@ def signal_if_same(ref: ProcessRef, sig: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def signal_group(pgid: int | None, sig: int) -> None:
+    """Send ``sig`` to the process group gpudoc made for a job; nothing when it is gone."""
+    if pgid is None:
+        return
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass  # the group is gone (or was never made): nothing to signal

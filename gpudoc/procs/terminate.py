@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from gpudoc.procs.identity import ProcessRef, signal_if_same
+from gpudoc.procs.identity import ProcessRef, signal_group, signal_if_same
 
 KILL_WAIT_S = 5.0
 
@@ -41,13 +41,13 @@ def terminate(refs: Iterable[ProcessRef], *, grace_s: float, pgid: int | None = 
     """
     result = Termination()
     refs = list(refs)
-    _signal_group(pgid, signal.SIGTERM)
+    signal_group(pgid, signal.SIGTERM)
     sent = [r for r in refs if _send(r, signal.SIGTERM, result, may_signal)]
     refused = {ref for ref, _ in result.skipped}
     left = _wait_gone([r for r in refs if r not in refused], grace_s, on_reaped)
     result.terminated = [r for r in sent if r not in left]
     if left:
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
         killed = [r for r in left if _send(r, signal.SIGKILL, result, may_signal)]
         still = _wait_gone(left, kill_wait_s, on_reaped)
         result.killed = [r for r in killed if r not in still]
@@ -65,15 +65,6 @@ def _send(ref: ProcessRef, sig: int, result: Termination, may_signal: Callable[[
         return False
     result.signals.append((ref.pid, sig))
     return True
-
-
-def _signal_group(pgid: int | None, sig: int) -> None:
-    if pgid is None:
-        return
-    try:
-        os.killpg(pgid, sig)
-    except OSError:
-        pass  # the group is gone (or was never made): nothing to signal
 
 
 def reap_children() -> list[tuple[int, int]]:

@@ -3,10 +3,8 @@
 import json
 
 import psutil
-import pytest
 
 from gpudoc.commands.clean import clean
-from gpudoc.runs.store import RunStore
 from gpudoc.workspace import Workspace
 from tests.conftest import captured_workspace, gpudoc_cli
 from tests.procs._spawn import ONE_GIB, gpu_facts, record_run, spawn, stop
@@ -30,13 +28,6 @@ def _alive(pid):
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = RunStore(tmp_path / ".gpudoc")
-    s.ensure()
-    return s
 
 
 class _Machine(Workspace):

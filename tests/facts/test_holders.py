@@ -3,18 +3,9 @@
 import os
 
 import psutil
-import pytest
 
 from gpudoc.facts.holders import classify_gpu_processes
-from gpudoc.runs.store import RunStore
 from tests.procs._spawn import ONE_GIB, gpu_facts, record_run, spawn, stop
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = RunStore(tmp_path / ".gpudoc")
-    s.ensure()
-    return s
 
 
 def test_a_finished_runs_process_is_an_orphan_of_that_run(store):

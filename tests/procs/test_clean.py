@@ -5,24 +5,15 @@ import signal
 from dataclasses import replace
 
 import psutil
-import pytest
 
 from gpudoc.facts.model import ProcessInfo
 from gpudoc.procs.clean import Target, plan_clean, terminate, verify, wait_for_release
-from gpudoc.runs.store import RunStore
 from tests.procs._spawn import ONE_GIB, gpu_facts, ignoring_term, record_run, spawn, stop
 
 
 def _info(pid: int, create_time: float) -> ProcessInfo:
     """A plan entry's process as this user's (a plan is only ever made of this user's processes)."""
     return ProcessInfo(pid=pid, visible=True, uid=os.getuid(), create_time=create_time)
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = RunStore(tmp_path / ".gpudoc")
-    s.ensure()
-    return s
 
 
 def alive(pid: int) -> bool:
