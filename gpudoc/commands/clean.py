@@ -18,7 +18,6 @@ _KIND_TEXT = {
     "orphan_of_run": "left over from gpudoc run {run}",
     "group_member": "same process group as gpudoc run {run}",
     "own_other": "orphaned (its parent is gone)",
-    "own_live_job": "your live process",
 }
 
 
@@ -80,8 +79,8 @@ def clean(
         raise UsageError(f"--gpus: no GPU {', '.join(map(str, missing))} here (GPUs: {', '.join(map(str, known))})")
     chosen = list(indexes) or known
     targets = plan_clean(facts, ws.store.owners(), chosen)
-    others = [h for h in classify_gpu_processes(facts, gpus=chosen)
-              if not h.own and h.pid not in {t.pid for t in targets}]
+    # Everything else stays: other users' processes and this user's live jobs, each with its remedy.
+    others = [h for h in classify_gpu_processes(facts, gpus=chosen) if h.pid not in {t.pid for t in targets}]
     plan = CleanPlan(
         gpus=tuple(chosen),
         targets=tuple({**t.to_dict(), "description": _describe(t)} for t in targets),

@@ -222,7 +222,8 @@ def _finish_record(record: RunRecord, outcome: Outcome, watch: _Watch, sampler: 
     own_code = -outcome.signal if outcome.signal is not None else outcome.exit_code
     diagnosis = _diagnose(log_path, own_code, watch, record.job_pids)
     cause = diagnosis.cause
-    if outcome.interrupted_by is not None and outcome.status != 0 and cause in (None, "ok", "error", "signal"):
+    if outcome.interrupted_by is not None and outcome.status != 0 and (
+            cause in (None, "ok", "error", "signal") or diagnosis.inferred):
         diagnosis = diagnosis.stopped_by_user(_signame(outcome.interrupted_by))
         cause = diagnosis.cause
     if outcome.status == 0 and cause in (None, "error"):

@@ -79,7 +79,14 @@ class Diagnosis:
                    summary=f"The run left no log to read; it ended with {cause} (exit {exit_code}).")
 
     def stopped_by_user(self, signal_name: str) -> Diagnosis:
-        """This diagnosis of a run the user stopped (Ctrl-C, SIGTERM to gpudoc): cause ``signal``."""
+        """This diagnosis of a run the user stopped (Ctrl-C, SIGTERM to gpudoc): cause ``signal``.
+
+        A guess from the exit status alone (a SIGKILL "from the OOM killer") is no evidence here:
+        gpudoc itself sent that signal, escalating the user's stop, so only what the job printed stays.
+        """
+        if self.inferred and self.signal:
+            return replace(self, cause="signal", summary=f"Stopped by the user ({signal_name} to gpudoc): "
+                                                         f"gpudoc ended the job with {self.signal}.")
         summary = f"Stopped by the user ({signal_name} to gpudoc); {self.summary}".strip()
         return replace(self, cause="signal", summary=summary)
 

@@ -86,7 +86,10 @@ class GpuHolder:
             group = f"kill -TERM -{self.pgid}" if self.pgid and self.pgid != self.pid else f"kill -TERM {self.pid}"
             return f"gpudoc clean --gpus {self.gpu_index}  # or: {group}"
         if self.kind == "own_live_job":
-            return f"kill -TERM {self.pid}  # your running job; or: gpudoc clean --gpus {self.gpu_index}"
+            if self.run_id:
+                return (f"stop gpudoc run {self.run_id} where it runs (Ctrl-C), or: kill -TERM {self.pid}  "
+                        f"# a live job: gpudoc clean leaves it running")
+            return f"kill -TERM {self.pid}  # your live process: gpudoc clean leaves it running"
         if self.kind == "other_user":
             return (f"ask {self.user or 'its owner'} to stop PID {self.pid} (gpudoc never kills another "
                     f"user's process), or use other GPUs: export CUDA_VISIBLE_DEVICES=<free GPUs>")

@@ -85,7 +85,14 @@ def pty_child_setup() -> None:
     pipe_child_setup()
 
 
+RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def pipe_child_setup() -> None:
+    # gpudoc started with SIGINT ignored (a script's background job) must not hand that on: an
+    # ignored disposition survives exec, and the Ctrl-C gpudoc forwards later would do nothing.
+    for sig in RESET_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
     # If gpudoc is SIGKILLed (the one signal it cannot handle), the job's first process gets
-    # SIGTERM: torchrun then ends its own workers, a plain script dies.
+    # SIGTERM at once; the guard (launch/guard.py) ends the rest of the job.
     reaper.set_parent_death_signal(signal.SIGTERM)

@@ -9,11 +9,12 @@ byte-exact and ordered; a pty merges them the same way. gpudoc's own messages go
 The job runs in its own session: the terminal's Ctrl-C reaches gpudoc, which decides what the
 job gets (SIGINT, then SIGTERM, then SIGKILL). A hang-up of the terminal ends neither gpudoc nor
 the job: the log goes on. gpudoc is a child subreaper, so workers orphaned by a killed torchrun
-come back to it and are ended with the rest.
+come back to it and are ended with the rest; should gpudoc itself die, its guard ends the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -24,6 +25,7 @@ from types import FrameType
 from typing import Callable
 
 from gpudoc.launch import reaper
+from gpudoc.launch.guard import Guard, start_guard
 from gpudoc.launch.options import LaunchOptions, Outcome, pipe_child_setup, pty_child_setup, safe_warn, spawn_error
 from gpudoc.launch.output import CHUNK, drain_available, drain_until_eof, output_pipe, read_burst
 from gpudoc.launch.signals import SignalRelay, decode_wait_status, exit_status, interrupt_signal, signal_name
@@ -56,6 +58,7 @@ class Launcher:
         self._main_exited_at: float | None = None
         self._seen: dict[int, ProcessRef] = {}
         self._exclude: set[int] = set()
+        self._guard: Guard | None = None
         self._master: int | None = None
         self._out: int | None = None
         self._log_fd: int | None = None
@@ -95,6 +98,10 @@ class Launcher:
         started = time.time()
         try:
             pid = self._spawn()
+            # Before any thread starts (the relay's wake-up, the sampler): the guard is a fork.
+            self._guard = start_guard(pid, run_marker=self.o.env.get("GPUDOC_RUN_ID"), grace_s=self.o.term_grace_s)
+            if self._guard is not None:
+                self._exclude.add(self._guard.pid)
             self._relay = SignalRelay({
                 signal.SIGINT: self._on_interrupt, signal.SIGTERM: self._on_terminate,
                 signal.SIGQUIT: self._on_terminate, signal.SIGHUP: self._on_hangup,
@@ -107,6 +114,8 @@ class Launcher:
             self._loop()
         finally:
             survivors = self._finish()
+            if self._guard is not None:
+                self._guard.stand_down()
         exit_code, term_sig = (None, None)
         if self._main_status is not None:
             exit_code, term_sig = decode_wait_status(self._main_status)
@@ -200,10 +209,8 @@ class Launcher:
         """Signal the job's process group; SIGKILL reaches every process of the job."""
         signal_group(self.pgid, sig)
         if sig == signal.SIGKILL:
-            try:
+            with contextlib.suppress(Exception):
                 reaper.signal_processes(self.processes(), sig)
-            except Exception:
-                pass
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -260,10 +267,8 @@ class Launcher:
                         if len(data) < CHUNK:
                             break
                 elif fd == self._wake_r:
-                    try:
+                    with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 512)
-                    except BlockingIOError:
-                        pass
                     next_reap = time.monotonic()
                 elif fd == stdin_on:
                     if not self._stdin_wanted():  # gone to the background meanwhile
@@ -368,11 +373,9 @@ class Launcher:
                                           on_reaped=self._reaped).survivors
                 self._reap()
                 if self._main_status is None and self.proc is not None:
-                    try:
+                    with contextlib.suppress(ChildProcessError):
                         _, status = os.waitpid(self.pid, 0)
                         self._reaped(self.pid, status)
-                    except ChildProcessError:
-                        pass
                 if self._out is not None and self._tee is not None:
                     drain_available(*self._running()[:2])
         finally:
@@ -381,10 +384,8 @@ class Launcher:
             self._wake_r = None
             for fd in (self._out, self._log_fd):
                 if fd is not None:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.close(fd)
-                    except OSError:
-                        pass
             self._out = self._master = self._log_fd = None
         if survivors:
             self.warn("processes of the job did not end even after SIGKILL: "

@@ -1,6 +1,8 @@
-"""End this user's processes that hold GPU memory: SIGTERM, then SIGKILL, PID-reuse safe.
+"""End this user's stray processes that hold GPU memory: SIGTERM, then SIGKILL, PID-reuse safe.
 
 Rules that never bend:
+- strays only: leftovers of finished gpudoc runs and orphans (their parent is gone); a live job,
+  a live ``gpudoc run``'s above all, is someone's work in progress and is left running;
 - only processes of this uid, never PID 1, never gpudoc itself or one of its ancestors;
 - immediately before every signal the target is re-verified: same PID, same create time, same uid
   (a PID reused by an unrelated process since the plan was made is left alone);
@@ -30,7 +32,8 @@ EMPTY_CACHE_NOTE = ("torch.cuda.empty_cache() in a fresh process frees nothing a
                     "the memory comes back only when the process holding it ends.")
 
 # Leftovers of earlier gpudoc runs first: they are known to be dead jobs.
-_ORDER = {"orphan_of_run": 0, "own_other": 1, "own_live_job": 2}
+_ORDER = {"orphan_of_run": 0, "own_other": 1}
+STRAY_KINDS = frozenset(_ORDER)
 TERM_TIMEOUT_S = 10.0
 KILL_TIMEOUT_S = 5.0
 
@@ -40,7 +43,7 @@ class Target:
     """A process the plan would end: its /proc facts, why, and what it holds."""
 
     process: ProcessInfo
-    kind: str  # orphan_of_run | own_other | own_live_job | group_member (same run, holds no GPU memory)
+    kind: str  # orphan_of_run | own_other | group_member (same run, holds no GPU memory)
     gpu_indexes: tuple[int, ...] = ()
     bytes: int | None = None
     run_id: str | None = None
@@ -111,13 +114,13 @@ def protected_pids() -> set[int]:
 
 def plan_clean(facts: Facts, owners: RunOwnerIndex | None = None, gpus: Iterable[int] | None = None, *,
                uid: int | None = None, protected: set[int] | None = None) -> list[Target]:
-    """This user's processes holding memory on ``gpus`` (all when None), leftovers of gpudoc runs
+    """This user's strays holding memory on ``gpus`` (all when None), leftovers of gpudoc runs
     first, with the rest of each leftover run's process group (torchrun, its other workers)."""
     import psutil
 
     uid = os.getuid() if uid is None else uid
     protected = protected_pids() if protected is None else protected
-    holders = [h for h in classify_gpu_processes(facts, gpus=gpus) if h.own and h.pid is not None]
+    holders = [h for h in classify_gpu_processes(facts, gpus=gpus) if h.kind in STRAY_KINDS and h.pid is not None]
     by_pid: dict[int, Target] = {}
     for h in sorted(holders, key=lambda h: _ORDER[h.kind]):
         if h.pid is None or h.process is None or h.pid in protected or h.uid != uid or h.create_time is None:
@@ -146,7 +149,7 @@ def plan_clean(facts: Facts, owners: RunOwnerIndex | None = None, gpus: Iterable
                                name=proc.info["name"], cmdline=tuple(proc.info["cmdline"] or ()),
                                gpudoc_run_id=owner.run_id, gpudoc_run_live=owner.live)
             by_pid[pid] = Target(info, "group_member", (), None, owner.run_id)
-    order = {"orphan_of_run": 0, "group_member": 0, "own_other": 1, "own_live_job": 2}
+    order = {**_ORDER, "group_member": _ORDER["orphan_of_run"]}
     return sorted(by_pid.values(), key=lambda t: (order[t.kind], t.run_id or "", t.pid))
 
 

@@ -51,6 +51,7 @@ def run_clean(store, procs, *, with_stderr=False, **kw):
 def test_refuses_without_yes_when_not_a_terminal(store):
     proc = spawn("sleep", "300")
     try:
+        record_run(store, [proc], pgid=proc.pid)
         status, out, err = run_clean(store, [proc], with_stderr=True)
         assert status == 1
         # The refusal is an error: stderr, not stdout (which a script may be reading).
@@ -90,11 +91,43 @@ def test_yes_ends_the_leftover_and_reports_freed_memory(store):
 def test_json_document(store):
     proc = spawn("sleep", "300")
     try:
+        record_run(store, [proc], pgid=proc.pid)
         status, out = run_clean(store, [proc], yes=True, as_json=True)
         doc = json.loads(out)
         assert doc["command"] == "clean" and doc["exit_code"] == status == 0
         assert [t["pid"] for t in doc["targets"]] == [proc.pid]
         assert doc["result"]["terminated"] == [proc.pid] and doc["result"]["freed_bytes"] == 2 * ONE_GIB
+    finally:
+        stop(proc)
+
+
+def test_a_live_gpudoc_run_is_left_running_even_with_yes(store):
+    # Another `gpudoc run` of the same user is training on this GPU: its job is not a stray.
+    live_job, leftover = spawn("sleep", "300"), spawn("sleep", "301")
+    try:
+        running = record_run(store, [live_job], status="running", pgid=live_job.pid)
+        record_run(store, [leftover], pgid=leftover.pid)
+        status, out = run_clean(store, [live_job, leftover], yes=True, as_json=True)
+        doc = json.loads(out)
+        assert status == 0
+        assert [t["pid"] for t in doc["targets"]] == [leftover.pid]
+        assert doc["result"]["terminated"] == [leftover.pid]
+        kept = {o["pid"]: o for o in doc["others"]}
+        assert kept[live_job.pid]["kind"] == "own_live_job" and kept[live_job.pid]["run_id"] == running.id
+        assert f"stop gpudoc run {running.id}" in kept[live_job.pid]["remedy"]
+        assert _alive(live_job.pid) and not _alive(leftover.pid)
+    finally:
+        stop(live_job, leftover)
+
+
+def test_a_live_process_of_no_run_is_named_not_ended(store):
+    # A notebook kernel or a job started by hand: its parent (here, the test) is alive.
+    proc = spawn("sleep", "300")
+    try:
+        status, out = run_clean(store, [proc], yes=True)
+        assert status == 0 and _alive(proc.pid)
+        assert f"kill -TERM {proc.pid}  # your live process: gpudoc clean leaves it running" in out
+        assert "ended PID" not in out
     finally:
         stop(proc)
 

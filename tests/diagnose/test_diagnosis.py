@@ -62,6 +62,12 @@ def test_the_cases_that_need_no_log():
     stopped = diagnose_text("Traceback (most recent call last):\nKeyboardInterrupt\n", exit_code=1).stopped_by_user(
         "SIGINT")
     assert stopped.cause == "signal" and stopped.summary.startswith("Stopped by the user (SIGINT to gpudoc); ")
+    # gpudoc's own SIGKILL (third Ctrl-C, the grace ran out) is not the kernel's OOM killer.
+    guessed = diagnose_text("step 1\n", exit_code=-9)
+    assert guessed.cause == "host_oom" and guessed.inferred
+    escalated = guessed.stopped_by_user("SIGINT")
+    assert escalated.cause == "signal" and "OOM" not in escalated.summary
+    assert escalated.summary == "Stopped by the user (SIGINT to gpudoc): gpudoc ended the job with SIGKILL."
 
 
 def test_the_sentence_is_written_once_and_every_renderer_shows_it(tmp_path):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -21,6 +23,7 @@ from tests.launch.helpers import (
     job_env,
     last_log,
     last_record,
+    leftovers,
     marker,
     rank_lines,
     torchrun,
@@ -124,7 +127,9 @@ def test_ctrl_c_three_times_escalates_to_sigkill(isolated_home):
     g.signal(signal.SIGINT)  # -> SIGKILL
     assert g.wait(30) == 130
     assert "SIGTERM sent to the job" in g.stderr and "SIGKILL sent to the job" in g.stderr
-    assert last_record(isolated_home)["signal"] == signal.SIGKILL
+    record = last_record(isolated_home)
+    assert record["signal"] == signal.SIGKILL
+    assert record["cause"] == "signal" and "OOM" not in record["diagnosis"]["summary"]
     assert_no_leftovers(mark)
 
 
@@ -150,6 +155,7 @@ def test_sigterm_escalates_to_sigkill_after_the_grace(isolated_home):
     assert time.monotonic() - started < 10
     record = last_record(isolated_home)
     assert record["signal"] == signal.SIGKILL  # the job itself died of the escalation
+    assert record["cause"] == "signal"  # gpudoc's own SIGKILL, never the kernel's OOM killer
     assert_no_leftovers(mark)
 
 
@@ -166,6 +172,41 @@ def test_torchrun_sigkilled_leaves_no_worker_behind(isolated_home):
     assert g.wait(60) == 128 + signal.SIGKILL, g.stderr
     assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
     assert_no_leftovers(mark)
+
+
+def test_gpudoc_sigkilled_leaves_nothing_of_a_job_that_ignores_sigterm(isolated_home):
+    # A plain `python train.py` ignoring SIGTERM, with a child in a session of its own: the
+    # parent-death signal reaches only the first process, and that one ignores it.
+    mark = marker()
+    g = Gpudoc("run", "--no-check", "--", "python", str(EMIT), "family", mark, cwd=isolated_home,
+               env=job_env(GPUDOC_TERM_GRACE_S="1"))
+    g.wait_for(b"child ready", timeout=30)
+    g.wait_for(b"\nready", timeout=30)
+    g.proc.kill()
+    g.wait(30)
+    deadline = time.monotonic() + 20
+    while leftovers(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert_no_leftovers(mark)
+    assert "the guard ended the job's 2 process(es)" in g.stderr
+
+
+def test_a_launch_that_ends_normally_stands_its_guard_down(isolated_home):
+    mark = marker()
+    g = Gpudoc("run", "--no-check", "--", "python", "-c", "print('done')", mark, cwd=isolated_home)
+    assert g.wait(60) == 0, g.stderr
+    # The guard is a fork of gpudoc (the marker is in its command line too): gone with it.
+    assert_no_leftovers(mark)
+    assert "guard" not in g.stderr
+
+
+def test_sigint_ignored_by_gpudoc_is_not_handed_to_the_job(isolated_home):
+    # A script's background job starts with SIGINT ignored; the job must still answer Ctrl-C.
+    proc = subprocess.run([sys.executable, "-m", "gpudoc", "run", "--no-check", "--", "python", str(EMIT), "sigint"],
+                          cwd=isolated_home, env=job_env(), capture_output=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.returncode == 0, proc.stderr
+    assert b"SIGINT ignored: False" in proc.stdout
 
 
 @pytest.mark.parametrize("command, status, words", [

@@ -39,7 +39,7 @@ def test_plan_puts_run_leftovers_first_with_their_whole_group(store):
         facts = gpu_facts({live.pid: 2 * ONE_GIB, gpu_worker.pid: ONE_GIB}, store)
         targets = plan_clean(facts, store.owners(), [0])
         kinds = [(t.pid, t.kind) for t in targets]
-        assert kinds[-1] == (live.pid, "own_live_job")  # the leftover run's processes come first
+        assert live.pid not in dict(kinds)  # a live process is no stray: never in the plan
         leftovers = {t.pid for t in targets if t.run_id == record.id}
         assert leftovers == {group.pid, *(w.pid for w in workers)}
         assert dict(kinds)[gpu_worker.pid] == "orphan_of_run"
@@ -51,7 +51,8 @@ def test_terminate_sigterm_then_sigkill(store):
     polite = spawn("sleep", "300")
     stubborn = ignoring_term()
     try:
-        facts = gpu_facts({polite.pid: ONE_GIB, stubborn.pid: ONE_GIB})
+        record_run(store, [polite, stubborn])  # leftovers of a failed run: strays
+        facts = gpu_facts({polite.pid: ONE_GIB, stubborn.pid: ONE_GIB}, store)
         targets = plan_clean(facts, store.owners(), [0])
         assert {t.pid for t in targets} == {polite.pid, stubborn.pid}
         result = terminate(targets, yes=True, term_timeout=0.5, kill_timeout=5)
@@ -106,10 +107,11 @@ def test_gpudoc_itself_and_its_ancestors_are_protected(store):
     assert why == "protected"
 
 
-def test_nothing_is_signalled_without_yes_or_confirmation():
+def test_nothing_is_signalled_without_yes_or_confirmation(store):
     proc = spawn("sleep", "300")
     try:
-        targets = plan_clean(gpu_facts({proc.pid: ONE_GIB}), None, [0])
+        record_run(store, [proc])
+        targets = plan_clean(gpu_facts({proc.pid: ONE_GIB}, store), store.owners(), [0])
         assert terminate(targets, yes=False, confirm=None).refused
         asked = []
         assert terminate(targets, confirm=lambda t: asked.append(len(t)) or False).refused

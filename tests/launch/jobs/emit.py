@@ -5,6 +5,9 @@ lines N        print N numbered lines, sleeping a little between them (a long-ru
 tty            report whether stdin/stdout are terminals and the window size, then on SIGWINCH again
 ignore_term    ignore SIGTERM, print ready, sleep (ignore_int_term: SIGINT too)
 stdin          echo what arrives on stdin until EOF
+family MARK    ignore SIGTERM, start a child in a session of its own that ignores SIGTERM too
+               (a DataLoader worker, a detached helper), print "ready", sleep
+sigint         print whether SIGINT is ignored in this process, then exit
 """
 
 import os
@@ -53,6 +56,20 @@ def main() -> None:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("ready", flush=True)
         time.sleep(600)
+    elif mode == "family":
+        import subprocess
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                 "print('child ready', flush=True); time.sleep(600)")
+        subprocess.Popen([sys.executable, "-c", child, sys.argv[2]], start_new_session=True)
+        time.sleep(0.5)
+        print("ready", flush=True)
+        time.sleep(600)
+    elif mode == "sigint":
+        with open("/proc/self/status") as status:
+            ignored = int(next(ln for ln in status if ln.startswith("SigIgn:")).split()[1], 16)
+        print(f"SIGINT ignored: {bool(ignored >> (signal.SIGINT - 1) & 1)}", flush=True)
     elif mode == "stdin":
         for line in sys.stdin:
             print(f"got {line.rstrip()}", flush=True)
