@@ -8,8 +8,13 @@ a shared directory, is edited at the link's target and the link stays.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -29,7 +34,10 @@ def atomic_write_bytes(path: Path, data: bytes, *, follow_link: bool = False, mo
             mode = path.lstat().st_mode & 0o7777 if not path.is_symlink() else _new_file_mode()
         except FileNotFoundError:
             mode = _new_file_mode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:  # name the file being written, not the temporary one
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -54,10 +62,41 @@ def _new_file_mode() -> int:
 
 def backup(path: Path, suffix: str = ".gpudoc.bak") -> Path:
     """Copy the file ``path`` names (a link's target) beside it before an edit, atomically, and
-    without following a link planted where the backup goes; the latest backup wins."""
+    without following a link planted where the backup goes.
+
+    The first backup is kept: after 45 -> 22 -> 11 the backup still holds 45, the file as it was
+    before gpudoc's first edit (each later state is in the run records' edits). A kill during the
+    copy leaves the previous backup whole (the copy is atomic).
+    """
     path = Path(path)
     source = path.resolve() if path.is_symlink() else path
     target = path.with_name(path.name + suffix)
+    if target.is_file() and not target.is_symlink():
+        return target
     atomic_write_bytes(target, source.read_bytes())
     os.chmod(target, source.stat().st_mode & 0o7777)
     return target
+
+
+@contextmanager
+def edit_lock(directory: Path, *, timeout_s: float = 30.0) -> Iterator[None]:
+    """Hold gpudoc's edit lock on ``directory``: two ``fix --apply`` at once are serialised.
+
+    The lock is an flock on the directory itself: it needs no lock file (nothing to plant, nothing
+    left behind), and unlike the edited file it is never replaced by an atomic rename.
+    """
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(errno.ETIMEDOUT, "another gpudoc has been editing files here for "
+                                       f"{timeout_s:g} s", str(directory)) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

@@ -82,3 +82,24 @@ def captured_workspace(cwd: Path | None = None, *, environ: dict | None = None, 
     console = Console(out=io.StringIO(), err=io.StringIO(), colour=False)
     return (cls or Workspace)(cwd=Path(cwd or Path.cwd()), environ={**os.environ, **(environ or {})},
                               console=console, stdin=io.StringIO(stdin), nvml_backend=nvml_backend)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mounts a tmpfs (CI runs as root)")
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A mount point; ``tmpfs(options)`` puts a fresh tmpfs on it (a small, full or read-only
+    file system, as the test needs), unmounted afterwards. Needs root: mark the test ``needs_root``."""
+    point = tmp_path / "mnt"
+    point.mkdir()
+    mounted = []
+
+    def mount(options: str):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], check=True)
+        mounted.append(point)
+        return point
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], check=False)

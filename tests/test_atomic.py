@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from gpudoc.atomic import atomic_write_text, backup
+from gpudoc.atomic import atomic_write_text, backup, edit_lock
 from gpudoc.bind.apply import apply_file_edits
 from gpudoc.bind.plan import plan_bindings
 from gpudoc.profiles.model import Profile
+from tests.conftest import REPO
 
 
 @pytest.fixture
@@ -61,3 +65,43 @@ def test_gpudocs_own_writes_and_backups_never_follow_a_planted_link(tmp_path):
     backup(config)
     assert victim.read_text() == "precious\n"
     assert (tmp_path / "cfg.yaml.gpudoc.bak").read_text() == "a: 1\n"
+
+
+def test_the_first_backup_of_a_chain_is_kept(tmp_path):
+    config = tmp_path / "cfg.yaml"
+    config.write_text("batch_size: 45\n")
+    for value in (22, 11):
+        backup(config)
+        atomic_write_text(config, f"batch_size: {value}\n")
+    assert (tmp_path / "cfg.yaml.gpudoc.bak").read_text() == "batch_size: 45\n"
+
+
+def test_a_kill_during_the_backup_copy_leaves_the_previous_backup_whole(tmp_path):
+    # The copy is atomic: a writer killed after its write, before its rename, changes nothing.
+    config = tmp_path / "cfg.yaml"
+    config.write_text("a: 1\n")
+    saved = tmp_path / "cfg.yaml.gpudoc.bak"
+    saved.write_text("a: 0\n")
+    code = ("import os, sys\nfrom gpudoc import atomic\n"
+            "os.replace = lambda *a: os.kill(os.getpid(), 9)\n"  # die where the rename would be
+            f"atomic.atomic_write_bytes(__import__('pathlib').Path({str(saved)!r}), b'')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60)
+    assert done.returncode == -9
+    assert saved.read_text() == "a: 0\n"
+
+
+def test_the_edit_lock_serialises_two_editors(tmp_path):
+    # A second process asks for the lock while this one holds it: it waits until it is released.
+    code = ("import sys, time\nfrom pathlib import Path\nfrom gpudoc.atomic import edit_lock\n"
+            "start = time.monotonic()\n"
+            f"with edit_lock(Path({str(tmp_path)!r})):\n    print(round(time.monotonic() - start, 2))\n")
+    with edit_lock(tmp_path):
+        other = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        assert other.poll() is None  # still waiting
+    out, _ = other.communicate(timeout=30)
+    assert float(out) >= 0.9
+    assert list(tmp_path.iterdir()) == []  # no lock file left behind
+    # flock belongs to an open file description: a second open, even in this process, must wait.
+    with edit_lock(tmp_path), pytest.raises(TimeoutError), edit_lock(tmp_path, timeout_s=0.2):
+        pass

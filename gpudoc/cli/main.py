@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import tempfile
@@ -51,7 +52,14 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
     except BrokenPipeError:
         _silence_stdout()
         return ExitStatus.NEGATIVE
-    except Exception:  # this is the boundary
+    except Exception as exc:  # this is the boundary
+        refused = _refused_by_the_machine(exc)
+        if refused is not None:
+            # A read-only, full or forbidden place a command had to write (or read): no bug, one line.
+            message = f"gpudoc: {refused.filename}: {refused.strerror}"
+            err.write(message + "\n")
+            status = ExitStatus.LAUNCH_REFUSED if argv[1:2] == ["run"] else ExitStatus.USAGE
+            return _error_envelope(ws, argv, status, message, file=str(refused.filename))
         report = _write_crash_report(argv, err)
         message = f"gpudoc: internal error (a bug in gpudoc, not in your job); crash report: {report}"
         err.write(
@@ -59,6 +67,17 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
             f"A crash report ready to paste into an issue is in {report}\n"
         )
         return _error_envelope(ws, argv, ExitStatus.INTERNAL, message, file=report)
+
+
+# The file system said no: nothing gpudoc could do differently, so no crash report either.
+_MACHINE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ENOTDIR,
+                             errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EIO})
+
+
+def _refused_by_the_machine(exc: BaseException) -> OSError | None:
+    if isinstance(exc, OSError) and exc.errno in _MACHINE_ERRNOS and exc.filename is not None:
+        return exc
+    return None
 
 
 def _say_foreign_records(ws: Workspace) -> None:

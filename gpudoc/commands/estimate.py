@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoc.errors import ExitStatus, ProfileError, UsageError
+from gpudoc.profiles.schema import RANGES
 from gpudoc.render.show import show
 from gpudoc.results import EstimateResult
 from gpudoc.units import GIB
@@ -34,10 +35,14 @@ def estimate_command(
     from gpudoc.estimate import estimate
     console = ws.console
 
-    if gpu_memory_gib is not None and gpu_memory_gib <= 0:
-        raise UsageError(f"gpudoc estimate: --gpu-memory {gpu_memory_gib}: expected a positive size in GiB")
-    if micro_batch_size is not None and micro_batch_size <= 0:
-        raise UsageError(f"gpudoc estimate: --micro-batch-size {micro_batch_size}: expected a positive number")
+    # The switches take the bounds of the profile keys they stand for.
+    low, high = RANGES[("gpu", "memory_gib")]
+    if gpu_memory_gib is not None and not low <= gpu_memory_gib <= high:  # False for nan as well
+        raise UsageError(f"gpudoc estimate: --gpu-memory {gpu_memory_gib:g}: expected a size in GiB, "
+                         f"{low:g} to {high:g}")
+    low, high = RANGES[("train", "micro_batch_size")]
+    if micro_batch_size is not None and not low <= micro_batch_size <= high:
+        raise UsageError(f"gpudoc estimate: --micro-batch-size {micro_batch_size}: expected {low:g} to {high:g}")
     profile = ws.load_profile(profile_name)
     if not profile.model:
         where = profile.path or "the profile"

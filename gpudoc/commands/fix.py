@@ -14,11 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpudoc.atomic import edit_lock
 from gpudoc.commands.fix_sources import Source, diagnose_source, first_failure, read_sources, role
 from gpudoc.commands.retry import job_torch_facts
 from gpudoc.commands.run_options import RunOptions, relaunch_switches
 from gpudoc.diagnose.diagnosis import Diagnosis
-from gpudoc.errors import ExitStatus, UsageError
+from gpudoc.errors import ExitStatus, InputError, UsageError
 from gpudoc.ladder import suggest, upward_result
 from gpudoc.ladder.model import LadderResult, Suggestion
 from gpudoc.profiles.edit import apply_changes, target_path
@@ -73,8 +74,10 @@ def fix(
     else:
         ladder = suggest(diag, profile, facts, history, allow_semantic=allow_semantic, estimate=estimate)
 
-    applied, notes = (_apply(ladder, diag, profile, cwd) if apply or rerun else (None, []))
-    relaunch = _rerun_options(record, Path(applied["path"]), allow_semantic) if rerun and applied and record else None
+    # An explicit -p is the user's choice of profile; otherwise the run's own must not have moved on.
+    applied, notes, next_profile = (_apply(ladder, diag, profile, cwd, since=None if profile_name else record,
+                                           rerun=rerun) if apply or rerun else (None, [], None))
+    relaunch = _rerun_options(record, next_profile, allow_semantic) if rerun and next_profile and record else None
     answer = ExitStatus.OK if ladder.suggestions and not (rerun and applied is None) else ExitStatus.NEGATIVE
     result = FixResult(
         diagnosis=diag, ladder=ladder, source=sources[chosen_index].label,
@@ -82,7 +85,8 @@ def fix(
         profile_path=str(profile.path) if profile.path else None, profile_env=dict(profile.env),
         target_path=str(target_path(profile, cwd)), exit_code=answer, applied=applied,
         notes=(*ladder.notes, *notes),
-        rerun={"command": ["gpudoc", *relaunch.to_argv()], "parent": record.id} if relaunch and record else None,
+        rerun={"command": ["gpudoc", *relaunch.to_argv()], "parent": record.id, "cwd": record.cwd}
+        if relaunch and record else None,
         nodes=_nodes(sources, diagnoses, chosen_index) if len(sources) > 1 else (),
     )
     # With --rerun the process then exits with the relaunched job's status; the result (and its
@@ -93,19 +97,51 @@ def fix(
     return answer
 
 
-def _apply(ladder: LadderResult, diag: Diagnosis, profile: Profile, cwd: Path) -> tuple[dict[str, Any] | None, list[str]]:
-    """Write the first rung that changes the profile; (what was written, notes)."""
+def _apply(ladder: LadderResult, diag: Diagnosis, profile: Profile, cwd: Path, *, since: RunRecord | None,
+           rerun: bool) -> tuple[dict[str, Any] | None, list[str], Path | None]:
+    """Write the first rung that changes the profile: (what was written, notes, the profile a
+    relaunch takes). Under the edit lock, and only while the profile is still the one run
+    ``since`` used: a second apply on one failed run would stack a rung nobody tried."""
     chosen = ladder.first_profile_change()
     strays = ladder.suggestions[0] if ladder.suggestions and not ladder.suggestions[0].changes_profile else None
     if strays is not None and _covers(strays, ladder):
         gpu = f" --gpus {diag.gpu_index}" if diag.gpu_index is not None else ""
         return None, ["nothing written: the memory other processes held covers the shortfall; free it first "
-                      f"(`gpudoc clean{gpu}`, or relaunch with `gpudoc run --clean`)"]
+                      f"(`gpudoc clean{gpu}`, or relaunch with `gpudoc run --clean`)"], None
     if chosen is None:
-        return None, ["nothing written: no rung changes the profile"]
-    path = apply_changes(profile, chosen, cwd=cwd)
+        return None, ["nothing written: no rung changes the profile"], None
+    target = target_path(profile, cwd)
+    try:
+        with edit_lock(target.parent):
+            changed = _changed_since(since, target, cwd)
+            if changed and since is not None:
+                what = f"{target} changed since run {since.id} ({'; '.join(changed[:3])})"
+                if rerun:
+                    return None, [f"nothing written: {what}; relaunching with it as it is"], target
+                raise InputError(f"{what}: nothing written; run the job with it first, or name it with "
+                                 f"-p {target} to fix it anyway", file=str(target))
+            path = apply_changes(profile, chosen, cwd=cwd)
+    except OSError as exc:
+        raise InputError(f"{exc.filename or target}: cannot write: {exc.strerror or exc}; nothing was written",
+                         file=str(exc.filename or target)) from None
     backup = path.with_name(path.name + ".gpudoc.bak")
-    return {"rung": chosen.rung, "path": str(path), "backup": str(backup) if backup.exists() else None}, []
+    return {"rung": chosen.rung, "path": str(path), "backup": str(backup) if backup.exists() else None}, [], path
+
+
+def _changed_since(record: RunRecord | None, target: Path, cwd: Path) -> list[str]:
+    """How the profile at ``target`` differs, in knobs and environment, from the one ``record`` ran with."""
+    if record is None or not record.profile or not target.is_file():
+        return []
+    now = load_profile_file(target, cwd=cwd)
+    then = record.profile
+    changes = []
+    for table, current in (("knobs", dict(now.train)), ("env", dict(now.env))):
+        before = dict(then.get(table) or {})
+        for key in sorted(set(before) | set(current)):
+            if before.get(key) != current.get(key):
+                name = f"train.{key}" if table == "knobs" else f"env.{key}"
+                changes.append(f"{name}: {before.get(key, 'unset')} -> {current.get(key, 'unset')}")
+    return changes
 
 
 def _covers(suggestion: Suggestion, ladder: LadderResult) -> bool:
@@ -173,7 +209,7 @@ def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: b
     console = ws.console
     if record.cwd and Path(record.cwd).is_dir():
         ws = ws.but(cwd=Path(record.cwd))
-    line = f"Relaunching: gpudoc {shlex.join(options.to_argv())}"
+    line = f"Relaunching in {ws.cwd}: gpudoc {shlex.join(options.to_argv())}"
     # With --json, stdout holds the one JSON object (the job's own output follows it there).
     if quiet:
         console.error(line)

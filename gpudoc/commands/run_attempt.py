@@ -19,7 +19,7 @@ from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.errors import GpudocError, LaunchError
 from gpudoc.output import Console
 from gpudoc.runs.record import RunRecord, now_iso
-from gpudoc.runs.store import PRIVATE_FILE_MODE, SHARED_FILE_MODE, read_tail
+from gpudoc.runs.store import PRIVATE_FILE_MODE, SHARED_FILE_MODE, StoreError, read_tail
 from gpudoc.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ class _Watch:
 def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedCommand, child_env: dict[str, str],
             edits: list[dict], ws: Workspace, *, parent: str | None) -> tuple[int, RunRecord]:
     from gpudoc.job import is_multi_process, job_identity, parse_command
+    from gpudoc.launch.options import safe_warn
     from gpudoc.launch.scan import LiveScan
     from gpudoc.launch.spawn import Launcher, LaunchOptions
     from gpudoc.launch.watch import GpuSampler, SamplerThread, nvml_reader
@@ -84,7 +85,6 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     record.argv = list(resolved.argv)
     record.run_switches = options.switches()
     child_env = dict(child_env, GPUDOC_RUN_ID=run_id)
-    refusing(store.ensure)  # an unwritable runs directory refuses the launch, before it
     run_dir = store.run_dir(run_id)
     log_path = store.log_path(run_id)
 
@@ -93,6 +93,18 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
                                         name="[run] oom_grace_s", console=console))
     shared = bool(profile.run.get("shared", False))
     file_mode = SHARED_FILE_MODE if shared else PRIVATE_FILE_MODE
+    # An unwritable or full runs directory refuses the launch, before it; once the job runs, a
+    # record that cannot be saved is said once and never stops the job.
+    refusing(lambda: store.create(record, shared=shared))
+    unsaved: list[str] = []
+
+    def keep(rec: RunRecord) -> None:
+        try:
+            store.save(rec)
+        except StoreError as exc:
+            if not unsaved:
+                safe_warn(f"{str(exc).removeprefix('gpudoc: ')}; the job goes on, this run's record is out of date")
+            unsaved.append(str(exc))
     sampler = GpuSampler(store.samples_path(run_id), reader_factory=lambda: nvml_reader(nvml_backend),
                          environ=child_env, mode=file_mode)
     thread = SamplerThread(sampler, _seconds(profile.run.get("sample_interval_s"), DEFAULT_SAMPLE_INTERVAL_S, low=0.05,
@@ -106,7 +118,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
         from gpudoc.procs.identity import start_time
 
         _merge_pids(record, state, [(pid, start_time(pid))])
-        store.create(record, shared=shared)
+        keep(record)
         sampler.job_pids = lambda: list(state["pids"])
         thread.start()
 
@@ -133,7 +145,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     def on_tick(launch: Launcher) -> None:
         procs = launch.processes()
         if _merge_pids(record, state, [(p.pid, p.create_time) for p in procs]):
-            store.save(record)
+            keep(record)
         if sync is not None and not launch.end_requested and not sync.announced:
             elsewhere = sync.failures_elsewhere()
             if elsewhere:
@@ -178,7 +190,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
         # The live scan missed it (an output flood): the other nodes still learn of it now.
         diag = record.diagnosis
         sync.announce("gpu_oom", rank=diag.rank if diag else None, line=diag.summary if diag else "")
-    store.save(record)
+    keep(record)
     # The result layer is imported once the job has ended: the launch path stays short.
     from gpudoc.render.show import show
     from gpudoc.results import RunResult

@@ -73,9 +73,14 @@ def read_hf_config(profile: Any, name: str) -> dict:
     for candidate in candidates:
         if candidate.is_file():
             try:
-                return json.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise ProfileError(f"[model] hf_config = \"{name}\": cannot read {candidate}: {exc}") from None
+                config = json.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+                raise ProfileError(f"[model] hf_config = \"{name}\": cannot read {candidate}: {exc}",
+                                   file=str(candidate), key="model.hf_config") from None
+            if not isinstance(config, dict):
+                raise ProfileError(f"[model] hf_config = \"{name}\": {candidate} holds a JSON {type(config).__name__}, "
+                                   "not the object of a model's config.json", file=str(candidate), key="model.hf_config")
+            return config
     where = getattr(profile, "path", None)
     raise ProfileError(
         f"[model] hf_config = \"{name}\": file not found"

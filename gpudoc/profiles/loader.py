@@ -8,6 +8,7 @@ with no name, ``./gpudoc.toml`` is used when it exists, else the job runs withou
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import sys
@@ -57,11 +58,17 @@ def resolve_profile_path(name: str | None, cwd: Path | None = None) -> Path | No
     name = name or os.environ.get("GPUDOC_PROFILE") or None
     if name is None:
         project = cwd / PROJECT_PROFILE
-        return project if project.is_file() else None
+        if project.is_file():
+            return project
+        if os.path.lexists(project):  # a directory, a dangling link, a fifo: not silently "no profile"
+            raise ProfileError(f"{project}: not a profile file ({_file_kind(project)})", file=str(project))
+        return None
     if _looks_like_path(name):
         path = (cwd / name) if not os.path.isabs(name) else Path(name)
         if not path.is_file():
-            raise ProfileError(f"profile file not found: {name}")
+            if os.path.lexists(path):
+                raise ProfileError(f"{name}: not a profile file ({_file_kind(path)})", file=str(path))
+            raise ProfileError(f"profile file not found: {name}", file=str(path))
         return path
     for directory in search_dirs(cwd):
         candidate = directory / f"{name}.toml"
@@ -70,6 +77,14 @@ def resolve_profile_path(name: str | None, cwd: Path | None = None) -> Path | No
     known = sorted(list_profile_names(cwd))
     hint = _did_you_mean(name, known)
     raise ProfileError(f"unknown profile '{name}'{hint} (see `gpudoc profile list`)")
+
+
+def _file_kind(path: Path) -> str:
+    if path.is_dir():
+        return "a directory"
+    if path.is_symlink() and not path.exists():
+        return "a link to nothing"
+    return "not a regular file"
 
 
 def list_profile_names(cwd: Path | None = None) -> dict[str, Path]:
@@ -111,12 +126,18 @@ def load_profile_file(path: Path, cwd: Path | None = None) -> Profile:
     )
 
 
+MAX_EXTENDS_DEPTH = 32  # a real chain is two or three deep; this stops a runaway before the stack does
+
+
 def _load_chain(path: Path, chain: list[Path], cwd: Path | None) -> dict:
     resolved = path.resolve()
     if resolved in (p.resolve() for p in chain):
         cycle = " -> ".join(str(p) for p in [*chain, path])
         raise ProfileError(f"{chain[0]}: 'extends' forms a cycle: {cycle}")
     chain.append(path)
+    if len(chain) > MAX_EXTENDS_DEPTH:
+        raise ProfileError(f"{chain[0]}: 'extends' goes more than {MAX_EXTENDS_DEPTH} profiles deep "
+                           f"(at {path})", file=str(chain[0]), key="extends")
     data = parse_profile_text(path)
     parent_name = data.get("extends")
     if not parent_name:
@@ -163,6 +184,9 @@ def parse_profile_text(path: Path) -> dict:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not a text file in UTF-8 (byte {exc.start}): a profile is TOML text",
+                           file=str(path)) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -198,6 +222,7 @@ def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
                 if table in schema.OPEN_TABLES:
                     if not isinstance(v, (int, float, bool, str)):
                         fail(table, key, f"custom knobs must be numbers, booleans or strings, got {type(v).__name__}")
+                    _check_number(table, key, v, fail)
                     continue
                 fail(table, key, f"unknown key{_did_you_mean(key, list(keys))}")
             expected = keys[key]
@@ -206,6 +231,7 @@ def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
                 fail(table, key, f"expected {_type_names(expected)}, got a boolean")
             if not isinstance(v, expected):
                 fail(table, key, f"expected {_type_names(expected)}, got {type(v).__name__} {v!r}")
+            _check_number(table, key, v, fail)
             choices = schema.ENUMS.get((table, key))
             if choices and v not in choices:
                 fail(table, key, f"'{v}' is not one of {', '.join(choices)}{_did_you_mean(str(v), choices)}")
@@ -230,6 +256,24 @@ def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
                 _validate_rung(rung, fail)
 
 
+def _check_number(table: str, key: str, value: Any, fail: Callable[[str | None, str, str], None]) -> None:
+    """Numbers are finite, and within their key's bounds where it has some (schema.RANGES)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if not math.isfinite(value):
+        fail(table, key, f"expected a finite number, got {value}")
+    bounds = schema.RANGES.get((table, key))
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        fail(table, key, f"expected {_number(bounds[0])} to {_number(bounds[1])}, got {_number(value)}")
+
+
+def _number(value: float) -> str:
+    """1,000,000 rather than 1e+06; a 300-digit typo as 1.23e+299, not 300 digits."""
+    if value == int(value) and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:.6g}"
+
+
 def _validate_rung(rung: Any, fail: Callable[[str | None, str, str], None]) -> None:
     if not isinstance(rung, dict):
         fail("ladder", "rung", "each [[ladder.rung]] must be a table")
@@ -238,6 +282,7 @@ def _validate_rung(rung: Any, fail: Callable[[str | None, str, str], None]) -> N
             fail("ladder.rung", key, f"unknown key{_did_you_mean(key, list(schema.USER_RUNG_KEYS))}")
         if not isinstance(v, schema.USER_RUNG_KEYS[key]):
             fail("ladder.rung", key, f"expected {_type_names(schema.USER_RUNG_KEYS[key])}")
+        _check_number("ladder.rung", key, v, fail)
     for required in ("name", "knob", "op"):
         if required not in rung:
             fail("ladder.rung", required, "missing (every user rung needs name, knob and op)")

@@ -77,6 +77,33 @@ TABLES: dict[str, dict[str, tuple]] = {
     },
 }
 
+# Bounds of numeric keys (inclusive): wide enough for any real machine and model, narrow enough
+# that no estimate or rung turns a typo (1e300, a pasted byte count) into nonsense or a crash.
+# Every number anywhere in a profile must be finite besides.
+RANGES: dict[tuple[str, str], tuple[float, float]] = {
+    ("gpu", "count"): (1, 1024),
+    ("gpu", "min_free_gib"): (0, 4096),
+    ("gpu", "memory_gib"): (0.001, 4096),
+    ("train", "micro_batch_size"): (1, 10**6),
+    ("train", "gradient_accumulation_steps"): (1, 10**6),
+    ("train", "global_batch_size"): (1, 10**9),
+    ("train", "max_seq_len"): (1, 10**8),
+    ("train", "lora_rank"): (1, 65536),
+    ("launch", "nproc_per_node"): (1, 1024),
+    ("launch", "nnodes"): (1, 10**5),
+    ("model", "params"): (1, 1e14),
+    ("model", "layers"): (1, 10**4),
+    ("model", "hidden"): (1, 10**6),
+    ("model", "heads"): (1, 10**5),
+    ("model", "kv_heads"): (1, 10**5),
+    ("model", "ffn"): (1, 10**7),
+    ("model", "vocab"): (1, 10**8),
+    ("model", "encoder_layers"): (0, 10**4),
+    ("model", "decoder_layers"): (0, 10**4),
+    ("run", "sample_interval_s"): (0.05, 3600),
+    ("run", "oom_grace_s"): (-1, 3600),
+}
+
 # Tables whose keys are free-form (values still typed).
 OPEN_TABLES = {"env", "train"}
 

@@ -6,16 +6,18 @@ every command asks this store instead of answering those questions itself.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudoc.atomic import atomic_write_text
-from gpudoc.errors import InputError
+from gpudoc.errors import GpudocError, InputError
 from gpudoc.runs.record import RunRecord, now_iso, parse_iso
 
 if TYPE_CHECKING:
@@ -56,6 +58,10 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.localtime(seconds)) + f"{millis:03d}-" + os.urandom(3).hex()
 
 
+class StoreError(GpudocError):
+    """The runs directory cannot be written (read-only, full, not a directory): one line naming it."""
+
+
 class ForeignRecord(InputError):
     """A run record this user did not write (another owner, or a symlink): never trusted."""
 
@@ -79,11 +85,12 @@ class RunStore:
         return cls(Path(home) if home else Path(cwd) / ".gpudoc")
 
     def ensure(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        ignore = self.home / ".gitignore"
-        if not ignore.exists():
-            # Run records hold logs and environment values: keep them out of the user's commits.
-            atomic_write_text(ignore, "# written by gpudoc: run records stay out of git\n*\n")
+        with _writing(self.root):
+            self.root.mkdir(parents=True, exist_ok=True)
+            ignore = self.home / ".gitignore"
+            if not ignore.exists():
+                # Run records hold logs and environment values: keep them out of the user's commits.
+                atomic_write_text(ignore, "# written by gpudoc: run records stay out of git\n*\n")
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / run_id
@@ -94,9 +101,15 @@ class RunStore:
         are nobody else's business on a shared box."""
         self.ensure()
         directory = self.run_dir(record.id)
-        directory.mkdir(parents=True, exist_ok=False)
-        os.chmod(directory, SHARED_DIR_MODE if shared else PRIVATE_DIR_MODE)  # exact, whatever the umask
-        self.save(record)
+        with _writing(directory):
+            directory.mkdir(parents=True, exist_ok=False)
+            os.chmod(directory, SHARED_DIR_MODE if shared else PRIVATE_DIR_MODE)  # exact, whatever the umask
+        try:
+            self.save(record)
+        except StoreError:
+            with suppress(OSError):
+                directory.rmdir()  # no half-made run left behind (the atomic write left no file)
+            raise
         return directory
 
     def file_mode(self, run_id: str) -> int:
@@ -108,8 +121,11 @@ class RunStore:
         return SHARED_FILE_MODE if shared else PRIVATE_FILE_MODE
 
     def save(self, record: RunRecord) -> None:
+        """Replace the record atomically: a failed write (a full disk) leaves the previous one whole."""
         text = json.dumps(record.to_dict(), indent=2, sort_keys=False) + "\n"
-        atomic_write_text(self.run_dir(record.id) / RECORD, text, mode=self.file_mode(record.id))
+        path = self.run_dir(record.id) / RECORD
+        with _writing(path):
+            atomic_write_text(path, text, mode=self.file_mode(record.id))
 
     def load(self, run_id: str) -> RunRecord:
         path = self.run_dir(run_id) / RECORD
@@ -319,3 +335,17 @@ def read_tail(path: Path, limit: int = TAIL_BYTES) -> str:
         if 0 <= newline < 4096:
             data = data[newline + 1:]  # start on a whole line
     return data.decode("utf-8", "replace")
+
+
+
+@contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Around a write into the store: an OSError becomes a StoreError naming the path and why."""
+    try:
+        yield
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        remedy = "free some space there, or" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        raise StoreError(f"{path}: cannot write gpudoc's run records: {why} "
+                         f"({remedy} set GPUDOC_HOME to a writable directory)".replace("( ", "("),
+                         file=str(path)) from None

@@ -54,3 +54,29 @@ def test_missing_key_is_one_line_and_exit_2(isolated_home):
 def test_usage_error(isolated_home):
     result = gpudoc_cli("estimate", "--micro-batch-size", "zero", cwd=isolated_home)
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def _one_line_error(result, *words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    for word in words:
+        assert word in result.stderr
+
+
+def test_a_config_json_that_is_not_an_object_is_named(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(PROFILE)
+    for text, kind in (("[1, 2]", "list"), ('"llama"', "str")):
+        (isolated_home / "config.json").write_text(text)
+        _one_line_error(gpudoc_cli("estimate", cwd=isolated_home), "config.json holds a JSON " + kind)
+    (isolated_home / "config.json").write_bytes(b"\xff\xfe{")
+    _one_line_error(gpudoc_cli("estimate", cwd=isolated_home), "cannot read", "config.json")
+
+
+def test_switch_values_out_of_bounds_are_usage_errors(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(PROFILE)
+    (isolated_home / "config.json").write_text(json.dumps(CONFIG))
+    for value in ("nan", "inf", "-1", "0", "1e300"):
+        _one_line_error(gpudoc_cli("estimate", "--gpu-memory", value, cwd=isolated_home), "--gpu-memory", "GiB")
+    _one_line_error(gpudoc_cli("estimate", "--micro-batch-size", "99999999999", cwd=isolated_home),
+                    "--micro-batch-size 99999999999")
+    assert gpudoc_cli("estimate", "--gpu-memory", "80", cwd=isolated_home).returncode in (0, 1)

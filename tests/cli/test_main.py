@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gpudoc.cli import main as cli_main
 from gpudoc.errors import ExitStatus
-from tests.conftest import gpudoc_cli
+from tests.conftest import gpudoc_cli, needs_root
 
 
 def test_unknown_switch_is_one_line_and_exit_2():
@@ -49,3 +49,11 @@ def test_keyboard_interrupt_is_130(monkeypatch):
 
     monkeypatch.setattr("gpudoc.cli.app.Gpudoc.run", classmethod(lambda cls, *a, **k: interrupt()))
     assert cli_main.run_cli(["gpudoc", "check"]) == ExitStatus.INTERRUPTED
+
+
+@needs_root
+def test_a_read_only_working_directory_is_one_line_not_a_crash_report(tmpfs):
+    work = tmpfs("ro,size=64k")
+    done = gpudoc_cli("profile", "new", "mine", cwd=work)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "crash" not in done.stderr
+    assert done.stderr.strip().splitlines() == [f"gpudoc: {work / '.gpudoc'}: Read-only file system"]

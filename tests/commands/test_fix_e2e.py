@@ -95,7 +95,7 @@ def test_fix_rerun_relaunches_with_the_recorded_switches_and_links_the_child(tmp
     assert failed.run_switches == ["--no-check"]
     done = gpudoc_cli("fix", "--rerun", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Relaunching: gpudoc run -p " in done.stdout and " --no-check -- " in done.stdout
+    assert f"Relaunching in {tmp_path}: gpudoc run -p " in done.stdout and " --no-check -- " in done.stdout
     text = (tmp_path / "gpudoc.toml").read_text()
     assert "micro_batch_size = 2" in text and "gradient_accumulation_steps = 16" in text
     chain = _chain(store)
@@ -121,7 +121,31 @@ def test_fix_rerun_exits_with_the_relaunch_status(tmp_path):
     assert payload["applied"]["rung"] == "halve-micro-batch"
     assert payload["rerun"]["command"] == ["gpudoc", "run", "-p", str(tmp_path / "gpudoc.toml"), "--no-check", "--",
                                            sys.executable, "train.py"]
-    assert "Relaunching: gpudoc run -p" in done.stderr
+    assert "Relaunching in " in done.stderr and ": gpudoc run -p" in done.stderr
     chain = _chain(RunStore(tmp_path / ".gpudoc"))
     assert [(r.profile["knobs"]["micro_batch_size"], r.cause) for r in chain] == [(16, "gpu_oom"), (8, "gpu_oom")]
     assert chain[1].parent == chain[0].id
+
+
+def test_a_second_apply_on_one_failed_run_is_refused_and_rerun_then_launches_as_is(tmp_path):
+    shutil.copy(JOB, tmp_path / "train.py")
+    (tmp_path / "gpudoc.toml").write_text(PROFILE + "\n[env]\nPYTORCH_CUDA_ALLOC_CONF = \"expandable_segments:True\"\n")
+    assert gpudoc_cli("run", "--no-check", "--", sys.executable, "train.py", cwd=tmp_path).returncode == 1
+    first = gpudoc_cli("fix", "--apply", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    after_first = (tmp_path / "gpudoc.toml").read_text()
+    assert "micro_batch_size = 8" in after_first
+    # The same failed run again: halving again would stack a rung nobody has tried.
+    second = gpudoc_cli("fix", "--apply", cwd=tmp_path)
+    assert second.returncode == 2 and "Traceback" not in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1
+    assert f"{tmp_path / 'gpudoc.toml'} changed since run" in second.stderr
+    assert "train.micro_batch_size: 16 -> 8" in second.stderr
+    assert (tmp_path / "gpudoc.toml").read_text() == after_first
+    assert (tmp_path / "gpudoc.toml.gpudoc.bak").read_text().count("micro_batch_size = 16") == 1
+    # --rerun after --apply relaunches what is there, without a second rung.
+    rerun = gpudoc_cli("fix", "--rerun", cwd=tmp_path)
+    assert "relaunching with it as it is" in rerun.stdout, rerun.stdout + rerun.stderr
+    assert (tmp_path / "gpudoc.toml").read_text() == after_first
+    knobs = [r.profile["knobs"]["micro_batch_size"] for r in RunStore(tmp_path / ".gpudoc").records()]
+    assert knobs == [16, 8]

@@ -207,3 +207,44 @@ def test_bind_via_env_needs_the_environment_binding(isolated_home):
     expect_error(path, "bind.via_env", "needs env = true")
     path = write(isolated_home / "q.toml", '[bind]\nvia_env = [2]\n')
     expect_error(path, "bind.via_env", "array of knob names")
+
+
+def test_a_binary_profile_is_one_line_naming_it_also_as_a_parent(isolated_home):
+    binary = isolated_home / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00[gpu]\n")
+    expect_error(binary, str(binary), "not a text file in UTF-8")
+    child = write(isolated_home / "child.toml", 'extends = "./binary.toml"\n')
+    expect_error(child, str(binary), "not a text file in UTF-8")
+
+
+@pytest.mark.parametrize("line, words", [
+    ("[model]\nparams = inf", ["model.params", "expected a finite number, got inf"]),
+    ("[model]\nparams = nan", ["model.params", "expected a finite number, got nan"]),
+    ("[model]\nhidden = 10000000000000000000", ["model.hidden", "expected 1 to 1,000,000, got 1e+19"]),
+    ("[train]\nmicro_batch_size = 9223372036854775807", ["train.micro_batch_size", "got 9.22337e+18"]),
+    ("[train]\nmax_seq_len = -5", ["train.max_seq_len", "expected 1 to 100,000,000, got -5"]),
+    ("[gpu]\nmemory_gib = -inf", ["gpu.memory_gib", "finite"]),
+    ("[train]\nmy_knob = nan", ["train.my_knob", "finite"]),
+    ('[[ladder.rung]]\nname = "x"\nknob = "micro_batch_size"\nop = "halve"\nmin = inf', ["ladder.rung.min", "finite"]),
+])
+def test_numbers_are_finite_and_within_their_bounds(isolated_home, line, words):
+    path = write(isolated_home / "p.toml", line + "\n")
+    expect_error(path, str(path), *words)
+
+
+def test_an_extends_chain_has_a_depth_limit(isolated_home):
+    for i in range(1500):
+        write(isolated_home / f"p{i}.toml", f'extends = "./p{i + 1}.toml"\n')
+    write(isolated_home / "p1500.toml", 'description = "the end"\n')
+    expect_error(isolated_home / "p0.toml", "'extends' goes more than 32 profiles deep")
+    assert load_profile(str(isolated_home / "p1480.toml")).description == "the end"
+
+
+def test_a_gpudoc_toml_that_is_not_a_file_is_named(isolated_home):
+    (isolated_home / "gpudoc.toml").mkdir()
+    with pytest.raises(ProfileError, match="gpudoc.toml: not a profile file \\(a directory\\)"):
+        load_profile(None, cwd=isolated_home)
+    (isolated_home / "gpudoc.toml").rmdir()
+    (isolated_home / "gpudoc.toml").symlink_to(isolated_home / "nowhere.toml")
+    with pytest.raises(ProfileError, match="not a profile file \\(a link to nothing\\)"):
+        load_profile(None, cwd=isolated_home)
