@@ -10,6 +10,7 @@ from typing import TextIO
 
 from gpudoc.commands.retry import record_diagnosis
 from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.diagnose.lines import is_log_text
 from gpudoc.errors import InputError
 from gpudoc.runs.record import RunRecord
 from gpudoc.runs.store import TAIL_BYTES, RunStore, read_tail
@@ -32,13 +33,13 @@ def read_sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, s
     sources: list[Source] = []
     for target in targets:
         if target == "-":
-            sources.append(Source("<stdin>", text=stream_tail(stdin)))
+            sources.append(Source("<stdin>", text=_log_text("<stdin>", stream_tail(stdin))))
         else:
             record = store.load(target)
             sources.append(Source(f"run {record.id}", record=record))
     for log in logs:
         if log == "-":
-            sources.append(Source("<stdin>", text=stream_tail(stdin)))
+            sources.append(Source("<stdin>", text=_log_text("<stdin>", stream_tail(stdin))))
             continue
         path = cwd / log
         try:
@@ -47,7 +48,7 @@ def read_sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, s
         except OSError as exc:
             raise InputError(f"{log}: cannot read log: {exc.strerror}", file=str(log)) from None
         # Only the end: a failure is near it, and a log can be far larger than memory.
-        sources.append(Source(str(log), text=read_tail(path)))
+        sources.append(Source(str(log), text=_log_text(str(log), read_tail(path))))
     if not sources:
         latest = store.latest()
         if latest is None:
@@ -61,6 +62,14 @@ def read_sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, s
         sources.extend(Source(f"run {r.id}", record=r) for r in (members or [latest]))
     _label_nodes(sources)
     return sources
+
+
+def _log_text(name: str, text: str) -> str:
+    """A log given by the user must hold log lines: an empty or binary file is said, never "no failure"."""
+    if not is_log_text(text):
+        what = "it is empty" if not text.strip() else "no text lines in it (a binary file?)"
+        raise InputError(f"{name}: nothing recognisable in it: {what}", file=name)
+    return text
 
 
 def stream_tail(stream: TextIO, limit: int = TAIL_BYTES) -> str:

@@ -106,7 +106,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
                 safe_warn(f"{str(exc).removeprefix('gpudoc: ')}; the job goes on, this run's record is out of date")
             unsaved.append(str(exc))
     sampler = GpuSampler(store.samples_path(run_id), reader_factory=lambda: nvml_reader(nvml_backend),
-                         environ=child_env, mode=file_mode)
+                         environ=child_env, mode=file_mode, warn=safe_warn)
     thread = SamplerThread(sampler, _seconds(profile.run.get("sample_interval_s"), DEFAULT_SAMPLE_INTERVAL_S, low=0.05,
                                              high=3600, name="[run] sample_interval_s", console=console))
     state: dict[str, dict[int, float | None]] = {"pids": {}}
@@ -231,6 +231,7 @@ def _finish_record(record: RunRecord, outcome: Outcome, watch: _Watch, sampler: 
     record.signal = outcome.signal if outcome.signal is not None else outcome.interrupted_by
     record.peak_memory_bytes = dict(sampler.peaks)
     record.gpus = [dict(g) for g in sampler.gpus]
+    record.samples_error = sampler.error
     own_code = -outcome.signal if outcome.signal is not None else outcome.exit_code
     diagnosis = _diagnose(log_path, own_code, watch, record.job_pids)
     cause = diagnosis.cause

@@ -159,3 +159,16 @@ def iter_lines(text: str) -> list[Line]:
         body, rank, indent = split_prefix(raw)
         out.append(Line(number, body, rank, raw, indent, tracker.kind(body, rank, indent)))
     return out
+
+
+def is_log_text(text: str) -> bool:
+    """Whether ``text`` (a log's tail, decoded with replacement) holds lines a log could have.
+
+    Empty or blank, NUL bytes (``/dev/zero``, a core file), or mostly bytes that are no UTF-8
+    text (a checkpoint, an image) is "nothing recognisable", never "no failure".
+    """
+    if not text.strip() or "\x00" in text:
+        return False
+    sample = text[-65536:]
+    junk = sum(1 for ch in sample if ch == "\ufffd" or (ch < " " and ch not in "\t\r\n\x1b\x08\x0c"))
+    return junk <= len(sample) // 10

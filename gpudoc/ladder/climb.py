@@ -40,7 +40,8 @@ def suggest(
     allow_semantic = bool(allow_semantic or profile.allow_semantic)
     cause = diag.cause
     if cause != MEMORY_CAUSE:
-        return LadderResult(notes=[_not_memory_note(cause)])
+        # A log alone (no exit status) that shows no failure proves no success either.
+        return LadderResult(notes=[_not_memory_note(None if cause == "ok" and diag.exit_code is None else cause)])
 
     capacity = capacity_from(diag, facts, profile, history)
     savings = Savings(profile, estimate=estimate, history=history, capacity_bytes=capacity)

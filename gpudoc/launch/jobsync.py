@@ -20,6 +20,8 @@ JOBS_DIR = ".jobs"
 # Clocks of different nodes disagree a little; a marker older than our own start by more than
 # this is a leftover of an earlier job that reused the same id.
 CLOCK_SLACK_S = 5.0
+# A marker gpudoc writes is a few hundred bytes (its line is cut at 500 characters).
+MAX_MARKER_BYTES = 16 * 1024
 
 
 def _safe(job_id: str) -> str:
@@ -67,10 +69,12 @@ class JobSync:
                 info = path.lstat()
                 if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid():
                     continue  # a marker this user did not write never ends this user's job
+                if info.st_size > MAX_MARKER_BYTES:
+                    continue  # not a marker gpudoc wrote
                 doc = json.loads(path.read_text(encoding="utf-8"))
                 stamp = float(doc["time"])
-            except (OSError, ValueError, TypeError, KeyError):
-                continue  # unreadable or malformed: not a failure of this job
+            except (OSError, ValueError, TypeError, KeyError, IndexError, RecursionError):
+                continue  # unreadable or malformed (a nested-list bomb included): not a failure of this job
             # Only markers of this attempt (not an earlier job's with the same id, nor a forged future one).
             if isinstance(doc, dict) and self.started - CLOCK_SLACK_S <= stamp <= now + CLOCK_SLACK_S:
                 found.append(doc)

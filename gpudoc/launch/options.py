@@ -64,9 +64,14 @@ def safe_warn(message: str) -> None:
         pass  # stderr is gone with the terminal
 
 
-def spawn_error(argv0: str, exc: OSError) -> LaunchError:
+def spawn_error(argv0: str, exc: OSError, *, cwd: Path | None = None, path_var: str | None = None) -> LaunchError:
     """The SPEC's 127/126/125 for a command that could not be started, with a message naming it."""
     if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT:
+        interpreter = _missing_interpreter(argv0, cwd, path_var)
+        if interpreter is not None:
+            # execve says ENOENT for the interpreter of a script that itself exists.
+            return LaunchError(f"cannot run {argv0}: its interpreter {interpreter} (from its #! line) is not "
+                               "installed here", exit_status=ExitStatus.NOT_EXECUTABLE)
         return LaunchError(f"command not found: {argv0}", exit_status=ExitStatus.NOT_FOUND)
     if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EPERM):
         reason = "exec format error" if exc.errno == errno.ENOEXEC else "permission denied"
@@ -96,3 +101,27 @@ def pipe_child_setup() -> None:
     # If gpudoc is SIGKILLed (the one signal it cannot handle), the job's first process gets
     # SIGTERM at once; the guard (launch/guard.py) ends the rest of the job.
     reaper.set_parent_death_signal(signal.SIGTERM)
+
+
+def _missing_interpreter(argv0: str, cwd: Path | None, path_var: str | None) -> str | None:
+    """The ``#!`` interpreter of the script ``argv0`` names, when the script exists and that does not."""
+    import shutil
+
+    if os.sep in argv0:
+        script: str | None = os.path.join(cwd, argv0) if cwd is not None else argv0
+    else:
+        script = shutil.which(argv0, path=path_var)
+    if script is None or not os.path.isfile(script):
+        return None
+    try:
+        with open(script, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    if not words:
+        return None
+    interpreter = words[0]
+    return None if os.path.exists(interpreter) else interpreter

@@ -66,6 +66,7 @@ class Launcher:
         self._relay: SignalRelay | None = None
         self._wake_r: int | None = None  # readable when a signal arrived (the loop's wake-up)
         self._next_ending_check = 0.0
+        self._tick_failed = False
 
     # -- public ---------------------------------------------------------------------------
 
@@ -100,8 +101,7 @@ class Launcher:
             pid = self._spawn()
             # Before any thread starts (the relay's wake-up, the sampler): the guard is a fork.
             self._guard = start_guard(pid, run_marker=self.o.env.get("GPUDOC_RUN_ID"), grace_s=self.o.term_grace_s)
-            if self._guard is not None:
-                self._exclude.add(self._guard.pid)
+            self._exclude.update([self._guard.pid] if self._guard else [])
             self._relay = SignalRelay({
                 signal.SIGINT: self._on_interrupt, signal.SIGTERM: self._on_terminate,
                 signal.SIGQUIT: self._on_terminate, signal.SIGHUP: self._on_hangup,
@@ -116,9 +116,7 @@ class Launcher:
             survivors = self._finish()
             if self._guard is not None:
                 self._guard.stand_down()
-        exit_code, term_sig = (None, None)
-        if self._main_status is not None:
-            exit_code, term_sig = decode_wait_status(self._main_status)
+        exit_code, term_sig = decode_wait_status(self._main_status) if self._main_status is not None else (None, None)
         status = exit_status(exit_code, term_sig, interrupted_by=self.interrupted_by)
         return Outcome(
             pid=self.pid, pgid=self.pgid, exit_code=exit_code, signal=term_sig, status=status,
@@ -154,7 +152,7 @@ class Launcher:
             os.close(slave)
             os.close(out)
             self._out = self._master = None
-            raise spawn_error(argv0, exc) from None
+            raise spawn_error(argv0, exc, cwd=o.cwd, path_var=o.env.get("PATH")) from None
         os.close(slave)  # only the job holds the writing end now: EOF/EIO when it is done
         os.set_blocking(out, False)  # read bursts until drained; poll only when empty
         pid = self.proc.pid
@@ -290,7 +288,9 @@ class Launcher:
                     try:
                         self.o.on_tick(self)
                     except Exception as exc:
-                        self.warn(f"internal error while watching the job: {exc!r}")
+                        if not self._tick_failed:  # once: the job's output must not drown in it
+                            self.warn(f"internal error while watching the job: {exc!r}")
+                        self._tick_failed = True
             if self._end_at is not None and now >= self._end_at and self._ending_since is None:
                 if self._main_status is None or self.processes():
                     self.ended_by = self._end_reason

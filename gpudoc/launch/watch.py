@@ -4,7 +4,10 @@ the peak per GPU for the run record.
 The sampler runs in its own thread so a slow NVML call never delays the tee. GPU facts come from
 one NVML session of the facts layer (``gpudoc.facts.nvml.Session``); tests pass a fake backend or a
 reader. Where NVML is missing (no driver, no GPU) the sampler stops quietly: the job is what
-matters, and ``gpudoc check`` is where a missing driver is reported.
+matters, and ``gpudoc check`` is where a missing driver is reported. NVML that worked and then
+fails (a GPU fallen off the bus, a driver reloaded) is another matter: that is said once, with
+the time, and kept in the record (``samples_error``); the sampler keeps trying and says when the
+samples come back. A ``gpu.csv`` that cannot be written (a full disk) stops the file, not the peaks.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ class GpuSampler:
                  reader_factory: Callable[[], Reader | None] | None = None,
                  environ: Mapping[str, str] | None = None,
                  job_pids: Callable[[], Iterable[int]] | None = None,
-                 clock: Callable[[], float] = time.time, mode: int = 0o600) -> None:
+                 clock: Callable[[], float] = time.time, mode: int = 0o600,
+                 warn: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.mode = mode
         self.reader = reader
@@ -70,7 +74,10 @@ class GpuSampler:
         # time the job should not wait for.
         self.reader_factory = reader_factory
         self.disabled = reader is None and reader_factory is None
-        self.error: str | None = None
+        self.error: str | None = None  # the first mid-run failure (NVML, or writing gpu.csv), for the record
+        self.warn = warn
+        self._failing_since: float | None = None
+        self._write_failed = False
         self._handle: TextIO | None = None
         self._lock = threading.Lock()
 
@@ -97,8 +104,15 @@ class GpuSampler:
         if error is not None or not gpus:
             if self.samples == 0:
                 self.disabled = True  # no driver, no GPU: stop asking every second
-            self.error = error
+            elif self._failing_since is None:
+                self._failing_since = self.clock()
+                why = error or "no GPU listed"
+                self.error = self.error or f"NVML failed mid-run at {time.strftime('%H:%M:%S')}: {why}"
+                self._say(f"GPU memory samples stopped: {why}; the job goes on, the peaks so far are kept")
             return False
+        if self._failing_since is not None:
+            self._say(f"GPU memory samples resumed after {self.clock() - self._failing_since:.0f} s")
+            self._failing_since = None
         pids = set(self.job_pids()) if self.job_pids is not None else set()
         now = self.clock()
         rows = []
@@ -125,12 +139,24 @@ class GpuSampler:
             self._write(rows)
         return True
 
+    def _say(self, message: str) -> None:
+        if self.warn is not None:
+            self.warn(message)
+
     def _write(self, rows: list[str]) -> None:
-        if self.path is None or not rows:
+        if self.path is None or not rows or self._write_failed:
             return
+        try:
+            self._append(self.path, rows)
+        except OSError as exc:
+            self._write_failed = True
+            self.error = self.error or f"cannot write {self.path}: {exc.strerror or exc}"
+            self._say(f"cannot write {self.path} any more ({exc.strerror or exc}); the peaks are still kept")
+
+    def _append(self, path: Path, rows: list[str]) -> None:
         if self._handle is None:
-            new = not self.path.exists()
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, self.mode)
+            new = not path.exists()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, self.mode)
             self._handle = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole run
             if new:
                 self._handle.write(HEADER)
@@ -141,7 +167,10 @@ class GpuSampler:
         with self._lock:
             self.disabled = True  # a sample still in flight writes nothing after this
             if self._handle is not None:
-                self._handle.close()
+                try:
+                    self._handle.close()
+                except OSError:
+                    pass  # the buffer could not be flushed (a full disk): said when it failed
                 self._handle = None
             close_reader = getattr(self.reader, "close", None)
             if close_reader is not None:

@@ -174,6 +174,8 @@ def _run(result: RunResult, console: Console) -> None:
         say("  the terminal went away during the run; the log is complete")
     if record.log_error:
         say(f"  the log is incomplete: {record.log_error}")
+    if record.samples_error:
+        say(f"  GPU memory samples are incomplete: {record.samples_error}")
     say(f"  log: {result.log_path}")
     unused = _unused_share(record.peak_memory_bytes, record.gpu_totals)
     if record.status != "ok":

@@ -61,6 +61,7 @@ class RunRecord:
     ended_by: str | None = None  # set when gpudoc ended the job itself, e.g. "gpu_oom" (fail-fast)
     terminal_lost: bool = False  # the terminal went away mid-run (the log is still complete)
     log_error: str | None = None  # why output.log is incomplete, when it is
+    samples_error: str | None = None  # why gpu.csv stops early (NVML failed mid-run, a full disk)
     survivors: list[int] = field(default_factory=list)  # PIDs that outlived even SIGKILL
 
     def to_dict(self) -> dict[str, Any]:

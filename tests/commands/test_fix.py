@@ -229,3 +229,27 @@ def test_latest_within_one_second_follows_the_retry_chain(tmp_path):
     make_record(tmp_path, "20250101-000000-000000", NCCL, profile_path=profile, parent="20250101-000000-ffffff")
     _status, out = call(as_json=True, cwd=tmp_path)
     assert json.loads(out)["run_id"] == "20250101-000000-000000"
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"", "it is empty"),
+    (b"\n  \n", "it is empty"),
+    (bytes(range(256)) * 64, "no text lines in it"),
+    (b"\x00" * 100_000, "no text lines in it"),
+])
+def test_a_log_with_no_log_lines_is_nothing_recognisable_never_success(tmp_path, content, why):
+    (tmp_path / "given.log").write_bytes(content)
+    done = gpudoc_cli("fix", "--log", "given.log", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().startswith(f"gpudoc: given.log: nothing recognisable in it: {why}")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert done.stdout == ""
+    piped = gpudoc_cli("fix", "-", cwd=tmp_path, input=content.decode("latin-1"))
+    assert piped.returncode == 2 and "<stdin>: nothing recognisable" in piped.stderr
+
+
+def test_a_text_log_without_a_failure_does_not_claim_the_run_succeeded(tmp_path):
+    (tmp_path / "given.log").write_text("epoch 1 done\nepoch 2 done\n")
+    done = gpudoc_cli("fix", "--log", "given.log", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "no failure was found in the log" in done.stdout and "did not fail" not in done.stdout

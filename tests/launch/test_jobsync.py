@@ -35,6 +35,22 @@ def test_markers_of_an_earlier_job_with_the_same_id_are_ignored(tmp_path):
     assert new.failures_elsewhere() == []
 
 
+def test_malformed_markers_are_skipped_and_a_good_one_still_counts(tmp_path):
+    node = JobSync(tmp_path, "job-9", "run-b", "node-b")
+    other = JobSync(tmp_path, "job-9", "run-a", "node-a")
+    other.announce("gpu_oom", rank=1, line="CUDA out of memory")
+    folder = tmp_path / ".jobs" / "job-9"
+    bad = {
+        "list.json": "[1, 2]", "string.json": '"x"', "no-time.json": '{"host": "h"}',
+        "nan.json": '{"time": "nan"}', "binary.json": "\udcff", "nested.json": "[" * 100_000 + "]" * 100_000,
+        "huge.json": json.dumps({"time": time.time(), "pad": "x" * 100_000}),
+    }
+    for name, text in bad.items():
+        (folder / name).write_text(text, encoding="utf-8", errors="surrogateescape")
+    [seen] = node.failures_elsewhere()  # never an exception: the check runs every second
+    assert seen["run_id"] == "run-a"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

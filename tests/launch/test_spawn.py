@@ -212,9 +212,13 @@ def test_sigint_ignored_by_gpudoc_is_not_handed_to_the_job(isolated_home):
 @pytest.mark.parametrize("command, status, words", [
     (["definitely-not-a-command-xyz"], 127, "command not found: definitely-not-a-command-xyz"),
     (["./script.sh"], 126, "not executable"),
+    (["./orphan.py"], 126, "cannot run ./orphan.py: its interpreter /opt/no-such/python3 (from its #! line) "
+                           "is not installed here"),
 ])
 def test_not_found_and_not_executable(isolated_home, command, status, words):
     (isolated_home / "script.sh").write_text("#!/bin/sh\necho hi\n")  # no execute bit
+    (isolated_home / "orphan.py").write_text("#!/opt/no-such/python3\nprint('hi')\n")
+    (isolated_home / "orphan.py").chmod(0o755)  # it exists and may run: its interpreter is what is missing
     g = Gpudoc("run", "--no-check", "--", *command, cwd=isolated_home)
     assert g.wait(30) == status
     assert words in g.stderr

@@ -107,3 +107,40 @@ def test_one_nvml_session_for_the_whole_run(tmp_path):
     sampler.close()
     assert backend.calls.count("nvmlInit") == 1
     assert backend.calls.count("nvmlShutdown") == 1
+
+
+def test_nvml_failing_mid_run_is_said_once_kept_and_its_return_noticed(tmp_path):
+    backend = FakeNvml.from_snapshot(DUAL_A5000)
+    real = nvml_reader(backend)
+    lost = {"now": False}
+
+    def reader():
+        if lost["now"]:
+            return (None, None, None, (), "GPU is lost (NVML_ERROR_GPU_IS_LOST)")
+        return real()
+
+    said: list[str] = []
+    sampler = GpuSampler(tmp_path / "gpu.csv", reader=reader, warn=said.append)
+    assert sampler.sample()
+    lost["now"] = True
+    assert not sampler.sample() and not sampler.sample()
+    assert not sampler.disabled  # it keeps trying: a reset GPU may come back
+    assert said == ["GPU memory samples stopped: GPU is lost (NVML_ERROR_GPU_IS_LOST); the job goes on, "
+                    "the peaks so far are kept"]
+    assert sampler.error is not None and "NVML failed mid-run at" in sampler.error
+    lost["now"] = False
+    assert sampler.sample()
+    assert said[-1].startswith("GPU memory samples resumed after ")
+    assert sampler.peaks  # the peaks from before the gap are still there
+
+
+def test_a_csv_that_cannot_be_written_stops_the_file_not_the_peaks(tmp_path):
+    backend = FakeNvml.from_snapshot(DUAL_A5000)
+    said: list[str] = []
+    (tmp_path / "gpu.csv").mkdir()  # any write there fails (as on a full disk)
+    sampler = GpuSampler(tmp_path / "gpu.csv", reader=nvml_reader(backend), warn=said.append)
+    assert sampler.sample() and sampler.sample()
+    assert len(said) == 1 and "cannot write" in said[0]
+    assert sampler.peaks and sampler.samples == 2
+    assert "cannot write" in (sampler.error or "")
+    sampler.close()
