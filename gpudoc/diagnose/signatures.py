@@ -278,7 +278,9 @@ def _refine(sig: Signature, m: re.Match, text: str) -> Match:
             cause, strength = "error", 2
         else:
             cause, strength = "signal", 1
-        fields["pid"] = int(re.findall(r"\d+", m.group("pid"))[0])
+        pids = re.findall(r"\d+", m.group("pid"))
+        if pids:  # "(pid(s) , )": the figures can be lost (a wrapped or pasted log)
+            fields["pid"] = int(pids[0])
     elif name == "kernel_oom":
         pid = m.groupdict().get("pid") or next(iter(re.findall(r"\bpid=(\d+)", text)), None)
         if pid:

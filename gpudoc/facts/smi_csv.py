@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -20,7 +19,12 @@ _APP_KEYS = {"pid"}
 
 
 def _parse_csv(path: Path, text: str) -> v.Part | None:
-    rows = [row for row in csv.reader(io.StringIO(text), skipinitialspace=True) if any(c.strip() for c in row)]
+    # Lines first: a stray carriage return (a file saved on Windows, a capture cut short) is a line
+    # end, not a csv error.
+    try:
+        rows = [row for row in csv.reader(text.splitlines(), skipinitialspace=True) if any(c.strip() for c in row)]
+    except csv.Error as exc:
+        raise InputError(f"{path}: not readable as nvidia-smi CSV: {exc}", file=str(path)) from None
     if not rows:
         return None
     keys = []

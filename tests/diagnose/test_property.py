@@ -88,3 +88,9 @@ def test_oom_found_in_noise(before, after, prefix, rank, gpu, req, shape, crlf):
         events += scanner.feed(data[i:i + 113])
     events += scanner.flush()
     assert [e.cause for e in events] == ["gpu_oom"]
+
+
+def test_a_dataloader_death_without_its_pid_is_still_read():
+    # Found by the CLI fuzz: the pid group can match with no digit in it.
+    d = diagnose_text("RuntimeError: DataLoader worker (pid(s) , ) is killed by signal: Bus error.")
+    assert d.cause == "shm" and d.pid is None

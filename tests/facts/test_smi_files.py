@@ -478,3 +478,18 @@ def test_masked_uuids_on_several_gpus_do_not_merge_them(tmp_path):
     assert len(facts.gpus) == 2
     assert facts.gpus[0].processes == ()
     assert mem(facts.gpus[1]) == {42: 10 * MIB}
+
+
+def test_a_csv_with_carriage_returns_is_read_line_by_line(tmp_path):
+    # Found by the CLI fuzz: csv.reader over one string raised on a lone "\r" inside a field.
+    source = NVIDIA_SMI / "netdata__src__go__plugin__go.d__modules__nvidia_smi__testdata__tesla-p100.csv"
+    text = source.read_text()
+    windows = tmp_path / "windows.csv"
+    windows.write_text(text.replace("\n", "\r\n"), newline="")
+    assert load_snapshot([windows]).gpus[0].memory_used_bytes == load_snapshot([source]).gpus[0].memory_used_bytes
+    stray = tmp_path / "stray.csv"
+    stray.write_text(text.replace("P0, ", "P0,\r", 1), newline="")
+    try:
+        load_snapshot([stray])  # a line cut in two: read as what it is, or refused, never a crash
+    except InputError as exc:
+        assert str(stray) in str(exc)
