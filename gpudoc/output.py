@@ -19,6 +19,14 @@ _COLOURS = {
 }
 
 
+def printable(text: str) -> str:
+    """Text that came from outside (a record, a switch's value), safe to print to a terminal:
+    control characters (an escape sequence hidden in a recorded command, a carriage return that
+    would overwrite the line) are shown as escapes, never sent."""
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+
+
 def _wants_colour(stream: TextIO) -> bool:
     # https://no-color.org: any non-empty NO_COLOR disables colour; FORCE_COLOR forces it.
     if os.environ.get("NO_COLOR"):

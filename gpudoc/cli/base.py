@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from plumbum import cli
@@ -40,7 +41,7 @@ class Command(cli.Application):
         except cli.SwitchError as exc:
             if isinstance(exc, _META):
                 raise
-            raise UsageError(f"{self.PROGNAME}: {exc}") from None
+            raise UsageError(f"{self.PROGNAME}: {_one_line(exc)}") from None
 
     def _validate_args(self, swfuncs: Any, tailargs: Any) -> Any:
         try:
@@ -48,7 +49,7 @@ class Command(cli.Application):
         except cli.SwitchError as exc:
             if isinstance(exc, _META):
                 raise
-            raise UsageError(f"{self.PROGNAME}: {exc}") from None
+            raise UsageError(f"{self.PROGNAME}: {_one_line(exc)}") from None
 
     @property
     def workspace(self) -> Workspace:
@@ -69,3 +70,14 @@ class Command(cli.Application):
 # plumbum's built-in `--completions {bash,fish}` prints a generic script that knows only the
 # top-level switches; `gpudoc completions bash|zsh|fish` prints the real one (completions/).
 Command.unbind_switches("completions")
+
+
+_TYPE_WORDS = {"<class 'float'>": "a number", "<class 'int'>": "an integer", "<class 'str'>": "a string"}
+
+
+def _one_line(exc: Exception) -> str:
+    """plumbum's switch errors in one line, in words: "--retry-oom: expected [0..1000], not '-3'"."""
+    first = str(exc).strip().splitlines()[0].rstrip(":") if str(exc).strip() else type(exc).__name__
+    for kind, words in _TYPE_WORDS.items():
+        first = first.replace(kind, words)
+    return re.sub(r"^Argument of ([\w-]+) expected to be", lambda m: f"--{m.group(1)}: expected", first)

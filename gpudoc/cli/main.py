@@ -12,6 +12,7 @@ from typing import TextIO
 
 from gpudoc.cli import context
 from gpudoc.errors import ExitStatus, GpudocError
+from gpudoc.output import printable
 from gpudoc.workspace import Workspace
 
 
@@ -46,7 +47,7 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
         return _error_envelope(ws, argv, ExitStatus.INTERRUPTED, "interrupted")
     except GpudocError as exc:
         _flush_stdout()
-        message = str(exc) if str(exc).startswith("gpudoc") else f"gpudoc: {exc}"
+        message = printable(str(exc) if str(exc).startswith("gpudoc") else f"gpudoc: {exc}")
         err.write(message + "\n")
         return _error_envelope(ws, argv, exc.exit_status, message, file=exc.file, key=exc.key)
     except BrokenPipeError:
@@ -56,7 +57,7 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
         refused = _refused_by_the_machine(exc)
         if refused is not None:
             # A read-only, full or forbidden place a command had to write (or read): no bug, one line.
-            message = f"gpudoc: {refused.filename}: {refused.strerror}"
+            message = printable(f"gpudoc: {refused.filename}: {refused.strerror}")
             err.write(message + "\n")
             status = ExitStatus.LAUNCH_REFUSED if argv[1:2] == ["run"] else ExitStatus.USAGE
             return _error_envelope(ws, argv, status, message, file=str(refused.filename))

@@ -22,8 +22,10 @@ gpudoc profile new my-box --from-gpu
 
             raise UsageError(f"gpudoc profile: unknown action '{args[0]}' (list, show NAME, new NAME)")
         if not self.nested_command:
+            from gpudoc.errors import UsageError
+
             self.help()
-            return 2
+            raise UsageError("gpudoc profile: which action? list, show NAME or new NAME")
         return 0
 
 

@@ -35,9 +35,11 @@ def run(options: RunOptions, ws: Workspace) -> int:
     if not options.command:
         raise LaunchError("nothing to run: gpudoc run [SWITCHES] -- COMMAND [ARGS...]")
     if options.tmux is not None:
-        from gpudoc.commands.tmux import start_in_tmux
+        from gpudoc.commands.tmux import check_session_name, start_in_tmux
 
-        return start_in_tmux(options, ws)
+        check_session_name(options.tmux)
+        if not options.dry_run:  # a dry run starts nothing, a tmux session included
+            return start_in_tmux(options, ws)
     if options.retry_oom < 0:
         raise LaunchError("--retry-oom: expected a number of retries >= 0")
 

@@ -6,24 +6,25 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from gpudoc.commands.run_options import RunOptions
 from gpudoc.errors import LaunchError
 from gpudoc.workspace import Workspace
 
-if TYPE_CHECKING:
-    pass
+
+def check_session_name(name: str | None) -> str:
+    """``name`` when tmux can take it as a session name; else the launch is refused."""
+    if not name or any(c in name for c in ".:") or name.startswith("-") or not name.isprintable():
+        raise LaunchError(f"--tmux: {name!r} is not a usable tmux session name "
+                          "(printable, no '.', ':' or leading '-')")
+    return name
 
 
-# The diagnosis reads the end of the log: a failure is near the end, and a 12-hour log can be huge.
 def start_in_tmux(options: RunOptions, ws: Workspace) -> int:
     import subprocess
 
     console, environ, cwd = ws.console, ws.environ, ws.cwd
-    name = options.tmux
-    if not name or any(c in name for c in ".:") or name.startswith("-"):
-        raise LaunchError(f"--tmux: '{name}' is not a usable tmux session name (no '.', ':' or leading '-')")
+    name = check_session_name(options.tmux)
     tmux = shutil.which("tmux", path=environ.get("PATH", os.defpath))
     if tmux is None:
         raise LaunchError("--tmux: tmux is not installed (apt-get install tmux, or brew install tmux)")

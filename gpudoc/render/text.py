@@ -10,7 +10,7 @@ import shlex
 from functools import singledispatch
 from typing import Any
 
-from gpudoc.output import Console
+from gpudoc.output import Console, printable
 from gpudoc.results import (
     CatalogueResult,
     CheckResult,
@@ -81,13 +81,6 @@ def _runs(result: RunsResult, console: Console) -> None:
         cells = [cell.ljust(w) for cell, w in zip(row, widths)]
         cells[3] = console.style(cells[3], _STATUS_COLOURS.get(row[3], "dim"))
         console.print("  ".join(cells) + "  " + row[-1])
-
-
-def printable(text: str) -> str:
-    """Text from a record, safe to print to a terminal: control characters (an escape sequence
-    hidden in a recorded command) are shown as escapes, never sent."""
-    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
-                   for ch in text)
 
 
 def _started(stamp: str | None) -> str:

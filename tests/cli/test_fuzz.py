@@ -88,6 +88,8 @@ def _files(work: Path) -> dict[str, bytes]:
 def _assert_answer(command: str, status: int, err: str) -> None:
     assert status in ANSWERS[command], (status, err)
     assert "Traceback" not in err and "internal error" not in err, err
+    if status in (2, 125):
+        assert len(err.strip().splitlines()) == 1, err  # a refusal is one line naming what is wrong
 
 
 @pytest.fixture

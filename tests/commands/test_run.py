@@ -159,6 +159,19 @@ def test_tmux_refuses_an_existing_session(isolated_home, tmux_env):
     assert "already exists" in done.stderr
 
 
+def test_a_dry_run_with_tmux_starts_no_session_and_names_are_checked(isolated_home, tmux_env):
+    env = {**os.environ, **tmux_env}
+    done = gpudoc_cli("run", "--dry-run", "--tmux", "plan", "--no-check", "--", "python", "-c", "print(1)",
+                      env=tmux_env)
+    assert done.returncode == 0, done.stderr
+    assert "started in tmux" not in done.stderr
+    assert subprocess.run(["tmux", "has-session", "-t", "=plan"], env=env, capture_output=True).returncode != 0
+    for name in ("a\x01b", "a.b", "-x"):
+        refused = gpudoc_cli("run", "--dry-run", "--tmux", name, "--no-check", "--", "true", env=tmux_env)
+        assert refused.returncode == 125 and "is not a usable tmux session name" in refused.stderr
+        assert "\x01" not in refused.stderr  # shown as an escape, never sent to the terminal
+
+
 def test_tmux_missing_is_a_clear_refusal(isolated_home, tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
