@@ -111,6 +111,24 @@ class RunsResult:
 
 
 @dataclass(frozen=True)
+class PruneResult:
+    """`gpudoc runs prune`: the runs removed (or that would be, with --dry-run) and those kept."""
+
+    command: ClassVar[str] = "runs prune"
+    runs_dir: str
+    removed: tuple[str, ...]
+    kept_live: tuple[str, ...]  # old enough to go, but of a running chain
+    total: int  # runs before pruning
+    dry_run: bool = False
+    exit_code: int = ExitStatus.OK
+    status: str = "ok"
+
+    def json_body(self) -> dict[str, Any]:
+        return {"runs_dir": self.runs_dir, "removed": list(self.removed), "kept_live": list(self.kept_live),
+                "total": self.total, "dry_run": self.dry_run}
+
+
+@dataclass(frozen=True)
 class ProfileListResult:
     """`gpudoc profile list`: the profiles visible from here."""
 

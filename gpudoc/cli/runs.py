@@ -13,6 +13,7 @@ class RunsCommand(Command):
     EXAMPLES = """
 gpudoc runs
 gpudoc runs --json --last 5
+gpudoc runs prune --keep 200
 """
 
     json = cli.Flag("--json", help="emit one JSON document with every record")
@@ -21,8 +22,39 @@ gpudoc runs --json --last 5
     def main(self, *args: str) -> int:
         from gpudoc.errors import UsageError
 
+        if self.nested_command:
+            return 0  # `gpudoc runs prune`: the subcommand does the work
         if args:
             raise UsageError(f"gpudoc runs: unexpected argument '{args[0]}' (see `gpudoc logs RUN_ID`)")
         from gpudoc.commands.runs import runs
 
         return runs(self.workspace, as_json=self.json, limit=self.last)
+
+
+@RunsCommand.subcommand("prune")
+class RunsPruneCommand(Command):
+    """Remove the oldest run records, beyond the newest N or older than DAYS.
+
+    A run still going, and the runs of its retry chain, are kept whatever their age."""
+
+    EXAMPLES = """
+gpudoc runs prune --keep 200
+gpudoc runs prune --older-than 30 --dry-run
+"""
+
+    keep = cli.SwitchAttr("--keep", cli.Range(1, 10**6), argname="N", default=None, help="keep the newest N runs")
+    older_than = cli.SwitchAttr("--older-than", float, argname="DAYS", default=None,
+                                help="remove runs started more than DAYS ago")
+    dry_run = cli.Flag("--dry-run", help="say what would be removed, remove nothing")
+    json = cli.Flag("--json", help="emit one JSON document")
+
+    def main(self) -> int:
+        import math
+
+        from gpudoc.commands.runs import prune
+        from gpudoc.errors import UsageError
+
+        days = self.older_than
+        if days is not None and not (math.isfinite(days) and 0 <= days <= 36500):
+            raise UsageError(f"gpudoc runs prune: --older-than {days:g}: expected 0 to 36500 days")
+        return prune(self.workspace, keep=self.keep, older_than_days=days, dry_run=self.dry_run, as_json=self.json)

@@ -28,7 +28,7 @@ def _copy(fd_in: int, fd_out: int) -> int:
 
 
 def _still_running(store: RunStore, run_id: str) -> bool:
-    from gpudoc.commands.runs import live_status
+    from gpudoc.runs.record import live_status
 
     try:
         with open(store.run_dir(run_id) / RECORD, encoding="utf-8") as handle:

@@ -31,7 +31,6 @@ __all__ = ["RunOptions", "launch_once", "run"]
 
 def run(options: RunOptions, ws: Workspace) -> int:
     """The whole of `gpudoc run`; returns the exit status (the job's, or 125/126/127/130)."""
-    console = ws.console
     if not options.command:
         raise LaunchError("nothing to run: gpudoc run [SWITCHES] -- COMMAND [ARGS...]")
     if options.tmux is not None:
@@ -44,23 +43,45 @@ def run(options: RunOptions, ws: Workspace) -> int:
         raise LaunchError("--retry-oom: expected a number of retries >= 0")
 
     profile = refusing(lambda: ws.load_profile(options.profile))
+    status, ran = _attempts(options, profile, ws)
+    if ran:
+        _keep_history_bounded(ws, profile)
+    return status
+
+
+def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int, bool]:
+    """Launch, and relaunch under --retry-oom: (the last attempt's status, whether any ran)."""
+    console = ws.console
     parent: str | None = None
     attempt = 0
     while True:
         status, record = launch_once(options, profile, ws, parent=parent)
         if record is None or options.dry_run:
-            return status
+            return status, parent is not None
         if record.cause != "gpu_oom" or attempt >= options.retry_oom or record.status == "interrupted":
-            return status  # fits, not a GPU OOM, no retries left, or the user stopped it
+            return status, True  # fits, not a GPU OOM, no retries left, or the user stopped it
         attempt += 1
         new_profile, rung = _next_attempt(record, profile, options, ws)
         if new_profile is None:
             console.error("gpudoc: --retry-oom: no rung of the ladder is left to try "
                           f"(see `gpudoc fix {record.id}`)")
-            return status
+            return status, True
         console.error(f"gpudoc: --retry-oom {attempt}/{options.retry_oom}: {_describe_rung(rung)}; "
                       "relaunching")
         profile, parent = new_profile, record.id
+
+
+def _keep_history_bounded(ws: Workspace, profile: Profile) -> None:
+    """``[runs] keep``: once the whole chain has ended, the oldest runs beyond it go."""
+    from gpudoc.runs.retention import DEFAULT_KEEP, plan_prune, remove
+
+    keep = int(profile.runs.get("keep", DEFAULT_KEEP))
+    if len(ws.store.ids()) <= keep:
+        return  # the usual case: one directory listing
+    try:
+        remove(ws.store, plan_prune(ws.store, keep=keep).remove)
+    except OSError:
+        pass  # a read-only or shared home: the history stays, the run's status is what matters
 
 
 # -- resolving the command ---------------------------------------------------------------------

@@ -109,3 +109,18 @@ def signal_group(pgid: int | None, sig: int) -> None:
         os.killpg(pgid, sig)
     except OSError:
         pass  # the group is gone (or was never made): nothing to signal
+
+
+def environ_value(pid: int, name: str) -> str | None:
+    """``name`` in the environment process ``pid`` started with (this user's processes only:
+    /proc/PID/environ is private); None when absent or unreadable. A hint, never proof."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            data = handle.read(1 << 20)
+    except OSError:
+        return None
+    prefix = name.encode() + b"="
+    for entry in data.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode("utf-8", "replace")
+    return None

@@ -123,6 +123,7 @@ def load_profile_file(path: Path, cwd: Path | None = None) -> Profile:
         bind=merged.get("bind", {}),
         ladder=merged.get("ladder", {}),
         run=merged.get("run", {}),
+        runs=merged.get("runs", {}),
     )
 
 

@@ -58,6 +58,7 @@ class Profile:
     bind: Mapping[str, Any] = field(default_factory=dict)
     ladder: Mapping[str, Any] = field(default_factory=dict)
     run: Mapping[str, Any] = field(default_factory=dict)
+    runs: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def knobs(self) -> Mapping[str, Any]:
@@ -114,6 +115,7 @@ class Profile:
             "bind": dict(self.bind),
             "ladder": dict(self.ladder),
             "run": dict(self.run),
+            "runs": dict(self.runs),
         }
 
 

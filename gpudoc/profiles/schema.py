@@ -69,6 +69,9 @@ TABLES: dict[str, dict[str, tuple]] = {
         "target_utilization": NUMBER,
         "rung": (list,),
     },
+    "runs": {
+        "keep": INT,  # run records kept after each run (the oldest beyond are removed)
+    },
     "run": {
         "clean": BOOL,
         "sample_interval_s": NUMBER,
@@ -100,6 +103,7 @@ RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("model", "vocab"): (1, 10**8),
     ("model", "encoder_layers"): (0, 10**4),
     ("model", "decoder_layers"): (0, 10**4),
+    ("runs", "keep"): (1, 10**6),
     ("run", "sample_interval_s"): (0.05, 3600),
     ("run", "oom_grace_s"): (-1, 3600),
 }

@@ -22,6 +22,7 @@ from gpudoc.results import (
     ProfileListResult,
     ProfileNewResult,
     ProfileShowResult,
+    PruneResult,
     RunResult,
     RunsResult,
 )
@@ -81,6 +82,19 @@ def _runs(result: RunsResult, console: Console) -> None:
         cells = [cell.ljust(w) for cell, w in zip(row, widths)]
         cells[3] = console.style(cells[3], _STATUS_COLOURS.get(row[3], "dim"))
         console.print("  ".join(cells) + "  " + row[-1])
+
+
+@text.register
+def _prune(result: PruneResult, console: Console) -> None:
+    verb = "would remove" if result.dry_run else "removed"
+    left = result.total - (0 if result.dry_run else len(result.removed))
+    console.print(f"{verb} {len(result.removed)} of {result.total} run(s) in {result.runs_dir}; {left} left")
+    if result.removed:
+        shown = ", ".join(result.removed[:3]) + (", ..." if len(result.removed) > 3 else "")
+        console.print(f"  {shown}")
+    if result.kept_live:
+        console.print(f"  kept {len(result.kept_live)} old run(s) of a chain still running: "
+                      + ", ".join(result.kept_live[:3]) + (", ..." if len(result.kept_live) > 3 else ""))
 
 
 def _started(stamp: str | None) -> str:

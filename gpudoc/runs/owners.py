@@ -7,7 +7,7 @@ reused group id is not a match).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpudoc.procs.identity import same_start
@@ -24,9 +24,12 @@ class Owner:
 
 
 class RunOwners:
-    """An index of the runs' processes: built once per command from the run store."""
+    """An index of the runs' processes: built once per command from the run store's newest
+    records; an older run is found through ``lookup``, by the run id its processes carry."""
 
-    def __init__(self, records: Iterable[RunRecord]) -> None:
+    def __init__(self, records: Iterable[RunRecord],
+                 lookup: Callable[[int], RunRecord | None] | None = None) -> None:
+        self._lookup = lookup
         self._by_pid: dict[int, list[tuple[float, RunRecord]]] = {}
         self._by_group: dict[int, list[RunRecord]] = {}
         for record in records:
@@ -44,11 +47,29 @@ class RunOwners:
                 return _owner(record)
         if pgid is not None and create_time is not None:
             for record in reversed(self._by_group.get(pgid, ())):
-                start, end = record.started_epoch, record.ended_epoch
-                if start is not None and create_time + _STAMP_SLACK_S >= start and (
-                        end is None or create_time <= end + _STAMP_SLACK_S):
+                if _in_group(record, create_time):
                     return _owner(record)
+        if self._lookup is not None:
+            # An older run than the index holds: the record the process names must claim it too.
+            named = self._lookup(pid)
+            if named is not None and _claims(named, pid, create_time, pgid):
+                return _owner(named)
         return None
+
+
+def _in_group(record: RunRecord, create_time: float) -> bool:
+    start, end = record.started_epoch, record.ended_epoch
+    return start is not None and create_time + _STAMP_SLACK_S >= start and (
+        end is None or create_time <= end + _STAMP_SLACK_S)
+
+
+def _claims(record: RunRecord, pid: int, create_time: float | None, pgid: int | None) -> bool:
+    for entry in record.pids or ():
+        created = entry.get("create_time")
+        if entry.get("pid") == pid and isinstance(created, (int, float)) and same_start(float(created), create_time):
+            return True
+    return (pgid is not None and create_time is not None and record.process_group == pgid
+            and _in_group(record, create_time))
 
 
 def _owner(record: RunRecord) -> Owner:

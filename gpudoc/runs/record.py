@@ -169,3 +169,18 @@ def parse_iso(stamp: str | None) -> float | None:
             return datetime.fromisoformat(stamp).timestamp()
         except ValueError:
             return None
+
+
+def live_status(record: RunRecord, *, hostname: str | None = None) -> str:
+    """The record's status, except that a "running" run whose gpudoc is gone is "lost"."""
+    if record.status != RUNNING or record.launcher_pid is None:
+        return record.status
+    if record.host not in (hostname or os.uname().nodename, None):
+        return RUNNING  # another node's run: cannot look at its processes from here
+    try:
+        os.kill(record.launcher_pid, 0)
+    except ProcessLookupError:
+        return "lost"
+    except PermissionError:
+        pass
+    return RUNNING

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator, Mapping
@@ -39,6 +40,13 @@ TAIL_BYTES = 2 * 1024 * 1024
 
 # Clocks of different nodes disagree a little (the same allowance as the fail-fast markers).
 JOB_CLOCK_SLACK_S = 5.0
+
+# What the questions about the past read: the newest runs. A home's ten-thousandth run teaches
+# the estimate nothing the last few hundred do not, and reading them all would make every command
+# slower with age. Older runs are still listed (`gpudoc runs`) and found by id.
+HISTORY_WINDOW = 500
+
+_RUN_ID = re.compile(r"^\d{8}-\d{6}(?:\d{3})?-[0-9a-f]+$")  # older gpudoc: no milliseconds
 
 
 _last_stamp_ms = 0
@@ -156,43 +164,55 @@ class RunStore:
                                 f"{', a symlink' if stat.S_ISLNK(info.st_mode) else ''}): ignored")
 
     def ids(self) -> list[str]:
-        if not self.root.is_dir():
+        """Every run's id, oldest first: names only (ids sort by start time), no record read."""
+        try:
+            with os.scandir(self.root) as entries:
+                return sorted(e.name for e in entries if not e.name.startswith("."))  # .jobs: the markers
+        except OSError:
             return []
-        return sorted(p.name for p in self.root.iterdir() if (p / RECORD).is_file())
 
-    def records(self) -> Iterator[RunRecord]:
-        """Oldest first; records that cannot be read are skipped (a run may be mid-write).
+    def records(self, *, newest: int | None = None) -> Iterator[RunRecord]:
+        """Oldest first (only the ``newest`` so many runs, when given); records that cannot be
+        read are skipped (a run may be mid-write).
 
         Each ``run.json`` is parsed once per store and again only when it changed on disk, so a
         command that asks several questions of the history reads it once, and a long-lived store
         (a follower, a test) still sees runs that other processes wrote meanwhile.
         """
-        loaded: list[RunRecord] = []
-        seen: dict[str, tuple[int, RunRecord]] = {}
-        for run_id in self.ids():
-            path = self.run_dir(run_id) / RECORD
-            try:
-                stamp = path.stat().st_mtime_ns
-            except OSError:
-                continue
-            cached = self._cache.get(run_id)
-            if cached is not None and cached[0] == stamp:
-                record = cached[1]
-            else:
-                try:
-                    record = self.load(run_id)
-                except InputError:
-                    continue
-            seen[run_id] = (stamp, record)
-            loaded.append(record)
-        self._cache = seen
-        return iter(loaded)
+        ids = self.ids()
+        loaded = (self.record_or_none(run_id) for run_id in (ids[-newest:] if newest is not None else ids))
+        return iter([record for record in loaded if record is not None])
+
+    def record_or_none(self, run_id: str) -> RunRecord | None:
+        """The run's record, parsed once per store (again when it changed on disk); None when it
+        is missing, unreadable or another user's (``load`` says why)."""
+        path = self.run_dir(run_id) / RECORD
+        try:
+            stamp = path.stat().st_mtime_ns
+        except OSError:
+            return None
+        cached = self._cache.get(run_id)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            record = self.load(run_id)
+        except InputError:
+            return None
+        self._cache[run_id] = (stamp, record)
+        return record
 
     def owners(self) -> RunOwners:
-        """Which run each process belongs to, from every record (see ``gpudoc.runs.owners``)."""
+        """Which run each process belongs to (see ``gpudoc.runs.owners``): the newest runs by
+        dictionary; an older one through the run id its processes carry in their environment,
+        checked against that run's own record."""
+        from gpudoc.procs.identity import environ_value
         from gpudoc.runs.owners import RunOwners
 
-        return RunOwners(self.records())
+        def named_run(pid: int) -> RunRecord | None:
+            run_id = environ_value(pid, "GPUDOC_RUN_ID")
+            return self.record_or_none(run_id) if run_id and _RUN_ID.match(run_id) else None
+
+        return RunOwners(self.records(newest=HISTORY_WINDOW), lookup=named_run)
 
     def job_records(self, job_id: str, *, attempt_of: RunRecord | None = None,
                     slack_s: float = JOB_CLOCK_SLACK_S) -> list[RunRecord]:
@@ -204,7 +224,7 @@ class RunStore:
         different nodes); a record that a later one names as its ``parent`` was retried, so it is
         an earlier attempt too.
         """
-        found = [r for r in self.records() if r.job_id == job_id]
+        found = [r for r in self.records(newest=HISTORY_WINDOW) if r.job_id == job_id]
         if attempt_of is None:
             return found
         start, end = self._span(attempt_of)
@@ -260,10 +280,15 @@ class RunStore:
         processes' create_time), then the id (ids carry milliseconds). Only records this user
         wrote count.
         """
-        records = list(self.records())
-        if not records:
+        newest: list[RunRecord] = []
+        for run_id in reversed(self.ids()):  # from the newest, reading only the newest second
+            if newest and run_id[:15] != newest[0].id[:15]:
+                break
+            record = self.record_or_none(run_id)
+            if record is not None:
+                newest.append(record)
+        if not newest:
             return None
-        newest = [r for r in records if r.id[:15] == records[-1].id[:15]]
         parents = {r.parent for r in newest}
 
         def order(record: RunRecord) -> tuple[bool, float, str]:
@@ -281,15 +306,15 @@ class RunStore:
 
     def history(self, *, profile_path: str | Path | None, profile_name: str | None,
                 upto: RunRecord | None = None) -> list[RunRecord]:
-        """Earlier runs of one profile, oldest first: what check, the run gate, estimate and fix
-        learn from.
+        """Earlier runs of one profile among the newest ``HISTORY_WINDOW``, oldest first: what
+        check, the run gate, estimate and fix learn from.
 
         A run belongs to the profile when both know its file and it is the same file; otherwise
         when the names agree. ``upto``: the run being fixed, always included, and nothing newer.
         """
         wanted = _resolved(profile_path)
         found = []
-        for record in self.records():
+        for record in self.records(newest=HISTORY_WINDOW):
             theirs = _resolved(record.profile_path)
             same = theirs == wanted if wanted and theirs else (
                 profile_name is not None and record.profile_name == profile_name)

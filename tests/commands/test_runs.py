@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpudoc.commands.runs import live_status
+from gpudoc.runs.record import live_status
 from gpudoc.runs.store import RunRecord
 from tests.conftest import gpudoc_cli
 

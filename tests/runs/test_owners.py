@@ -46,3 +46,35 @@ def test_ten_thousand_runs_are_indexed_once():
     assert owners.owner(19_999, START + 9_999, None).run_id == "r09999"
     assert owners.owner(15_000, START + 1, None) is None
     assert len(owners._by_pid) == 10_000  # one entry per PID: a lookup is a dictionary access
+
+
+def test_a_run_older_than_the_window_is_found_through_the_id_its_process_carries(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from gpudoc.procs.identity import start_time
+    from gpudoc.runs import store as store_module
+    from gpudoc.runs.store import RunStore, new_run_id
+
+    monkeypatch.setattr(store_module, "HISTORY_WINDOW", 2)
+    store = RunStore(tmp_path)
+    old_id = new_run_id()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                            env={**os.environ, "GPUDOC_RUN_ID": old_id})
+    try:
+        time.sleep(0.2)
+        created = start_time(proc.pid)
+        store.create(RunRecord(id=old_id, command=["python"], cwd="/", status="failed",
+                               pids=[{"pid": proc.pid, "create_time": created}]))
+        for _ in range(3):  # newer runs push it out of the window
+            store.create(RunRecord(id=new_run_id(), command=["true"], cwd="/", status="ok"))
+        assert old_id not in {r.id for r in store.records(newest=2)}
+        found = store.owners().owner(proc.pid, created, None)
+        assert found is not None and found.run_id == old_id
+        # The id is a hint, not proof: a process it does not list is not the run's.
+        assert store.owners().owner(proc.pid, created + 50, None) is None
+    finally:
+        proc.kill()
+        proc.wait()
