@@ -3,6 +3,7 @@ job's attempt), log files or stdin, each diagnosed; across several, the first re
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,14 +42,7 @@ def read_sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, s
         if log == "-":
             sources.append(Source("<stdin>", text=_log_text("<stdin>", stream_tail(stdin))))
             continue
-        path = cwd / log
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as exc:
-            raise InputError(f"{log}: cannot read log: {exc.strerror}", file=str(log)) from None
-        # Only the end: a failure is near it, and a log can be far larger than memory.
-        sources.append(Source(str(log), text=_log_text(str(log), read_tail(path))))
+        sources.append(Source(str(log), text=_log_text(str(log), _read_log(cwd / log, str(log)))))
     if not sources:
         latest = store.latest()
         if latest is None:
@@ -62,6 +56,20 @@ def read_sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, s
         sources.extend(Source(f"run {r.id}", record=r) for r in (members or [latest]))
     _label_nodes(sources)
     return sources
+
+
+def _read_log(path: Path, name: str) -> str:
+    """The log's tail, after the evidence of everything before it (a failure that a flood of
+    output pushed out of the tail): bounded memory, one streaming pass, whatever the size."""
+    from gpudoc.diagnose.gate import evidence_before
+
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            earlier = evidence_before(handle, max(size - TAIL_BYTES, 0)) if size > TAIL_BYTES else ""
+    except OSError as exc:
+        raise InputError(f"{name}: cannot read log: {exc.strerror}", file=name) from None
+    return earlier + read_tail(path)
 
 
 def _log_text(name: str, text: str) -> str:

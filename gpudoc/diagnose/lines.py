@@ -9,6 +9,7 @@ such a prefix is kept (it says who failed first); the rest is noise for the sign
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 _ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()][A-Z0-9]|[=>NOM78c])")
@@ -153,9 +154,21 @@ def split_lines(text: str) -> list[str]:
 
 
 def iter_lines(text: str) -> list[Line]:
+    raws = split_lines(text)
+    return lines_at(raws, range(len(raws)))
+
+
+def lines_at(raws: Sequence[str], numbers: Iterable[int]) -> list[Line]:
+    """The lines ``numbers`` (ascending) of ``raws``, numbered as in the whole log; the
+    traceback state starts afresh after each gap."""
     out = []
     tracker = TracebackTracker()
-    for number, raw in enumerate(split_lines(text)):
+    previous = -1
+    for number in numbers:
+        if number != previous + 1:
+            tracker.reset()
+        previous = number
+        raw = raws[number]
         body, rank, indent = split_prefix(raw)
         out.append(Line(number, body, rank, raw, indent, tracker.kind(body, rank, indent)))
     return out

@@ -253,3 +253,16 @@ def test_a_text_log_without_a_failure_does_not_claim_the_run_succeeded(tmp_path)
     done = gpudoc_cli("fix", "--log", "given.log", cwd=tmp_path)
     assert done.returncode == 1
     assert "no failure was found in the log" in done.stdout and "did not fail" not in done.stdout
+
+
+def test_an_early_failure_buried_under_a_flood_is_still_found(tmp_path):
+    # The OOM is 6 MB from the end: far outside the tail, found by the streaming scan.
+    oom = ("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total "
+           "capacity of 23.68 GiB of which 1.12 GiB is free. Of the allocated memory 21.90 GiB is allocated by "
+           "PyTorch, and 341.25 MiB is reserved by PyTorch but unallocated.\n")
+    noise = "".join(f"[rank0]: waiting for rank 1 step {i} lr 3e-04 it/s 7.1\n" for i in range(120_000))
+    (tmp_path / "flood.log").write_text("starting\n" + oom + noise)
+    done = gpudoc_cli("fix", "--log", "flood.log", "--json", cwd=tmp_path)
+    diagnosis = json.loads(done.stdout)["diagnosis"]
+    assert diagnosis["cause"] == "gpu_oom" and diagnosis["rank"] == 1
+    assert diagnosis["requested_bytes"] == 2 * 1024**3
