@@ -5,12 +5,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from plumbum import cli
-from plumbum.cli.application import ShowCompletion, ShowHelp, ShowHelpAll, ShowVersion
+from gpudoc.cli.lazy import defer_unused_imports
 
-from gpudoc.cli import context
-from gpudoc.errors import UsageError
-from gpudoc.workspace import Workspace
+defer_unused_imports()  # before plumbum: see gpudoc.cli.lazy
+
+from plumbum import cli  # noqa: E402 - after the deferral above, on purpose
+from plumbum.cli.application import ShowCompletion, ShowHelp, ShowHelpAll, ShowVersion  # noqa: E402
+
+from gpudoc.cli import context  # noqa: E402
+from gpudoc.errors import UsageError  # noqa: E402
+from gpudoc.workspace import Workspace  # noqa: E402
 
 _META = (ShowHelp, ShowHelpAll, ShowVersion, ShowCompletion)
 

@@ -149,3 +149,17 @@ def test_check_and_help_never_import_torch():
 def test_help_does_not_import_the_checks():
     modules = _modules_after(["--help"])
     assert not {"gpudoc.checks", "psutil", "pynvml"} & modules
+
+
+# What check and --help never need at start-up: the web stack plumbum's path module imports for
+# one method gpudoc never calls (gpudoc.cli.lazy), and the job's own libraries.
+NEVER_AT_START = {"http.client", "email.parser", "ssl", "urllib.request", "torch", "numpy", "transformers"}
+
+
+def test_check_and_help_start_without_the_web_stack():
+    for args in (["check"], ["--help"], ["check", "--list-checks"]):
+        modules = _modules_after(args)
+        loaded = {m for m in NEVER_AT_START if m in modules}
+        # urllib.request is there as gpudoc's stand-in only: the real one brings http.client.
+        assert loaded <= {"urllib.request"}, (args, loaded)
+        assert "http.client" not in modules, args
