@@ -45,11 +45,13 @@ def atomic_write_bytes(path: Path, data: bytes, *, follow_link: bool = False, mo
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):  # name the file being written (an immutable one), not the temporary one
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
 
 

@@ -96,7 +96,10 @@ def tmpfs(tmp_path):
     mounted = []
 
     def mount(options: str):
-        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], check=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True,
+                              text=True)
+        if done.returncode != 0:  # root without CAP_SYS_ADMIN (a locked-down container)
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
         mounted.append(point)
         return point
 

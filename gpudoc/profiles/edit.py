@@ -77,9 +77,15 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
     new_text = tomlkit.dumps(doc)
     if new_text == text and not creating:
         return path
+    fresh_backup = None
     if not creating:
-        backup(path)
-    atomic_write_text(path, new_text, follow_link=True)  # the user's profile: a link is edited at its target
+        fresh_backup = None if path.with_name(path.name + ".gpudoc.bak").exists() else backup(path)
+    try:
+        atomic_write_text(path, new_text, follow_link=True)  # the user's profile: a link is edited at its target
+    except OSError:
+        if fresh_backup is not None:
+            fresh_backup.unlink(missing_ok=True)  # nothing written means nothing, a backup included
+        raise
     return path
 
 

@@ -11,6 +11,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import gpudoc_cli, needs_root
 
 
@@ -90,3 +92,30 @@ def test_fix_apply_in_a_read_only_directory_is_one_line_and_changes_nothing(tmpf
     assert done.stderr.strip().splitlines() == [
         f"gpudoc: {work / 'gpudoc.toml.gpudoc.bak'}: cannot write: Read-only file system; nothing was written"]
     assert (work / "gpudoc.toml").read_text() == profile
+
+
+@needs_root
+def test_fix_apply_on_an_immutable_profile_is_one_line_and_leaves_nothing(tmp_path):
+    # chattr +i needs a file system that has it: a small ext4 image on a loop device.
+    image, mount_point = tmp_path / "fs.img", tmp_path / "ext4"
+    mount_point.mkdir()
+    subprocess.run(["truncate", "-s", "8M", str(image)], check=True)
+    made = subprocess.run(["mkfs.ext4", "-q", str(image)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot make an ext4 image here: {made.stderr.strip()}")
+    mounted = subprocess.run(["mount", "-o", "loop", str(image), str(mount_point)], capture_output=True, text=True)
+    if mounted.returncode != 0:  # no loop devices (a locked-down container)
+        pytest.skip(f"cannot mount a loop device here: {mounted.stderr.strip()}")
+    profile = mount_point / "gpudoc.toml"
+    try:
+        profile.write_text("[train]\nmicro_batch_size = 8\n[bind]\nenv = true\n")
+        (mount_point / "oom.log").write_text(OOM_LOG)
+        subprocess.run(["chattr", "+i", str(profile)], check=True)
+        done = gpudoc_cli("fix", "--log", "oom.log", "--apply", cwd=mount_point)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert done.stderr.strip().splitlines() == [
+            f"gpudoc: {profile}: cannot write: Operation not permitted; nothing was written"]
+        assert sorted(p.name for p in mount_point.iterdir()) == ["gpudoc.toml", "lost+found", "oom.log"]
+    finally:
+        subprocess.run(["chattr", "-i", str(profile)], check=False)
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
