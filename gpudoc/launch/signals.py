@@ -22,6 +22,20 @@ def interrupt_signal(count: int) -> int:
     return _INTERRUPT_LADDER[min(max(count, 1), len(_INTERRUPT_LADDER)) - 1]
 
 
+def ctrl_c(count: int) -> tuple[int, str]:
+    """The signal the ``count``-th Ctrl-C sends the job, and what gpudoc says about it."""
+    sig = interrupt_signal(count)
+    hint = {signal.SIGINT: "press Ctrl-C again to send SIGTERM",
+            signal.SIGTERM: "press Ctrl-C again to send SIGKILL"}.get(signal.Signals(sig), "")
+    return sig, f"Ctrl-C: {signal_name(sig)} sent to the job" + (f" ({hint})" if hint else "")
+
+
+def forwarded(signum: int, grace_s: float) -> str:
+    """What gpudoc says when it forwards a SIGTERM (or SIGQUIT) to the job."""
+    return (f"{signal_name(signum)} received: forwarded to the job; "
+            f"SIGKILL in {grace_s:g} s if it is still running")
+
+
 def signal_name(sig: int | None) -> str:
     if sig is None:
         return ""

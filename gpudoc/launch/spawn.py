@@ -28,7 +28,7 @@ from gpudoc.launch import reaper
 from gpudoc.launch.guard import Guard, start_guard
 from gpudoc.launch.options import LaunchOptions, Outcome, pipe_child_setup, pty_child_setup, safe_warn, spawn_error
 from gpudoc.launch.output import CHUNK, drain_available, drain_until_eof, output_pipe, read_burst
-from gpudoc.launch.signals import SignalRelay, decode_wait_status, exit_status, interrupt_signal, signal_name
+from gpudoc.launch.signals import SignalRelay, ctrl_c, decode_wait_status, exit_status, forwarded
 from gpudoc.launch.tee import Tee
 from gpudoc.launch.terminal import copy_winsize, forward_input, setup_slave, stdin_is_ours
 from gpudoc.procs.identity import ProcessRef, signal_group, start_time
@@ -42,7 +42,7 @@ FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)  # e.g. Slurm's --signal before the
 class Launcher:
     def __init__(self, options: LaunchOptions) -> None:
         self.o = options
-        self.warn = options.warn or safe_warn
+        self._say = options.warn or safe_warn
         self.proc: subprocess.Popen | None = None
         self.pid: int | None = None
         self.pgid: int | None = None
@@ -70,6 +70,12 @@ class Launcher:
 
     # -- public ---------------------------------------------------------------------------
 
+    def warn(self, message: str) -> None:
+        """gpudoc's own line on stderr, after the job's output queued for the terminal."""
+        if self._tee is not None:
+            self._tee.flush()
+        self._say(message)
+
     def request_end(self, reason: str, after_s: float = 0.0) -> None:
         """End the whole job ``after_s`` seconds from now unless it ends by itself first
         (``ended_by`` says so only when gpudoc really had to)."""
@@ -89,9 +95,6 @@ class Launcher:
             self._seen.setdefault(p.pid, p)
         return procs
 
-    @property
-    def seen(self) -> list[ProcessRef]:
-        return sorted(self._seen.values(), key=lambda p: p.pid)
 
     def run(self) -> Outcome:
         reaper.become_subreaper()
@@ -123,7 +126,7 @@ class Launcher:
             interrupted_by=self.interrupted_by, ended_by=self.ended_by, started=started,
             ended=time.time(), terminal_lost=bool(self._tee and self._tee.terminal_lost),
             log_error=self._tee.log_error if self._tee else None,
-            survivors=[p.pid for p in survivors], processes=self.seen,
+            survivors=[p.pid for p in survivors], processes=sorted(self._seen.values(), key=lambda p: p.pid),
         )
 
     # -- start ----------------------------------------------------------------------------
@@ -164,19 +167,16 @@ class Launcher:
         if self.o.log_path is not None:
             self._log_fd = os.open(self.o.log_path,
                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, self.o.log_mode)
-        self._tee = Tee(self._log_fd, self.o.term_fd, warn=self.warn)
+        self._tee = Tee(self._log_fd, self.o.term_fd, warn=self._say, threaded=self._master is not None)  # pty: see tee.py
 
     # -- signals --------------------------------------------------------------------------
 
     def _on_interrupt(self, signum: int, frame: FrameType | None) -> None:
         self.interrupts += 1
         self.interrupted_by = signal.SIGINT
-        sig = interrupt_signal(self.interrupts)
+        sig, message = ctrl_c(self.interrupts)
         self._signal_job(sig)
-        hints: dict[int, str] = {signal.SIGINT: "press Ctrl-C again to send SIGTERM",
-                                 signal.SIGTERM: "press Ctrl-C again to send SIGKILL"}
-        hint = hints.get(sig, "")
-        self.warn(f"Ctrl-C: {signal_name(sig)} sent to the job" + (f" ({hint})" if hint else ""))
+        self.warn(message)
 
     def _on_terminate(self, signum: int, frame: FrameType | None) -> None:
         self.terms += 1
@@ -185,8 +185,7 @@ class Launcher:
         if self.terms == 1:
             self._signal_job(signum)
             self._kill_at = time.monotonic() + self.o.term_grace_s
-            self.warn(f"{signal_name(signum)} received: forwarded to the job; "
-                      f"SIGKILL in {self.o.term_grace_s:g} s if it is still running")
+            self.warn(forwarded(signum, self.o.term_grace_s))
         else:
             self._signal_job(signal.SIGKILL)
 
@@ -379,6 +378,8 @@ class Launcher:
                 if self._out is not None and self._tee is not None:
                     drain_available(*self._running()[:2])
         finally:
+            if self._tee is not None:
+                self._tee.close()  # everything queued is on the terminal before gpudoc's summary
             if self._relay is not None:
                 self._relay.restore()
             self._wake_r = None

@@ -64,3 +64,69 @@ def test_write_all_survives_a_non_blocking_descriptor():
     write_all(w, data)
     t.join(10)
     assert bytes(got) == data
+
+
+def _raw_pty():
+    import pty
+    import termios
+    import tty
+
+    master, slave = pty.openpty()
+    tty.setraw(slave, termios.TCSANOW)  # bytes as written, no "\r\n"
+    return master, slave
+
+
+def test_the_terminal_writer_thread_keeps_bytes_and_order(tmp_path):
+    import random
+    import threading
+    import time
+
+    master, slave = _raw_pty()
+    received = bytearray()
+
+    def drain():
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT)
+    rng = random.Random(7)
+    chunks = [rng.randbytes(rng.randint(1, 70_000)) for _ in range(60)]
+    tee = Tee(log, slave, threaded=True)
+    for chunk in chunks:
+        tee.write(chunk)
+    tee.close()  # flushes: everything is on the terminal when it returns
+    os.close(log)
+    expected = b"".join(chunks)
+    assert (tmp_path / "log").read_bytes() == expected
+    deadline = time.monotonic() + 10
+    while len(received) < len(expected) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bytes(received) == expected
+    os.close(slave)
+    os.close(master)
+
+
+def test_a_terminal_that_stops_reading_never_blocks_a_flush_for_ever(tmp_path):
+    import time
+
+    master, slave = _raw_pty()  # nobody reads the master: the terminal fills up
+    log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT)
+    tee = Tee(log, slave, threaded=True)
+    tee.write(b"x" * 200_000)  # more than a pty holds: the writer thread blocks in write()
+    started = time.monotonic()
+    tee.flush(timeout_s=0.3)
+    assert time.monotonic() - started < 2
+    assert (tmp_path / "log").stat().st_size == 200_000  # the log is written at once, terminal or not
+    os.close(master)  # the terminal goes away: the blocked write ends, the writer thread with it
+    tee.close()
+    assert tee.terminal_lost
+    os.close(slave)
+    os.close(log)
