@@ -5,8 +5,11 @@ A training job prints a few lines per step, so every chunk is scanned as it arri
 is seen within milliseconds. A job that floods its output faster than the scanner reads (the
 scanner runs at roughly 100 MB/s, the tee at several hundred) would be slowed down by scanning in
 line: then the scan falls behind, spends at most ``budget`` of the wall time, and catches up from
-the log file (the backlog lives on disk, not in memory) as soon as the output calms down. The
-run record's diagnosis does not depend on this scan: it reads the log's tail at the end.
+the log file (the backlog lives on disk, not in memory) as soon as the output calms down. While
+it is behind, it also peeks at the newest output every ``PEEK_INTERVAL_S`` with a scanner of its
+own: a rank's OOM at the end of a flood ends the job without waiting for the whole backlog (what
+the peek reported is not reported again when the catch-up reaches it). The run record's
+diagnosis does not depend on this scan: it reads the log's tail at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any, Callable, Protocol, Sequence
 WINDOW_S = 0.1
 FLOOD_BYTES_PER_S = 8 * 1024 * 1024
 SCANNER_LOAD_S = 0.05  # importing the scanner's signatures, budgeted like a slice
+PEEK_INTERVAL_S = 0.25
+PEEK_BYTES = 1 << 20  # the newest output a peek reads: a failure and the lines around it
 
 
 class LineScanner(Protocol):
@@ -48,6 +53,8 @@ class LiveScan:
         self._window_bytes = 0
         self._flood = False
         self._slice_cost = 0.0
+        self._next_peek = self.started
+        self._peeked: set[str] = set()  # lines a peek reported ahead of the catch-up
 
     @property
     def backlog(self) -> int:
@@ -70,9 +77,31 @@ class LiveScan:
                 self.scanned += len(data)
             else:
                 self.catch_up(self.slice_bytes)
+        self.peek()
+
+    def peek(self) -> None:
+        """While behind, scan the newest output (at most every PEEK_INTERVAL_S) with a scanner of
+        its own: a failure at the end of a flood is seen without waiting for the backlog."""
+        now = self.clock()
+        if self.backlog <= PEEK_BYTES or now < self._next_peek:
+            return
+        self._next_peek = now + PEEK_INTERVAL_S
+        start = self.written - PEEK_BYTES
+        data = self._read_at(start, PEEK_BYTES)
+        newline = data.find(b"\n")
+        if newline < 0:
+            return
+        scanner = self.scanner_factory()
+        began = self.clock()
+        events = [event for event in scanner.feed(data[newline + 1:]) if _line(event) not in self._peeked]
+        self.scan_s += self.clock() - began
+        if events:
+            self._peeked.update(_line(event) for event in events)
+            self.on_events(events)
 
     def catch_up(self, limit: int | None = None) -> bool:
         """Scan up to ``limit`` bytes of the backlog from the log file; True while some is left."""
+        self.peek()
         left = self.backlog if limit is None else min(limit, self.backlog)
         while left > 0:
             data = self._read_back(min(left, self.slice_bytes))
@@ -107,10 +136,13 @@ class LiveScan:
         return self.scan_s + expected <= self.budget * (self.clock() - self.started)
 
     def _read_back(self, size: int) -> bytes:
+        return self._read_at(self.scanned, size)
+
+    def _read_at(self, offset: int, size: int) -> bytes:
         try:
             if self._fd is None:
                 self._fd = os.open(self.log_path, os.O_RDONLY | os.O_CLOEXEC)
-            return os.pread(self._fd, size, self.scanned)
+            return os.pread(self._fd, size, offset)
         except (OSError, TypeError):
             return b""
 
@@ -122,5 +154,11 @@ class LiveScan:
         took = self.clock() - start
         self.scan_s += took
         self._slice_cost = took * (self.slice_bytes / max(len(data), 1)) if len(data) >= 4096 else self._slice_cost
+        if events and self._peeked:
+            events = [event for event in events if _line(event) not in self._peeked]
         if events:
             self.on_events(events)
+
+
+def _line(event: Any) -> str:
+    return str(getattr(event, "line", event))

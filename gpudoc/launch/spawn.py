@@ -239,8 +239,8 @@ class Launcher:
                                        self._ending_deadline()) if d is not None)
             timeout_ms = max(0, int((deadline - now) * 1000) + 1)
             scan = self.o.scan
-            if idle and scan is not None and scan.backlog:
-                timeout_ms = 0  # catching up on the scan while the job is quiet
+            if scan is not None and scan.backlog:
+                timeout_ms = 0  # behind: look for output, and catch up on the scan when there is none
             events = poller.poll(timeout_ms)
             idle = not events
             if idle and scan is not None and scan.backlog:

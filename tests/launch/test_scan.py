@@ -45,16 +45,20 @@ def test_calm_output_is_scanned_as_it_arrives(tmp_path):
 def test_a_flood_defers_scanning_and_catches_up_from_the_log(tmp_path):
     chunks = [bytes([65 + i % 26]) * 300_000 + b"\n" for i in range(40)] + [OOM_LINE]
     clock = Clock()
-    recorder = Recorder()
-    scan = LiveScan(_log(tmp_path, chunks), lambda e: None, scanner_factory=lambda: recorder,
-                    budget=0.1, clock=clock)
+    made: list[Recorder] = []  # the scan's own scanner first; a peek makes one of its own
+
+    def factory():
+        made.append(Recorder())
+        return made[-1]
+
+    scan = LiveScan(_log(tmp_path, chunks), lambda e: None, scanner_factory=factory, budget=0.1, clock=clock)
     for chunk in chunks:
         clock.now += 0.001  # 12 MB in 41 ms: a flood
         scan.feed(chunk, busy=True)
     assert scan.backlog > 0  # the tee did not wait for the scanner
     while scan.catch_up(1 << 20):
         pass
-    assert bytes(recorder.data) == b"".join(chunks)  # nothing skipped, nothing repeated
+    assert bytes(scan.scanner.data) == b"".join(chunks)  # nothing skipped, nothing repeated
 
 
 def test_flood_scanning_stays_within_its_budget(tmp_path):
@@ -81,3 +85,23 @@ def test_unreadable_log_is_skipped_not_looped(tmp_path):
     scan.written = 100
     assert scan.catch_up() is False
     assert scan.skipped == 100 and scan.backlog == 0
+
+
+def test_behind_a_flood_a_peek_sees_the_newest_failure_first_and_once(tmp_path):
+    flood = [b"[rank0]: step 0 | loss 1.0 | lr 3e-04\n" * 30_000 for _ in range(4)]  # ~4.6 MB
+    chunks = [*flood, OOM_LINE]
+    events = []
+    clock = Clock()
+    scan = LiveScan(_log(tmp_path, chunks), events.extend, scanner_factory=SignatureScanner, budget=0.0,
+                    clock=clock)
+    for chunk in chunks:  # all of it busy: nothing fits the (zero) budget
+        clock.now += 0.3
+        scan.feed(chunk, busy=True)
+    # The peek at the last chunk read the newest megabyte: the OOM is reported, the backlog is not.
+    assert [(e.cause, e.rank) for e in events] == [("gpu_oom", 1)]
+    assert scan.backlog > 4_000_000
+    clock.now += 1.0
+    while scan.catch_up(scan.slice_bytes):
+        pass
+    assert scan.backlog == 0
+    assert len(events) == 1  # the catch-up reached the same line: not reported twice
