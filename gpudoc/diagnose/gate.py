@@ -15,12 +15,15 @@ from typing import BinaryIO
 
 # Case-folded substrings, one at least in every line PREFILTER matches.
 # Case-folded substrings, one at least in every line PREFILTER matches (fewer is faster: each is
-# one pass over the log; "memory" stands for "out of memory", "shared memory", "not enough memory").
+# one pass over the log; "memory" stands for "out of memory", "OutOfMemory", "shared memory",
+# "not enough memory"; "fail" for "failure", "failed", "failed to recv").
 KEYWORDS = (
-    "memory", "outofmemory", "oom", "resource", "alloc", "not_initialized", "killed", "sig", "/dev/shm",  # noqa: S108 - a word to look for, not a path
+    "memory", "oom", "resource", "alloc", "not_initialized", "killed", "sig", "/dev/shm",  # noqa: S108 - a word to look for, not a path
     "/torch_", "watchdog", "timeout", "timed out", "nccl", "exit", "cancelled", "keyboardinterrupt",
-    "terminate", "error", "exception", "failure", "segmentation fault", "illegal instruction", "peer",
-    "remote process", "gloo", "failed to recv",
+    "terminate", "error", "exception", "fail", "segmentation fault", "illegal instruction", "peer",
+    "remote process", "gloo",
+    # and in every line markers.MARKER matches, or that opens a traceback:
+    "fatal", "critical", "panic", "assert", "traceback",
 )
 # Letters re.IGNORECASE equates with ASCII ones that casefold() leaves alone.
 _ODD_CASES = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
@@ -35,9 +38,29 @@ def fold(text: str) -> str:
     return text.translate(_ODD_CASES).casefold()
 
 
+# Line ends str.splitlines() knows besides "\n" (in ASCII text): where any is present, the text is
+# split and joined again before folding, so that line numbers agree with splitlines().
+_OTHER_LINE_ENDS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+
+
+def split_with_candidates(text: str) -> tuple[list[str], list[int]]:
+    """``text.splitlines()`` and the indexes of the lines that hold a keyword."""
+    if text.isascii() and not any(end in text for end in _OTHER_LINE_ENDS):  # memchr each: faster than a class
+        # The usual log: fold the text as it is, no second copy of it joined from its lines.
+        lines = text.split("\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        return lines, _hits(text.lower())
+    lines = text.splitlines()
+    return lines, candidate_lines(lines)
+
+
 def candidate_lines(lines: Sequence[str]) -> list[int]:
     """Indexes of the lines that hold a keyword, in order."""
-    folded = fold("\n".join(lines))  # folding may change lengths: positions are the folded text's
+    return _hits(fold("\n".join(lines)))  # folding may change lengths: positions are the folded text's
+
+
+def _hits(folded: str) -> list[int]:
     positions = []
     for word in KEYWORDS:
         pos = folded.find(word)
@@ -92,8 +115,8 @@ def evidence_before(handle: BinaryIO, end: int, *, budget: int = EVIDENCE_BUDGET
         if cut == 0:
             cut = len(data)  # one line longer than a chunk: read as it is
         data, carry = data[:cut], data[cut:]
-        lines = data.decode("utf-8", "replace").splitlines()
-        chosen = with_context(candidate_lines(lines), len(lines))
+        lines, hits = split_with_candidates(data.decode("utf-8", "replace"))
+        chosen = with_context(hits, len(lines))
         if chosen:
             block = "\n".join(lines[i] for i in chosen) + "\n"
             kept.append(block)

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.diagnose.figures import bytes_of, int_of, torch_figures
-from gpudoc.diagnose.gate import candidate_lines, with_context
-from gpudoc.diagnose.lines import Line, iter_lines, lines_at, split_lines
+from gpudoc.diagnose.gate import split_with_candidates, with_context
+from gpudoc.diagnose.lines import Line, iter_lines, lines_at
+from gpudoc.diagnose.markers import first_marker
 from gpudoc.diagnose.signatures import WARNING, Match, match_line
 from gpudoc.diagnose.summary import summarise
 
@@ -67,7 +68,7 @@ def diagnose_text(text: str | bytes, *, exit_code: int | None = None, own_pids: 
     root_rank, root_host = _torchrun_root_cause(lines)
     chosen = _choose(events, exit_code)
     if chosen is None:
-        return _from_exit_code(exit_code, text)
+        return _unrecognised(lines, exit_code, text)
     return _build(chosen, events, lines, exit_code, frozenset(own_pids), root_rank, root_host)
 
 
@@ -76,8 +77,8 @@ def _evidence_lines(text: str, *, gated: bool) -> list[Line]:
     their context (``gpudoc.diagnose.gate``): the same evidence, found many times faster."""
     if not gated:
         return iter_lines(text)
-    raws = split_lines(text)
-    return lines_at(raws, with_context(candidate_lines(raws), len(raws)))
+    raws, hits = split_with_candidates(text)
+    return lines_at(raws, with_context(hits, len(raws)))
 
 
 def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]]) -> Diagnosis:
@@ -324,6 +325,21 @@ def _signal_name(text: str) -> str | None:
     if re.match(r"(?:zsh: )?killed", text, re.IGNORECASE) or " Killed" in text:
         return "SIGKILL"
     return None
+
+
+def _unrecognised(lines: list[Line], exit_code: int | None, text: str) -> Diagnosis:
+    """No signature matched: the exit status speaks, and a failure marker is never "no failure"."""
+    said = _from_exit_code(exit_code, text)
+    if exit_code == 0 or said.cause not in ("ok", "error") or said.signal:
+        return said
+    marker = first_marker(lines)
+    if marker is None:
+        return said
+    how = f" (exit status {exit_code})" if exit_code else ""
+    line = marker.raw.strip()  # as the log has it: normalising would drop a quoted `expression`
+    return Diagnosis(cause="error", exit_code=exit_code, rank=marker.rank, evidence=line[:500],
+                     line_number=marker.number + 1,
+                     summary=f"The job failed{how}; no known failure message, but this line says so: {line[:200]}")
 
 
 def _from_exit_code(exit_code: int | None, text: str) -> Diagnosis:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gpudoc.diagnose import text as text_module
 from gpudoc.diagnose.gate import candidate_lines, fold, with_context
+from gpudoc.diagnose.markers import MARKER
 from gpudoc.diagnose.signatures import PREFILTER
 from gpudoc.diagnose.text import diagnose_text
 from tests.conftest import ERRORS_CORPUS
@@ -22,6 +23,15 @@ from tests.conftest import ERRORS_CORPUS
 def test_every_line_the_prefilter_accepts_is_a_candidate(pieces):
     lines = "\n".join(pieces).splitlines()
     wanted = {i for i, line in enumerate(lines) if PREFILTER.search(line)}
+    assert wanted <= set(candidate_lines(lines))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.from_regex(MARKER), st.just("Traceback (most recent call last):"), st.text(max_size=40)),
+                min_size=1, max_size=8))
+def test_every_failure_marker_line_is_a_candidate(pieces):
+    lines = "\n".join(pieces).splitlines()
+    wanted = {i for i, line in enumerate(lines) if MARKER.search(line) or line.startswith("Traceback")}
     assert wanted <= set(candidate_lines(lines))
 
 
@@ -52,3 +62,12 @@ def test_a_big_log_through_the_gate_gets_the_same_diagnosis(case, monkeypatch):
     gated = diagnose_text(padded)
     monkeypatch.setattr(text_module, "GATE_ABOVE_CHARS", len(padded) + 1)
     assert diagnose_text(padded).to_dict() == gated.to_dict()
+
+
+@pytest.mark.parametrize("text", ["a\nb error\nc\n", "a\nb error\nc", "x\r\ny error\n", "é\nfatal\n", "\n\nerror", ""])
+def test_the_fast_split_agrees_with_splitlines(text):
+    from gpudoc.diagnose.gate import split_with_candidates
+
+    lines, hits = split_with_candidates(text)
+    assert lines == text.splitlines()
+    assert hits == candidate_lines(text.splitlines())
