@@ -28,7 +28,7 @@ def int_of(text: str | None) -> int | None:
 
 _OLD_AND_NEW = {
     "total_bytes": (rf"(?P<v>{SIZE}) total capacity", rf"total capac\w* of (?P<v>{SIZE})"),
-    "free_bytes": (rf"(?P<v>{SIZE}) free\s*[;)]", rf"of which (?P<v>{SIZE}) is free"),
+    "free_bytes": (rf"(?P<v>{SIZE}) free\s*[;)]", rf"of which (?P<v>{SIZE}) is free", rf"GPU(?: \d+)? has (?P<v>{SIZE}) free"),
     "allocated_bytes": (rf"(?P<v>{SIZE}) already allocated", rf"(?P<v>{SIZE}) is allocated by PyTorch"),
 }
 

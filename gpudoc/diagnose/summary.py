@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from gpudoc.diagnose.diagnosis import Diagnosis
@@ -35,8 +36,12 @@ def summarise(d: Diagnosis, ev: Event) -> str:
                     s += f" of {fb(d.total_bytes)}"
         elif ev.m.signature.name in ("cuda_lib_alloc", "cuda_lib_init"):
             s += f" ({ev.m.match.group(0)}: a CUDA library could not allocate its workspace)"
-        elif ev.m.signature.name == "cuda_error_oom":
+        elif ev.m.signature.name == "cuda_error_oom" and _RAW_CUDA.search(ev.m.match.group(0)):
             s += " (a raw CUDA allocation outside PyTorch's allocator failed)"
+        elif "Tried to allocate" in ev.line.text:
+            s += " (PyTorch's allocator; the message's figures are not numbers)"
+        else:
+            s += " (the message gives no figures)"
         return s + _gpu_reason(d) + "."
     if d.cause == "host_oom":
         if ev.m.signature.name == "kernel_oom":
@@ -76,6 +81,14 @@ def _from_match(ev: Event) -> str:
     return ev.line.text[ev.m.match.start():] or ev.line.text
 
 
+# The CUDA runtime's and driver's own spellings: not PyTorch's allocator talking.
+_RAW_CUDA = re.compile(r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|Cuda failure|error=2|CUDA error: out of memory",
+                       re.IGNORECASE)
+# A card with this little left is full, whatever the request: allocations come in blocks of
+# 2 MiB and more, and the driver keeps its own share.
+_FULL_FRACTION = 0.01
+
+
 def _gpu_reason(d: Diagnosis) -> str:
     fb = format_bytes
     req, free, total = d.requested_bytes, d.free_bytes, d.total_bytes
@@ -83,6 +96,9 @@ def _gpu_reason(d: Diagnosis) -> str:
     short = max(0, (req or 0) - (free or 0))
     if req is not None and total is not None and req > total:
         return "; the single request is larger than the whole GPU"
+    full = free is not None and total is not None and free <= total * _FULL_FRACTION
+    if full and not (others and others >= short) and not d.fragmentation:
+        return "; the card was full"
     if req is not None and free is not None and free >= req and not others:
         return ("; the card had that much free, so something outside the allocator's view failed it "
                 "(a driver or WSL limit, or another process taking the memory first)")

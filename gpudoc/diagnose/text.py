@@ -249,8 +249,10 @@ def _window(lines: list[Line], i: int, limit: int = 8) -> str:
         t = line.text
         if not t or not line.is_message or (first.rank is not None and line.rank not in (None, first.rank)):
             break
-        if re.match(r"(?:Traceback|File \"|During handling|The above exception)", t) or "Tried to allocate" in t:
+        if re.match(r"(?:Traceback|File \"|During handling|The above exception)", t):
             break
+        if "Tried to allocate" in t and "Tried to allocate" in parts[0]:
+            break  # the next OOM message; a header without it ("CUDA out of memory.") goes on here
         parts.append(t)
         if re.search(r"Memory Management|environment-variables\)|reserved in total by PyTorch\)|cached\)", t):
             break
@@ -271,8 +273,10 @@ def _build(ev: Event, events: list[Event], lines: list[Line], exit_code: int | N
     vals.update({k: v for k, v in m.fields.items() if k in ("gpu_index", "pid")})
     vals.update({k: v for k, v in ev.extra.items() if k in ("gpu_index", "pid")})
 
-    if name == "torch_alloc":
-        vals.update(torch_figures(_window(lines, ev.index), own_pids))
+    window = _window(lines, ev.index) if name in ("torch_alloc", "oom_class", "cuda_error_oom") else ""
+    if name == "torch_alloc" or "Tried to allocate" in window:
+        # Also PyTorch's message hard-wrapped after its header ("CUDA out of memory." alone on a line).
+        vals.update(torch_figures(window, own_pids))
     elif name == "mps":
         req, alloc = bytes_of(groups.get("req")), bytes_of(groups.get("mps_alloc"))
         other, cap = bytes_of(groups.get("mps_other")), bytes_of(groups.get("mps_max"))
