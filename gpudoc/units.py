@@ -29,10 +29,13 @@ _BINARY = {
     "p": 1024**5,
     "pb": 1024**5,
     "pib": 1024**5,
+    "e": 1024**6,  # only ever seen in an allocation request gone wrong (a corrupted size)
+    "eb": 1024**6,
+    "eib": 1024**6,
 }
-_SI = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15}
+_SI = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15, "eb": 10**18}
 
-SIZE_RE = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[KMGTP]i?B|[KMGTP]|bytes?|B)?\b", re.IGNORECASE)
+SIZE_RE = re.compile(r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[KMGTPE]i?B|[KMGTPE]|bytes?|B)?\b", re.IGNORECASE)
 
 
 def parse_size(text: str, *, si: bool = False) -> int | None:
@@ -54,8 +57,8 @@ def format_bytes(n: int | float | None, *, precision: int = 1) -> str:
         return "N/A"
     sign = "-" if n < 0 else ""
     n = abs(float(n))
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
             if unit == "B":
                 return f"{sign}{int(n)} B"
             return f"{sign}{n:.{precision}f} {unit}"

@@ -68,7 +68,12 @@ def torch_figures(window: str, own_pids: frozenset) -> dict:
             this_proc = (this_proc or 0) + size
         else:
             others.append((pid, size))
-    if this_proc is None and others and reserved_total is not None:
+    if this_proc is not None and procs and not any(pid in own_pids for pid, _ in procs):
+        # "this process has X" and "Process P has X": P is the job itself, listed by NVML under
+        # the PID the host sees (a container). It holds no memory another process took from it.
+        same = next((pid for pid, size in others if size == this_proc), None)
+        others = [(p, s) for p, s in others if p != same]
+    elif this_proc is None and others and reserved_total is not None:
         # In a container NVML reports the job under its host PID, so it appears as "Process P".
         candidates = [(abs(size - reserved_total), pid, size) for pid, size in others
                       if reserved_total * 0.99 - 16 * 1024**2 <= size <= reserved_total + _CONTEXT_SLACK]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 # A size as PyTorch, XLA, TF and friends print it: "2.26 GiB", "0 bytes", "607.00 KiB", "14.44GiB",
 # "375.40 MB", "20.0G".
-SIZE = r"\d+(?:\.\d+)?\s?(?:[KMGTP]i?B|[KMGTP]\b|bytes?\b|B\b)"
+SIZE = r"\d+(?:\.\d+)?\s?(?:[KMGTPE]i?B|[KMGTPE]\b|bytes?\b|B\b)"
 
 _DTYPE_BYTES = {
     "float": 4, "float32": 4, "int32": 4, "uint32": 4, "double": 8, "float64": 8, "int64": 8,

@@ -218,11 +218,24 @@ def _choose(events: list[Event], exit_code: int | None) -> Event | None:
     if not pool:
         return None
     pool = _without_peer_losses(pool)
+    # An allocation no device could hold (exabytes) is a size gone wrong in the wake of another
+    # failure (a collective that timed out, a corrupted tensor): that failure is the cause.
+    pool = [e for e in pool if not _implausible(e)] or pool
     best = max(e.strength for e in pool)
     top = [e for e in pool if e.strength == best]
     if best >= 2:
         return top[0]  # the first real failure; later ones are its consequences
     return min(top, key=lambda e: (_TIER1_ORDER.index(e.cause) if e.cause in _TIER1_ORDER else 9, e.index))
+
+
+_PLAUSIBLE_BYTES = 2**50  # a pebibyte: beyond any GPU that exists
+
+
+def _implausible(e: Event) -> bool:
+    if e.cause != "gpu_oom":
+        return False
+    requested = bytes_of(e.m.match.groupdict().get("req"))
+    return requested is not None and requested > _PLAUSIBLE_BYTES
 
 
 def _is_death(e: Event) -> bool:
