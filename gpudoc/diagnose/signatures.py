@@ -201,6 +201,8 @@ PREFILTER = re.compile(
     _I,
 )
 
+_MEMORY_CAUSES = frozenset({"gpu_oom", "host_oom", "shm"})
+
 # The cheaper subset the live stream scanner looks for: failures worth ending a job over.
 STREAM_CAUSES = frozenset({"gpu_oom", "host_oom", "shm", "nccl_timeout"})
 
@@ -209,13 +211,16 @@ def match_line(text: str) -> Match | None:
     """The first signature that matches one normalised line, with its extracted fields."""
     if not text or not PREFILTER.search(text):
         return None
-    if CONSEQUENCE.search(text):
-        return None
+    # A consequence phrase is no evidence; but where a log lost its line breaks, a memory failure
+    # may sit on the same line beside it, and that still counts.
+    consequence = CONSEQUENCE.search(text) is not None
     # Triton's "out of resource: shared memory" is a kernel's on-chip limit, not /dev/shm and not
     # device memory: a plain error.
     triton = "OutOfResources" in text or "out of resource: shared memory" in text
     for sig in SIGNATURES:
         if triton and sig.cause in ("shm", "gpu_oom"):
+            continue
+        if consequence and (sig.strength < 3 or sig.cause not in _MEMORY_CAUSES):
             continue
         m = sig.pattern.search(text)
         if not m:

@@ -1,5 +1,6 @@
-"""Plausibility: a size no device could hold is a symptom, and the job's own process is not
-"another process" holding memory."""
+"""Plausibility and cascades: a size no device could hold is a symptom, the job's own process is
+not "another process" holding memory, and a consequence phrase never hides the evidence that
+shares its line when a log lost its line breaks."""
 
 from __future__ import annotations
 
@@ -40,3 +41,13 @@ def test_the_jobs_own_process_is_not_another_process():
     assert d.other_processes == ((4242, 12 * GIB),)
     assert d.this_process_bytes == parse_size("9.90 GiB")
     assert "another process holds 12.0 GiB" in d.summary
+
+
+def test_a_consequence_on_the_same_line_does_not_hide_the_oom_beside_it():
+    line = ("W1125 10:00:00.000 123 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 4243 "
+            "closing signal SIGTERM [rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+            "GPU 1 has a total capacity of 23.68 GiB of which 1.12 GiB is free.\n")
+    d = diagnose_text(line)
+    assert d.cause == "gpu_oom" and d.requested_bytes == 2 * GIB and d.gpu_index == 1
+    # The consequence alone is still no failure of its own.
+    assert diagnose_text("Sending process 4243 closing signal SIGTERM\n").cause == "ok"
