@@ -149,6 +149,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Watchdog caught collective operation timeout(?::\s*WorkNCCL\((?P<work>(?:[^()]|\([^)]*\))*)\))?"
          r"(?:\s*ran for (?P<ran_ms>\d+) milliseconds)?"
          r"|Timeout at NCCL work|watchdog (?:got stuck|thread stuck) for \d+ seconds"
+         # PyTorch >= 2.2's heartbeat monitor: the watchdog itself hung (no "collective timeout" in it)
+         r"|Heartbeat monitor timed out|detected no heartbeat of its watchdog"
          r"|\bNCCL (?:timeout|operation timed out)\b|Timed out waiting \d+ms for (?:send|recv) operation"),
     _sig("nccl_error", "error", 2,
          r"\bnccl(?:Remote|System|Internal|InvalidUsage|InvalidArgument|UnhandledCuda)Error\b"

@@ -24,6 +24,7 @@ _KEYWORDS = (
     b"OOM", b"_NOT_INITIALIZED", b"oom-kill", b"oom_kill", b"oom_reaper", b"illed", b"DefaultCPUAllocator",
     b"bad_alloc", b"MemoryError", b"us error", b"US ERROR", b"shared memory", b"/dev/shm", b"/torch_",
     b"Watchdog caught", b"Timeout at NCCL", b"watchdog got stuck", b"NCCL timeout", b"Timed out waiting",
+    b"Heartbeat monitor timed out", b"no heartbeat of its watchdog",
     b"exitcode", b"SIGBUS", b"Cannot allocate memory", b"RESOURCE_EXHAUSTED",
 )
 

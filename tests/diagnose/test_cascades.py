@@ -51,3 +51,15 @@ def test_a_consequence_on_the_same_line_does_not_hide_the_oom_beside_it():
     assert d.cause == "gpu_oom" and d.requested_bytes == 2 * GIB and d.gpu_index == 1
     # The consequence alone is still no failure of its own.
     assert diagnose_text("Sending process 4243 closing signal SIGTERM\n").cause == "ok"
+
+
+def test_the_newer_watchdog_hang_wording_is_a_collective_timeout():
+    # PyTorch >= 2.2's heartbeat monitor, as in public issue threads (e.g. hiyouga/LlamaFactory#6953).
+    log = ("[rank144]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 144] Heartbeat monitor timed out! Process will be "
+           "terminated after dumping debug info. workMetaList_.size()=1\n"
+           "[rank144]:[E ProcessGroupNCCL.cpp:1153] [PG 0 Rank 144] ProcessGroupNCCL preparing to dump debug info.\n")
+    d = diagnose_text(log)
+    assert d.cause == "nccl_timeout" and d.rank == 144
+    from gpudoc.diagnose.stream import SignatureScanner
+
+    assert [e.cause for e in SignatureScanner().feed(log.encode())] == ["nccl_timeout"]
