@@ -106,7 +106,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Error allocating (?P<req>\d+) bytes of device memory \(out of memory\)"
          r"(?:\.\s*Driver report (?P<free>\d+) bytes free and (?P<total>\d+) bytes total)?", "cuda"),
     _sig("hip_error", "gpu_oom", 3,
-         r"\bhipErrorOutOfMemory\b|\bHIP error:?\s*out of memory|\bHIP out of memory", "hip", flags=_I),
+         r"\bhipErrorOutOfMemory\b|\bHIP_ERROR_OUT_OF_MEMORY\b|\bhsa_status_error_out_of_resources\b"
+         r"|\bHIP error:?\s*out of memory|\bHIP out of memory", "hip", flags=_I),
+    # TensorFlow's BFC allocator dumps its state when it runs out; the headline OOM line may be
+    # missing from what was kept (a cut log), the statistics are enough.
+    _sig("tf_bfc_stats", "gpu_oom", 3,
+         rf"Sum Total of in-use chunks:\s*(?P<inuse>{SIZE})"
+         r"|\bmemory_limit_:\s*(?P<limit>\d+)\s+available bytes:\s*(?P<avail>\d+)", "tensorflow"),
     _sig("cuda_lib_alloc", "gpu_oom", 3,
          r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUSPARSE)_STATUS_ALLOC_FAILED\b|\bCUFFT_ALLOC_FAILED\b"
          r"|\bCURAND_STATUS_ALLOCATION_FAILED\b|\bcuDNN error:.*\bout of memory", "cuda"),
@@ -171,6 +177,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|Received SIG(?P<recv>TERM|HUP|INT)\b|CANCELLED AT \S+(?:.*?DUE TO (?P<due>[A-Z ]+))?"
          r"|\bKeyboardInterrupt\b|^Terminated\b"),
     # ---- everything else ------------------------------------------------------------------
+    # A CUDA kernel's assert(): the index it checked, the kernel, the file; the RuntimeError
+    # ("device-side assert triggered") that follows it may be missing from the log.
+    _sig("device_assert", "error", 2,
+         r"(?P<file>[\w./-]+\.(?:cu|cuh|h|cpp)):(?P<line>\d+): (?P<kernel>[^:\n]+): block: \[[\d, ]+\],"
+         r" thread: \[[\d, ]+\] Assertion [`']?(?P<expr>.*?)[`']? failed"),  # quotes: markdown may have eaten them
     _sig("cuda_error", "error", 2, r"\bCUDA error:\s*(?P<msg>.+)|cuda runtime error \(\d+\) : (?P<msg2>.+)"),
     _sig("cpp_terminate", "error", 2, r"terminate called after throwing an instance of '(?P<what>[^']+)'"),
     _sig("crash", "error", 2,
@@ -199,7 +210,7 @@ PREFILTER = re.compile(
     r"|exit\s?code|[Ss]ignal|SIG[A-Z]|CANCELLED|KeyboardInterrupt|Terminated|exit (?:status|code)"
     r"|Error|Exception|Failure|Exit\b|CUDA error|cuda runtime error|terminate called"
     r"|Segmentation fault|Illegal instruction|Floating point exception|out of resource"
-    r"|by (?:remote )?peer|remote process|gloo|failed to recv",
+    r"|by (?:remote )?peer|remote process|gloo|failed to recv|Assertion|in-use chunks|memory_limit_",
     _I,
 )
 

@@ -34,6 +34,8 @@ def summarise(d: Diagnosis, ev: Event) -> str:
                 s += f" with {fb(d.free_bytes)} free"
                 if d.total_bytes is not None:
                     s += f" of {fb(d.total_bytes)}"
+        elif ev.m.signature.name == "tf_bfc_stats" and d.total_bytes is not None and d.allocated_bytes is not None:
+            s += f" (its allocator's dump: {fb(d.allocated_bytes)} in use of a {fb(d.total_bytes)} limit)"
         elif ev.m.signature.name in ("cuda_lib_alloc", "cuda_lib_init"):
             s += f" ({ev.m.match.group(0)}: a CUDA library could not allocate its workspace)"
         elif ev.m.signature.name == "cuda_error_oom" and _RAW_CUDA.search(ev.m.match.group(0)):
@@ -57,8 +59,14 @@ def summarise(d: Diagnosis, ev: Event) -> str:
         req = f" ({fb(d.requested_bytes)} requested)" if d.requested_bytes else ""
         return f"{who} ran out of host (CPU) memory{req}: {_clip(_from_match(ev))}."
     if d.cause == "shm":
-        return (f"{who} ran out of shared memory (/dev/shm), used by DataLoader workers and NCCL: raise it "
+        disguised = "" if ev.m.cause == "shm" else " (\"No space left on device\" while multiprocessing made its locks)"
+        return (f"{who} ran out of shared memory (/dev/shm){disguised}, used by DataLoader workers and NCCL: raise it "
                 "(docker --shm-size / --ipc=host) or use fewer workers.")
+    if ev.m.signature.name == "device_assert":
+        g = ev.m.match.groupdict()
+        return (f"{who} failed a CUDA device-side assertion in {g['kernel'].strip()} ({g['file']}:{g['line']}): "
+                f"`{_clip(g['expr'], 160)}`; usually an index out of range (a label >= the number of classes, a token "
+                "id >= the vocabulary size); CUDA_LAUNCH_BLOCKING=1 shows the Python line.")
     if d.cause == "nccl_timeout":
         detail = ""
         work = ev.m.match.groupdict().get("work")

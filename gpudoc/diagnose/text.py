@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpudoc.diagnose.context import figures_around, shm_in_disguise
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.diagnose.figures import bytes_of, int_of, torch_figures
 from gpudoc.diagnose.gate import split_with_candidates, with_context
@@ -306,6 +307,9 @@ def _build(ev: Event, events: list[Event], lines: list[Line], exit_code: int | N
     elif name == "tf_oom" and "requested_estimate_bytes" in m.fields:
         vals["requested_bytes"] = m.fields["requested_estimate_bytes"]
 
+    vals.update(figures_around(name, m.cause, vals, lines, ev.index))
+    if m.cause == "error" and shm_in_disguise(lines, ev.index):
+        vals["cause"] = "shm"
     if name in ("sigkill", "sigterm", "sigbus", "abort"):
         vals["signal"] = _signal_name(ev.line.text)
     # torchrun's Root Cause rank can be wrong (it names the first exit it saw, not the first

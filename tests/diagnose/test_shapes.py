@@ -1,0 +1,54 @@
+"""Message shapes the corpus lacks (issue 15's list): stream-executor and ROCm allocation
+failures, a BFC allocator dump without its headline, CUDA device-side assertions without the
+RuntimeError after them, and /dev/shm exhaustion disguised as a full disk."""
+
+from __future__ import annotations
+
+from gpudoc.diagnose.text import diagnose_text
+
+
+def test_a_stream_executor_allocation_failure_gives_its_size():
+    d = diagnose_text("2024-01-01 10:00:00.000000: E tensorflow/stream_executor/cuda/cuda_driver.cc:802] failed to "
+                      "allocate 10.40G (11170480128 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory\n")
+    assert (d.cause, d.backend, d.requested_bytes) == ("gpu_oom", "cuda", 11170480128)
+
+
+def test_rocm_spellings_of_out_of_memory():
+    for line in ("2024-01-01 10:00:00.000000: E tensorflow/stream_executor/rocm/rocm_driver.cc:630] failed to allocate "
+                 "15.98G (17163091968 bytes) from device: hipErrorOutOfMemory",
+                 "HIP_ERROR_OUT_OF_MEMORY returned by hipMalloc",
+                 "hsa_status_error_out_of_resources: The runtime failed to allocate the necessary resources"):
+        d = diagnose_text(line + "\n")
+        assert (d.cause, d.backend) == ("gpu_oom", "hip"), line
+
+
+def test_a_bfc_allocator_dump_without_its_headline_is_a_gpu_oom_with_its_figures():
+    log = ("2024-01-01 10:00:00.000000: I tensorflow/core/common_runtime/bfc_allocator.cc:1087] Sum Total of in-use "
+           "chunks: 14.56GiB\n"
+           "2024-01-01 10:00:00.000000: I tensorflow/core/common_runtime/bfc_allocator.cc:1089] "
+           "total_region_allocated_bytes_: 15651045376 memory_limit_: 15651045376 available bytes: 0\n"
+           "Limit:                     15651045376\nInUse:                     15634432768\n")
+    d = diagnose_text(log)
+    assert (d.cause, d.backend) == ("gpu_oom", "tensorflow")
+    assert (d.total_bytes, d.allocated_bytes, d.free_bytes) == (15651045376, 15634432768, 16612608)
+    assert "14.6 GiB in use of a 14.6 GiB limit" in d.summary
+
+
+def test_a_device_side_assertion_alone_names_the_kernel_and_the_check():
+    d = diagnose_text("/pytorch/aten/src/ATen/native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: "
+                      "block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.\n")
+    assert d.cause == "error"
+    assert "CUDA device-side assertion in nll_loss_forward_reduce_cuda_kernel_2d" in d.summary
+    assert "Loss.cu:240" in d.summary and "t >= 0 && t < n_classes" in d.summary
+
+
+def test_enospc_from_multiprocessing_is_shared_memory_and_elsewhere_is_not():
+    shm = ("Traceback (most recent call last):\n"
+           "  File \"/usr/lib/python3.10/multiprocessing/synchronize.py\", line 57, in __init__\n"
+           "    sl = self._semlock = _multiprocessing.SemLock(\n"
+           "OSError: [Errno 28] No space left on device\n")
+    d = diagnose_text(shm)
+    assert d.cause == "shm" and "No space left on device" in d.summary
+    disk = ("Traceback (most recent call last):\n  File \"train.py\", line 57, in save\n    torch.save(x, path)\n"
+            "OSError: [Errno 28] No space left on device\n")
+    assert diagnose_text(disk).cause == "error"
