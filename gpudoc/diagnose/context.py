@@ -1,4 +1,5 @@
-"""What the lines around a failure add to it: figures that messages other than PyTorch's give
+"""What the lines around a failure add to it: the message's own continuation lines (wrapped by
+a terminal or a logger), figures that messages other than PyTorch's give
 (TensorFlow's stream executor, its BFC allocator's dump), and a cause that only the traceback's
 frames reveal (/dev/shm full, reported as a full disk)."""
 
@@ -40,3 +41,36 @@ def shm_in_disguise(lines: list[Line], i: int) -> bool:
     if "No space left on device" not in text and "Errno 28" not in text:
         return False
     return any(_SHM_FRAMES.search(line.text) for line in lines[max(0, i - 40):i])
+
+
+def message_window(lines: list[Line], i: int, limit: int = 8) -> str:
+    """The message starting at line ``i`` with its wrapped continuation lines.
+
+    A message hard-wrapped at a fixed width (every line but the last exactly as long as the
+    first) is joined without a space: the wrap may fall inside a number ("2.0" / "0 GiB").
+    """
+    first = lines[i]
+    parts = [first.text]
+    width = len(first.raw.rstrip("\r\n"))
+    hard = width >= _HARD_WRAP_MIN
+    previous = first
+    for line in lines[i + 1:i + limit]:
+        t = line.text
+        if not t or not line.is_message or (first.rank is not None and line.rank not in (None, first.rank)):
+            break
+        if re.match(r"(?:Traceback|File \"|During handling|The above exception)", t):
+            break
+        if "Tried to allocate" in t and "Tried to allocate" in parts[0]:
+            break  # the next OOM message; a header without it ("CUDA out of memory.") goes on here
+        if hard and line.number == previous.number + 1 and len(previous.raw.rstrip("\r\n")) == width:
+            # Cut at the width: this line goes on from there (with the space the cut fell on, if any).
+            parts[-1] += (" " if previous.raw.endswith(" ") or line.raw[:1] in " \t" else "") + t
+        else:
+            parts.append(t)
+        previous = line
+        if re.search(r"Memory Management|environment-variables\)|reserved in total by PyTorch\)|cached\)", t):
+            break
+    return " ".join(parts)
+
+
+_HARD_WRAP_MIN = 60  # shorter first lines are a message's own line breaks, not a terminal's width

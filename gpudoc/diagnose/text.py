@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpudoc.diagnose.context import figures_around, shm_in_disguise
+from gpudoc.diagnose.context import figures_around, message_window, shm_in_disguise
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.diagnose.figures import bytes_of, int_of, torch_figures
 from gpudoc.diagnose.gate import split_with_candidates, with_context
@@ -255,24 +255,6 @@ def _without_peer_losses(pool: list[Event]) -> list[Event]:
 
 # ---- building the diagnosis ----------------------------------------------------------------
 
-def _window(lines: list[Line], i: int, limit: int = 8) -> str:
-    """The message starting at line ``i`` with its wrapped continuation lines."""
-    first = lines[i]
-    parts = [first.text]
-    for line in lines[i + 1:i + limit]:
-        t = line.text
-        if not t or not line.is_message or (first.rank is not None and line.rank not in (None, first.rank)):
-            break
-        if re.match(r"(?:Traceback|File \"|During handling|The above exception)", t):
-            break
-        if "Tried to allocate" in t and "Tried to allocate" in parts[0]:
-            break  # the next OOM message; a header without it ("CUDA out of memory.") goes on here
-        parts.append(t)
-        if re.search(r"Memory Management|environment-variables\)|reserved in total by PyTorch\)|cached\)", t):
-            break
-    return " ".join(parts)
-
-
 def _build(ev: Event, events: list[Event], lines: list[Line], exit_code: int | None,
            own_pids: frozenset, root_rank: int | None, root_host: str | None) -> Diagnosis:
     m = ev.m
@@ -287,7 +269,7 @@ def _build(ev: Event, events: list[Event], lines: list[Line], exit_code: int | N
     vals.update({k: v for k, v in m.fields.items() if k in ("gpu_index", "pid")})
     vals.update({k: v for k, v in ev.extra.items() if k in ("gpu_index", "pid")})
 
-    window = _window(lines, ev.index) if name in ("torch_alloc", "oom_class", "cuda_error_oom") else ""
+    window = message_window(lines, ev.index) if name in ("torch_alloc", "oom_class", "cuda_error_oom") else ""
     if name == "torch_alloc" or "Tried to allocate" in window:
         # Also PyTorch's message hard-wrapped after its header ("CUDA out of memory." alone on a line).
         vals.update(torch_figures(window, own_pids))

@@ -52,3 +52,18 @@ def test_enospc_from_multiprocessing_is_shared_memory_and_elsewhere_is_not():
     disk = ("Traceback (most recent call last):\n  File \"train.py\", line 57, in save\n    torch.save(x, path)\n"
             "OSError: [Errno 28] No space left on device\n")
     assert diagnose_text(disk).cause == "error"
+
+
+def test_a_message_hard_wrapped_at_any_width_keeps_every_figure():
+    message = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity "
+               "of 23.68 GiB of which 1.12 GiB is free. Of the allocated memory 21.90 GiB is allocated by PyTorch, "
+               "and 341.25 MiB is reserved by PyTorch but unallocated.")
+    whole = diagnose_text(message + "\n")
+
+    def figures(d):
+        return (d.requested_bytes, d.total_bytes, d.free_bytes, d.allocated_bytes, d.reserved_unallocated_bytes)
+
+    assert None not in figures(whole)
+    for width in range(60, 130, 3):  # a terminal's or a logger's width; cuts fall inside numbers too
+        wrapped = "\n".join(message[k:k + width] for k in range(0, len(message), width)) + "\n"
+        assert figures(diagnose_text(wrapped)) == figures(whole), width
