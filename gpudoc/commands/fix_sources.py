@@ -130,7 +130,7 @@ def first_failure(sources: list[Source], diagnoses: list[Diagnosis], store: RunS
     names = [s.node or s.label for s in sources]
     labels = [name if names.count(name) == 1 else f"{name} #{i + 1}" for i, name in enumerate(names)]
     items = [(label, _text_of(s, store), s.record.exit_code if s.record else None) for label, s in zip(labels, sources)]
-    picked = diagnose_many(items)
+    picked = diagnose_many(items, [s.record.only_worker_rank if s.record else None for s in sources])
     index = labels.index(picked.node) if picked.node in labels else 0
     own = diagnoses[index]
     if not _text_of(sources[index], store):

@@ -32,7 +32,8 @@ def record_diagnosis(record: RunRecord, store: RunStore) -> Diagnosis | None:
         return None
     from gpudoc.diagnose.text import diagnose_text
 
-    return diagnose_text(store.log_tail(record.id), exit_code=record.exit_code, own_pids=record.job_pids)
+    return diagnose_text(store.log_tail(record.id), exit_code=record.exit_code, own_pids=record.job_pids,
+                         rank_hint=record.only_worker_rank)
 
 
 def next_attempt(record: RunRecord, profile: Profile, ws: Workspace, *, allow_semantic: bool,

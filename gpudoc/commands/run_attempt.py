@@ -144,7 +144,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
 
     def on_tick(launch: Launcher) -> None:
         procs = launch.processes()
-        if _merge_pids(record, state, [(p.pid, p.create_time) for p in procs]):
+        if _merge_pids(record, state, [(p.pid, p.create_time) for p in procs]) | _note_ranks(record, procs):
             keep(record)
         if sync is not None and not launch.end_requested and not sync.announced:
             elsewhere = sync.failures_elsewhere()
@@ -224,6 +224,26 @@ def _merge_pids(record: RunRecord, state: dict[str, dict[int, float | None]],
     return changed
 
 
+def _note_ranks(record: RunRecord, procs: Iterable[Any]) -> bool:
+    """The RANK each new worker's environment gives it (torchrun, accelerate, deepspeed set it): a
+    failure printed without a rank prefix is still attributed. True when a rank was added."""
+    from gpudoc.procs.identity import environ_value
+
+    added = False
+    for proc in procs:
+        key = str(proc.pid)
+        if key in record.worker_ranks or len(record.worker_ranks) >= _MAX_WORKERS:
+            continue
+        value = environ_value(proc.pid, "RANK")
+        if value is not None and value.isdigit():
+            record.worker_ranks[key] = int(value)
+            added = True
+    return added
+
+
+_MAX_WORKERS = 4096
+
+
 def _finish_record(record: RunRecord, outcome: Outcome, watch: _Watch, sampler: GpuSampler, log_path: Path) -> None:
     record.ended_at = now_iso()
     record.duration_s = round(outcome.ended - outcome.started, 3)
@@ -233,7 +253,8 @@ def _finish_record(record: RunRecord, outcome: Outcome, watch: _Watch, sampler: 
     record.gpus = [dict(g) for g in sampler.gpus]
     record.samples_error = sampler.error
     own_code = -outcome.signal if outcome.signal is not None else outcome.exit_code
-    diagnosis = _diagnose(log_path, own_code, watch, record.job_pids)
+    # One worker on this node: whatever failed without naming its rank failed on that one.
+    diagnosis = _diagnose(log_path, own_code, watch, record.job_pids, rank_hint=record.only_worker_rank)
     cause = diagnosis.cause
     if outcome.interrupted_by is not None and outcome.status != 0 and (
             cause in (None, "ok", "error", "signal") or diagnosis.inferred):
@@ -255,7 +276,8 @@ def _finish_record(record: RunRecord, outcome: Outcome, watch: _Watch, sampler: 
     record.survivors = list(outcome.survivors)
 
 
-def _diagnose(log_path: Path, exit_code: int | None, watch: _Watch, pids: list[int]) -> Diagnosis:
+def _diagnose(log_path: Path, exit_code: int | None, watch: _Watch, pids: list[int], *,
+              rank_hint: int | None = None) -> Diagnosis:
     if exit_code == 0:
         # No failure by definition (SPEC: cause ok). An OOM the job caught and survived (an
         # automatic batch-size finder) is not a failure of the run either.
@@ -267,7 +289,7 @@ def _diagnose(log_path: Path, exit_code: int | None, watch: _Watch, pids: list[i
     if missing:
         # The first failure scrolled out of the tail (a flood of output after it): keep its lines.
         text = "\n".join(missing) + "\n" + text
-    return diagnose_text(text, exit_code=exit_code, own_pids=pids)
+    return diagnose_text(text, exit_code=exit_code, own_pids=pids, rank_hint=rank_hint)
 
 
 def _profile_doc(profile: Profile) -> dict | None:

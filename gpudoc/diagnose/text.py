@@ -56,9 +56,11 @@ class Event:
 
 # ---- public API ----------------------------------------------------------------------------
 
-def diagnose_text(text: str | bytes, *, exit_code: int | None = None, own_pids: Iterable[int] = ()) -> Diagnosis:
+def diagnose_text(text: str | bytes, *, exit_code: int | None = None, own_pids: Iterable[int] = (),
+                  rank_hint: int | None = None) -> Diagnosis:
     """Diagnose one log. ``exit_code`` is the job's status (negative = killed by that signal);
-    ``own_pids`` are the job's PIDs, to tell its own "Process P has …" lines from others'."""
+    ``own_pids`` are the job's PIDs, to tell its own "Process P has …" lines from others';
+    ``rank_hint``: the rank of the job's only worker, for a failure that names none."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     text = text or ""
@@ -67,6 +69,7 @@ def diagnose_text(text: str | bytes, *, exit_code: int | None = None, own_pids: 
     lines = _evidence_lines(text, gated=len(text) > GATE_ABOVE_CHARS)
     events = _collect(lines)
     root_rank, root_host = _torchrun_root_cause(lines)
+    root_rank = rank_hint if root_rank is None else root_rank
     chosen = _choose(events, exit_code)
     if chosen is None:
         return _unrecognised(lines, exit_code, text)
@@ -82,7 +85,8 @@ def _evidence_lines(text: str, *, gated: bool) -> list[Line]:
     return lines_at(raws, with_context(hits, len(raws)))
 
 
-def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]]) -> Diagnosis:
+def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]],
+                  rank_hints: Sequence[int | None] = ()) -> Diagnosis:
     """The first real failure across several logs of one job (one per node or per rank).
 
     A GPU OOM on node B shows up on node A as an NCCL timeout or a torchrun failure; those are
@@ -91,7 +95,8 @@ def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]]) -> Diagn
     """
     results = []
     for order, (label, text, exit_code) in enumerate(items):
-        diag = diagnose_text(text, exit_code=exit_code)
+        hint = rank_hints[order] if order < len(rank_hints) else None
+        diag = diagnose_text(text, exit_code=exit_code, rank_hint=hint)
         results.append((order, label, diag))
     if not results:
         return _from_exit_code(None, "")

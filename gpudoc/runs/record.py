@@ -62,6 +62,7 @@ class RunRecord:
     terminal_lost: bool = False  # the terminal went away mid-run (the log is still complete)
     log_error: str | None = None  # why output.log is incomplete, when it is
     samples_error: str | None = None  # why gpu.csv stops early (NVML failed mid-run, a full disk)
+    worker_ranks: dict[str, int] = field(default_factory=dict)  # PID -> RANK its environment gave it
     survivors: list[int] = field(default_factory=list)  # PIDs that outlived even SIGKILL
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +122,12 @@ class RunRecord:
     @property
     def gpu_names(self) -> list[str]:
         return [str(g["name"]) for g in self.gpus or () if isinstance(g, dict) and g.get("name")]
+
+    @property
+    def only_worker_rank(self) -> int | None:
+        """The RANK of the run's only worker, when it had exactly one (one process per node)."""
+        ranks = {rank for rank in self.worker_ranks.values() if isinstance(rank, int)}
+        return ranks.pop() if len(ranks) == 1 else None
 
     @property
     def job_pids(self) -> list[int]:

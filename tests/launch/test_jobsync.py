@@ -94,3 +94,30 @@ def test_slurm_job_id_is_recorded(isolated_home):
     done = gpudoc_cli("run", "--no-check", "--", "true", env={"SLURM_JOB_ID": "991", "SLURM_STEP_ID": "2"})
     assert done.returncode == 0
     assert json.loads((run_dirs(isolated_home)[-1] / "run.json").read_text())["job_id"] == "slurm-991.2"
+
+
+@pytest.mark.slow
+def test_an_oom_printed_without_a_rank_prefix_is_attributed_from_the_workers_rank(isolated_home):
+    # Two single-process nodes; node 1's worker prints its OOM untagged: its RANK names it.
+    (isolated_home / "gpudoc.toml").write_text("[run]\noom_grace_s = 2\n")
+    mark = marker()
+    port = _free_port()
+    command = ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=untagged", "--monitor-interval=0.1",
+               str(RANKS), "oom_block", mark]
+    nodes = [Gpudoc("run", "--no-check", "--", *command, cwd=isolated_home,
+                    env=job_env(JOB_LINES="5", JOB_OOM_PREFIX="0")) for _ in range(2)]
+    for node in nodes:
+        node.wait(120)
+    records = [json.loads((d / "run.json").read_text()) for d in run_dirs(isolated_home)]
+    logs = {r["id"]: (d / "output.log").read_bytes() for r, d in zip(records, run_dirs(isolated_home))}
+    [failing] = [r for r in records if b"rank1 ready" in logs[r["id"]]]
+    assert b"[rank1]:" not in logs[failing["id"]]  # nothing in the text names the rank
+    assert sorted(failing["worker_ranks"].values()) == [1]
+    assert failing["cause"] == "gpu_oom" and failing["diagnosis"]["rank"] == 1
+    assert failing["diagnosis"]["summary"].startswith("Rank 1 ran out of CUDA memory")
+    other = next(r for r in records if r is not failing)
+    fix = gpudoc_cli("fix", other["id"], failing["id"], "--json")
+    assert json.loads(fix.stdout)["diagnosis"]["rank"] == 1, fix.stdout
+    assert_no_leftovers(mark)
+

@@ -51,9 +51,11 @@ def main() -> None:
         try:
             raise ALLOCATOR_ERROR(OOM)
         except torch.OutOfMemoryError:
-            # As torch prints a worker's error: every line tagged with the rank.
+            # As torch prints a worker's error: every line tagged with the rank (JOB_OOM_PREFIX=0:
+            # untagged, as a plain print or a logger without torchrun's prefixes writes it).
+            tag = f"[rank{rank}]: " if os.environ.get("JOB_OOM_PREFIX", "1") == "1" else ""
             for line in traceback.format_exc().splitlines():
-                sys.stderr.write(f"[rank{rank}]: {line}\n")
+                sys.stderr.write(f"{tag}{line}\n")
             sys.stderr.flush()
         time.sleep(600)  # a rank that hangs after its OOM: only gpudoc's fail-fast ends the job
     elif rank == 1 and mode == "sigkill":
