@@ -38,16 +38,40 @@ def _still_running(store: RunStore, run_id: str) -> bool:
     return live_status(RunRecord.from_dict(doc)) == "running"
 
 
-def logs(ws: Workspace, run_id: str | None = None, *, follow: bool = False, out_fd: int | None = None,
-         poll_s: float = 0.2) -> int:
-    console, store = ws.console, ws.store
+def _run_id(store: RunStore, run_id: str | None) -> str:
     if run_id is None:
         latest = store.latest()
         if latest is None:
             raise InputError(f"no runs in {store.root} (see `gpudoc runs`)")
-        run_id = latest.id
-    else:
-        run_id = store.load(run_id).id  # accepts a unique prefix; names the problem otherwise
+        return latest.id
+    return store.load(run_id).id  # accepts a unique prefix; names the problem otherwise
+
+
+def rank_log(ws: Workspace, run_id: str | None, rank: int, *, out_fd: int | None = None) -> int:
+    """One local rank's own output: the files torchrun wrote for it under ``--log-dir``."""
+    record = ws.store.load(_run_id(ws.store, run_id))
+    paths = record.rank_logs.get(str(rank))
+    if not paths:
+        known = ", ".join(sorted(record.rank_logs, key=int)) or "none"
+        raise InputError(f"run {record.id} has no log of rank {rank} (torchrun --log-dir files: ranks {known})")
+    ws.console.flush()
+    out = out_fd if out_fd is not None else ws.console.out.fileno()
+    for path in paths:
+        try:
+            handle = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror}", file=path) from None
+        try:
+            _copy(handle, out)
+        finally:
+            os.close(handle)
+    return 0
+
+
+def logs(ws: Workspace, run_id: str | None = None, *, follow: bool = False, out_fd: int | None = None,
+         poll_s: float = 0.2) -> int:
+    console, store = ws.console, ws.store
+    run_id = _run_id(store, run_id)
     path = store.log_path(run_id)
     console.flush()
     out = out_fd if out_fd is not None else console.out.fileno()

@@ -10,7 +10,7 @@ import math
 import os
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -186,6 +186,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
         live.close()
     _merge_pids(record, state, [(p.pid, p.create_time) for p in outcome.processes])
     _finish_record(record, outcome, watch, sampler, log_path)
+    _read_rank_logs(record, job, cwd, outcome.started)
     if sync is not None and record.cause == "gpu_oom" and not sync.announced:
         # The live scan missed it (an output flood): the other nodes still learn of it now.
         diag = record.diagnosis
@@ -222,6 +223,40 @@ def _merge_pids(record: RunRecord, state: dict[str, dict[int, float | None]],
     if changed:
         record.pids = [{"pid": pid, "create_time": ct} for pid, ct in sorted(seen.items())]
     return changed
+
+
+def _read_rank_logs(record: RunRecord, job: Any, cwd: Path, started: float) -> None:
+    """torchrun's per-rank files (``--log-dir``): listed in the record (`gpudoc logs --rank`), and
+    read when the combined output does not explain a failure: a rank hidden from the console by
+    ``--local-ranks-filter`` or ``--redirects`` failed there."""
+    from gpudoc.job.rank_logs import rank_log_dir, rank_logs
+
+    log_dir = rank_log_dir(job, cwd)
+    files = rank_logs(log_dir, since=started) if log_dir is not None else {}
+    record.rank_logs = {str(rank): [str(path) for path in paths] for rank, paths in files.items()}
+    diagnosis = record.diagnosis
+    if not files or record.status == "ok" or (diagnosis is not None and diagnosis.cause in _MEMORY
+                                                and not diagnosis.inferred):
+        return
+    from gpudoc.diagnose.text import diagnose_many, diagnose_text
+
+    texts = {rank: "".join(read_tail(path) for path in paths) for rank, paths in files.items()}
+    found = diagnose_many([(str(rank), text, None) for rank, text in texts.items()])
+    if found.cause in (None, "ok") or (diagnosis is not None and diagnosis.cause not in ("ok", "error", "signal")
+                                       and found.cause not in _MEMORY):
+        return
+    rank = int(found.node) if found.node and found.node.isdigit() else None
+    if rank is None:
+        return
+    # That rank's own diagnosis, in its own words ("Rank 1 ran out ..."), and where it was read.
+    own = diagnose_text(texts[rank], rank_hint=rank)
+    where = os.path.dirname(files[rank][0])
+    record.diagnosis = replace(own, exit_code=diagnosis.exit_code if diagnosis else None,
+                               summary=f"{own.summary.rstrip('.')} (torchrun's log of that rank: {where}).")
+    record.cause = own.cause
+
+
+_MEMORY = ("gpu_oom", "host_oom", "shm")
 
 
 def _note_ranks(record: RunRecord, procs: Iterable[Any]) -> bool:

@@ -63,6 +63,7 @@ class RunRecord:
     log_error: str | None = None  # why output.log is incomplete, when it is
     samples_error: str | None = None  # why gpu.csv stops early (NVML failed mid-run, a full disk)
     worker_ranks: dict[str, int] = field(default_factory=dict)  # PID -> RANK its environment gave it
+    rank_logs: dict[str, list[str]] = field(default_factory=dict)  # local rank -> torchrun's --log-dir files
     survivors: list[int] = field(default_factory=list)  # PIDs that outlived even SIGKILL
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,30 @@
+"""A rank torchrun hides from the console (`--local-ranks-filter`) fails in its own log file:
+gpudoc reads torchrun's --log-dir files, names that rank's failure, and prints its log."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import gpudoc_cli
+from tests.launch.helpers import RANKS, Gpudoc, assert_no_leftovers, job_env, last_log, last_record, marker
+
+pytestmark = pytest.mark.slow
+
+
+def test_an_oom_only_in_a_hidden_ranks_file_is_the_cause(isolated_home):
+    mark = marker()
+    g = Gpudoc("run", "--no-check", "--", "torchrun", "--nproc_per_node=2", "--monitor-interval=0.1",
+               "--local-ranks-filter", "0", "--tee", "3", "--log-dir", "logs", str(RANKS), "oom_exit", mark,
+               cwd=isolated_home, env=job_env(JOB_LINES="3"))
+    assert g.wait(120) != 0
+    assert b"OutOfMemoryError" not in last_log(isolated_home)  # the console never showed it
+    record = last_record(isolated_home)
+    assert sorted(record["rank_logs"]) == ["0", "1"]
+    assert record["cause"] == "gpu_oom" and record["diagnosis"]["rank"] == 1
+    assert record["diagnosis"]["summary"].startswith("Rank 1 ran out of CUDA memory")
+    assert "torchrun's log of that rank" in record["diagnosis"]["summary"]
+    shown = gpudoc_cli("logs", "--rank", "1", cwd=isolated_home)
+    assert shown.returncode == 0 and "OutOfMemoryError" in shown.stdout
+    missing = gpudoc_cli("logs", "--rank", "7", cwd=isolated_home)
+    assert missing.returncode == 2 and "ranks 0, 1" in missing.stderr
+    assert_no_leftovers(mark)
