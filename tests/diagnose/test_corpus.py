@@ -160,3 +160,19 @@ def test_tensorflow_request_estimated_from_shape():
 def test_accuracy_is_total():
     correct = sum(diagnose_text(r["log"]).cause == KIND_TO_CAUSE[r["kind"]] for r in RECORDS)
     assert correct == len(RECORDS)
+
+
+def test_the_score_per_cause_is_every_log(capsys):
+    # The report the issue asks for: per expected cause, how many shared logs are read right.
+    score: dict[str, list[int]] = {}
+    for record in RECORDS:
+        expected = KIND_TO_CAUSE[record["kind"]]
+        right = diagnose_text(record["log"]).cause == expected
+        tally = score.setdefault(expected, [0, 0])
+        tally[0] += right
+        tally[1] += 1
+    report = ", ".join(f"{cause} {right}/{total}" for cause, (right, total) in sorted(score.items()))
+    with capsys.disabled():
+        print(f"\ncorpus, per cause: {report}")
+    assert all(right == total for right, total in score.values()), report
+    assert sum(total for _, total in score.values()) == 72
