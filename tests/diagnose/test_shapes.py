@@ -67,3 +67,16 @@ def test_a_message_hard_wrapped_at_any_width_keeps_every_figure():
     for width in range(60, 130, 3):  # a terminal's or a logger's width; cuts fall inside numbers too
         wrapped = "\n".join(message[k:k + width] for k in range(0, len(message), width)) + "\n"
         assert figures(diagnose_text(wrapped)) == figures(whole), width
+
+
+def test_an_exception_header_split_from_its_message_keeps_the_figures():
+    cases = {
+        "torch.OutOfMemoryError:\nCUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "23.68 GiB of which 1.12 GiB is free.\n": (2 * 1024**3, 0),
+        "RuntimeError:\nCUDA out of memory. Tried to allocate 2.00 GiB (GPU 1; 10.76 GiB total capacity; 9.10 GiB "
+        "already allocated; 3.56 MiB free; 9.45 GiB reserved in total by PyTorch)\n": (2 * 1024**3, 1),
+    }
+    for log, (requested, gpu) in cases.items():
+        d = diagnose_text(log)
+        assert (d.cause, d.requested_bytes, d.gpu_index) == ("gpu_oom", requested, gpu), log
+        assert d.free_bytes is not None and d.total_bytes is not None
