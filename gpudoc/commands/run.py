@@ -43,29 +43,34 @@ def run(options: RunOptions, ws: Workspace) -> int:
         raise LaunchError("--retry-oom: expected a number of retries >= 0")
 
     profile = refusing(lambda: ws.load_profile(options.profile))
-    status, ran = _attempts(options, profile, ws)
-    if ran:
+    status, last = _attempts(options, profile, ws)
+    if last is not None:
         _keep_history_bounded(ws, profile)
+        from gpudoc.commands.notify import tell_the_end
+
+        tell_the_end(last, profile, ws)
     return status
 
 
-def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int, bool]:
-    """Launch, and relaunch under --retry-oom: (the last attempt's status, whether any ran)."""
+def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int, RunRecord | None]:
+    """Launch, and relaunch under --retry-oom: (the last attempt's status, its record when one ran)."""
     console = ws.console
     parent: str | None = None
+    last: RunRecord | None = None
     attempt = 0
     while True:
         status, record = launch_once(options, profile, ws, parent=parent)
         if record is None or options.dry_run:
-            return status, parent is not None
+            return status, None if options.dry_run else last
+        last = record
         if record.cause != "gpu_oom" or attempt >= options.retry_oom or record.status == "interrupted":
-            return status, True  # fits, not a GPU OOM, no retries left, or the user stopped it
+            return status, record  # fits, not a GPU OOM, no retries left, or the user stopped it
         attempt += 1
         new_profile, rung = _next_attempt(record, profile, options, ws)
         if new_profile is None:
             console.error("gpudoc: --retry-oom: no rung of the ladder is left to try "
                           f"(see `gpudoc fix {record.id}`)")
-            return status, True
+            return status, record
         console.error(f"gpudoc: --retry-oom {attempt}/{options.retry_oom}: {_describe_rung(rung)}; "
                       "relaunching")
         profile, parent = new_profile, record.id

@@ -77,6 +77,8 @@ TABLES: dict[str, dict[str, tuple]] = {
         "sample_interval_s": NUMBER,
         "oom_grace_s": NUMBER,
         "shared": BOOL,  # run records readable by the group (a team's shared GPUDOC_HOME)
+        "notify": STR,  # a command run (sh -c) after each run, told about it in GPUDOC_RUN_* variables
+        "notify_after_s": NUMBER,  # runs at least this long end with a bell and a desktop notification
     },
 }
 
@@ -106,6 +108,7 @@ RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("runs", "keep"): (1, 10**6),
     ("run", "sample_interval_s"): (0.05, 3600),
     ("run", "oom_grace_s"): (-1, 3600),
+    ("run", "notify_after_s"): (0, 10**7),
 }
 
 # Tables whose keys are free-form (values still typed).

@@ -1,0 +1,94 @@
+"""A word when a run ends: nobody has to poll a pane.
+
+After a run (the whole --retry-oom chain) that lasted at least ``[run] notify_after_s`` seconds
+(default 60): a terminal bell, when gpudoc's stderr is a terminal, and a desktop notification
+where one can be shown (``notify-send`` on PATH and a graphical session). ``[run] notify =
+"COMMAND"`` runs the user's own command (a webhook, mail) through the shell after every run,
+with the run's id, status, cause, duration, summary and log in its environment. None of it ever
+changes the run's exit status or holds gpudoc up for long: a failing or slow command is said in
+one line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+
+from gpudoc.profiles.model import Profile
+from gpudoc.runs.record import RunRecord
+from gpudoc.workspace import Workspace
+
+DEFAULT_NOTIFY_AFTER_S = 60.0
+COMMAND_TIMEOUT_S = 30.0
+DESKTOP_TIMEOUT_S = 5.0
+
+
+def tell_the_end(record: RunRecord, profile: Profile, ws: Workspace) -> None:
+    duration = record.duration_s or 0.0
+    after = profile.run.get("notify_after_s", DEFAULT_NOTIFY_AFTER_S)
+    if duration >= float(after):
+        _bell(ws)
+        _desktop(record, ws.environ)
+    command = profile.run.get("notify")
+    if command:
+        _run_command(str(command), record, ws)
+
+
+def run_environment(record: RunRecord, log_path: str) -> dict[str, str]:
+    """What the user's notify command is told about the run."""
+    diagnosis = record.diagnosis
+    return {
+        "GPUDOC_RUN_ID": record.id,
+        "GPUDOC_RUN_STATUS": record.status,
+        "GPUDOC_RUN_CAUSE": record.cause or "",
+        "GPUDOC_RUN_EXIT_CODE": "" if record.exit_code is None else str(record.exit_code),
+        "GPUDOC_RUN_DURATION_S": f"{record.duration_s or 0:.1f}",
+        "GPUDOC_RUN_SUMMARY": diagnosis.summary if diagnosis is not None else "",
+        "GPUDOC_RUN_LOG": log_path,
+    }
+
+
+def _headline(record: RunRecord) -> str:
+    return f"gpudoc: run {record.id} {'ok' if record.status == 'ok' else record.status.upper()}"
+
+
+def _bell(ws: Workspace) -> None:
+    err = ws.console.err
+    try:
+        if err.isatty():
+            err.write("\a")
+            err.flush()
+    except (OSError, ValueError, AttributeError):
+        pass  # the terminal is gone: nobody to ring for
+
+
+def _desktop(record: RunRecord, environ: Mapping[str, str]) -> None:
+    if not any(environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS")):
+        return  # no graphical session (ssh, a server): the bell is all there is
+    sender = shutil.which("notify-send", path=environ.get("PATH", os.defpath))
+    if sender is None:
+        return
+    body = record.diagnosis.summary if record.diagnosis is not None else ""
+    try:
+        subprocess.run([sender, _headline(record), body], env=dict(environ), timeout=DESKTOP_TIMEOUT_S,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # a desktop that does not answer is no reason to hold the user's shell
+
+
+def _run_command(command: str, record: RunRecord, ws: Workspace) -> None:
+    env = {**ws.environ, **run_environment(record, str(ws.store.log_path(record.id)))}
+    try:
+        done = subprocess.run(["/bin/sh", "-c", command], env=env, cwd=str(ws.cwd), timeout=COMMAND_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    except subprocess.TimeoutExpired:
+        ws.console.error(f"gpudoc: [run] notify: stopped after {COMMAND_TIMEOUT_S:g} s without finishing")
+        return
+    except OSError as exc:
+        ws.console.error(f"gpudoc: [run] notify: cannot run it: {exc.strerror or exc}")
+        return
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [""])[-1][:200]
+        ws.console.error(f"gpudoc: [run] notify exited {done.returncode}" + (f": {last}" if last else ""))

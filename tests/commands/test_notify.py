@@ -1,0 +1,56 @@
+"""A word when a run ends: the user's own command, a desktop notification, a bell."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from gpudoc.commands.notify import tell_the_end
+from gpudoc.profiles.model import Profile
+from gpudoc.runs.record import RunRecord
+from tests.conftest import captured_workspace, gpudoc_cli
+
+
+def test_the_notify_command_is_told_about_the_run(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(
+        '[run]\nnotify = "env | grep ^GPUDOC_RUN_ | sort > told.txt; echo ran >> told.txt"\n')
+    done = gpudoc_cli("run", "--no-check", "--", sys.executable, "-c", "import sys; sys.exit(3)", cwd=isolated_home)
+    assert done.returncode == 3  # the job's status, whatever the command does
+    told = dict(line.split("=", 1) for line in (isolated_home / "told.txt").read_text().splitlines() if "=" in line)
+    assert told["GPUDOC_RUN_STATUS"] == "failed" and told["GPUDOC_RUN_EXIT_CODE"] == "3"
+    assert told["GPUDOC_RUN_CAUSE"] == "error" and float(told["GPUDOC_RUN_DURATION_S"]) >= 0
+    assert told["GPUDOC_RUN_LOG"].endswith(f"{told['GPUDOC_RUN_ID']}/output.log")
+    assert os.path.isfile(told["GPUDOC_RUN_LOG"])
+
+
+def test_a_failing_notify_command_is_one_line_and_changes_nothing(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text('[run]\nnotify = "echo no webhook >&2; exit 7"\n')
+    done = gpudoc_cli("run", "--no-check", "--", sys.executable, "-c", "pass", cwd=isolated_home)
+    assert done.returncode == 0
+    assert "gpudoc: [run] notify exited 7: no webhook" in done.stderr
+
+
+def _record(duration: float) -> RunRecord:
+    return RunRecord(id="20260101-000000000-abcdef", command=["python"], cwd="/", status="ok", duration_s=duration)
+
+
+def test_a_long_run_rings_and_notifies_the_desktop_a_short_one_does_not(tmp_path):
+    import pty
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    sender = fake / "notify-send"
+    sender.write_text(f"#!/bin/sh\nprintf '%s|%s\\n' \"$1\" \"$2\" >> {tmp_path / 'desktop.txt'}\n")
+    sender.chmod(0o755)
+    master, slave = pty.openpty()
+    with open(slave, "w", closefd=False) as terminal:
+        ws = captured_workspace(tmp_path, environ={"PATH": f"{fake}:/usr/bin:/bin", "DISPLAY": ":0"})
+        ws.console.err = terminal  # gpudoc's stderr is a terminal here
+        profile = Profile(name="p", run={"notify_after_s": 10})
+        tell_the_end(_record(3.0), profile, ws)
+        assert not (tmp_path / "desktop.txt").exists()
+        tell_the_end(_record(30.0), profile, ws)
+    assert os.read(master, 16) == b"\a"
+    assert (tmp_path / "desktop.txt").read_text() == "gpudoc: run 20260101-000000000-abcdef ok|\n"
+    os.close(master)
+    os.close(slave)
