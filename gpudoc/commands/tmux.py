@@ -33,7 +33,11 @@ def start_in_tmux(options: RunOptions, ws: Workspace) -> int:
     if probe.returncode == 0:
         raise LaunchError(f"--tmux: a tmux session named '{name}' already exists "
                           f"(attach: tmux attach -t {name}, or pick another name)")
-    inner = [sys.executable, "-m", "gpudoc", *options.to_argv()]
+    keep = _keep_mode(options, ws)
+    # The window stays after a failure (or always, or never: [run] tmux_keep) with gpudoc's summary
+    # on it, until Enter: a failed run's traceback is not gone when the user attaches.
+    inner = ["/bin/sh", "-c", _KEEP_SCRIPT.replace("KEEP", keep), "gpudoc-tmux",
+             sys.executable, "-m", "gpudoc", *options.to_argv()]
     # A running tmux server gives new sessions its own environment, not ours: pass ours along
     # (only what differs, to stay far below tmux's command size limit).
     env_args = _tmux_env_args(tmux, env)
@@ -45,6 +49,24 @@ def start_in_tmux(options: RunOptions, ws: Workspace) -> int:
                   f"  attach:  tmux attach -t {name}\n"
                   f"  follow:  gpudoc logs -f   (from any pane, in {cwd})")
     return 0
+
+
+_KEEP_SCRIPT = """"$@"; status=$?
+case "KEEP:$status" in
+  always:*|failure:[1-9]*)
+    printf '\\n[gpudoc: the run ended with exit status %s; press Enter to close this window]' "$status"
+    read -r _ ;;
+esac
+exit "$status"
+"""
+
+
+def _keep_mode(options: RunOptions, ws: Workspace) -> str:
+    """``[run] tmux_keep``: failure (default), always or never (the profile's schema checks it)."""
+    from gpudoc.commands.run_attempt import refusing
+
+    profile = refusing(lambda: ws.load_profile(options.profile))
+    return str(profile.run.get("tmux_keep", "failure"))
 
 
 def _tmux_env_args(tmux: str, env: Mapping[str, str]) -> list[str]:

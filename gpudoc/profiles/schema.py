@@ -79,6 +79,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "shared": BOOL,  # run records readable by the group (a team's shared GPUDOC_HOME)
         "notify": STR,  # a command run (sh -c) after each run, told about it in GPUDOC_RUN_* variables
         "notify_after_s": NUMBER,  # runs at least this long end with a bell and a desktop notification
+        "tmux_keep": STR,  # --tmux: keep the window after the run: failure (default) | always | never
     },
 }
 
@@ -120,6 +121,7 @@ ENUMS = {
     ("train", "quantization"): ("none", "nf4", "int8", "int4"),
     ("train", "attention"): ("sdpa", "flash", "eager"),
     ("model", "arch"): ("decoder", "encoder", "encoder-decoder"),
+    ("run", "tmux_keep"): ("failure", "always", "never"),
 }
 
 USER_RUNG_KEYS = {

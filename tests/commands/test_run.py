@@ -151,6 +151,44 @@ def test_tmux_starts_the_same_run_detached(isolated_home, tmux_env):
     assert again.returncode == 0, again.stderr
 
 
+def test_a_failed_run_keeps_its_tmux_window_with_the_summary_until_enter(isolated_home, tmux_env):
+    env = {**os.environ, **tmux_env}
+    done = gpudoc_cli("run", "--tmux", "broken", "--no-check", "--", "python", "-c",
+                      "raise SystemExit('the dataset is missing')", env=tmux_env)
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 30
+    screen = ""
+    while time.monotonic() < deadline and "press Enter to close" not in screen:
+        time.sleep(0.2)
+        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", "=broken:"], env=env, capture_output=True,
+                                text=True).stdout
+    assert "the dataset is missing" in screen and "FAILED" in screen, screen
+    assert "the run ended with exit status 1" in screen
+    subprocess.run(["tmux", "send-keys", "-t", "=broken:", "Enter"], env=env, check=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and subprocess.run(
+            ["tmux", "has-session", "-t", "=broken"], env=env, capture_output=True).returncode == 0:
+        time.sleep(0.1)
+    assert subprocess.run(["tmux", "has-session", "-t", "=broken"], env=env, capture_output=True).returncode != 0
+
+
+def test_tmux_keep_always_keeps_a_successful_window_too(isolated_home, tmux_env):
+    env = {**os.environ, **tmux_env}
+    (isolated_home / "gpudoc.toml").write_text('[run]\ntmux_keep = "always"\n')
+    assert gpudoc_cli("run", "--tmux", "fine", "--no-check", "--", "python", "-c", "print('ok')",
+                      env=tmux_env).returncode == 0
+    deadline = time.monotonic() + 30
+    screen = ""
+    while time.monotonic() < deadline and "press Enter to close" not in screen:
+        time.sleep(0.2)
+        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", "=fine:"], env=env, capture_output=True,
+                                text=True).stdout
+    assert "the run ended with exit status 0" in screen
+    (isolated_home / "gpudoc.toml").write_text('[run]\ntmux_keep = "sometimes"\n')
+    refused = gpudoc_cli("run", "--tmux", "odd", "--no-check", "--", "true", env=tmux_env)
+    assert refused.returncode == 125 and "tmux_keep" in refused.stderr
+
+
 def test_tmux_refuses_an_existing_session(isolated_home, tmux_env):
     env = {**os.environ, **tmux_env}
     subprocess.run(["tmux", "new-session", "-d", "-s", "busy", "sleep", "30"], env=env, check=True)
