@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 from functools import singledispatch
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoc.output import Console, printable
 from gpudoc.results import (
@@ -27,6 +27,9 @@ from gpudoc.results import (
     RunsResult,
 )
 from gpudoc.units import format_bytes, format_duration
+
+if TYPE_CHECKING:
+    from gpudoc.runs.record import RunRecord
 
 
 @singledispatch
@@ -61,7 +64,10 @@ def _estimate(result: EstimateResult, console: Console) -> None:
     render_estimate(result.estimate, console, profile_name=result.profile_name, gpu_from=result.gpu_from)
 
 
-_RUNS_COLUMNS = ("id", "started", "duration", "status", "cause", "command")
+_RUNS_COLUMNS = ("id", "started", "duration", "status", "cause", "peak", "changed", "command")
+# Short names for the knobs a run list shows changing (the JSON keeps the full ones).
+_KNOB_SHORT = {"micro_batch_size": "mbs", "gradient_accumulation_steps": "accum", "gradient_checkpointing": "ckpt",
+               "max_seq_len": "seq", "precision": "prec", "zero_stage": "zero", "lora_rank": "lora"}
 _STATUS_COLOURS = {"ok": "green", "failed": "red", "interrupted": "yellow", "lost": "red", "running": "cyan"}
 
 
@@ -71,10 +77,13 @@ def _runs(result: RunsResult, console: Console) -> None:
         console.print(f"No runs yet in {result.runs_dir} (start one with `gpudoc run -- COMMAND`).")
         return
     rows = []
+    previous = None
     for record, status in zip(result.records, result.live_status):
         command = printable(shlex.join(record.command))
         rows.append((record.id, _started(record.started_at), format_duration(record.duration_s), status,
-                     record.cause or "-", command if len(command) <= 60 else command[:59] + "…"))
+                     record.cause or "-", _peak_share(record), _knobs_changed(previous, record),
+                     command if len(command) <= 60 else command[:59] + "…"))
+        previous = record
     widths = [max(len(_RUNS_COLUMNS[i]), *(len(row[i]) for row in rows)) for i in range(len(_RUNS_COLUMNS) - 1)]
     header = "  ".join(c.upper().ljust(w) for c, w in zip(_RUNS_COLUMNS, widths)) + "  COMMAND"
     console.print(console.style(header, "bold"))
@@ -95,6 +104,28 @@ def _prune(result: PruneResult, console: Console) -> None:
     if result.kept_live:
         console.print(f"  kept {len(result.kept_live)} old run(s) of a chain still running: "
                       + ", ".join(result.kept_live[:3]) + (", ..." if len(result.kept_live) > 3 else ""))
+
+
+def _peak_share(record: RunRecord) -> str:
+    """The highest share of a GPU's capacity the run's samples saw, or its size when the capacity is unknown."""
+    totals = record.gpu_totals
+    shares = [int(v) / totals[k] for k, v in (record.peak_memory_bytes or {}).items()
+              if k in totals and isinstance(v, (int, float))]
+    if shares:
+        return f"{max(shares):.0%}"
+    peak = record.peak_bytes
+    return format_bytes(peak) if peak else "-"
+
+
+def _knobs_changed(previous: RunRecord | None, record: RunRecord) -> str:
+    """What this run turned differently from the run listed before it: "mbs 8→4, accum 2→4"."""
+    if previous is None:
+        return "-"
+    before, now = previous.knobs, record.knobs
+    changes = [f"{_KNOB_SHORT.get(k, k)} {before.get(k, '-')}→{now.get(k, '-')}"
+               for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+    text = printable(", ".join(changes)) or "-"
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _started(stamp: str | None) -> str:

@@ -16,7 +16,7 @@ def test_table_and_json(isolated_home):
     table = gpudoc_cli("runs")
     assert table.returncode == 0
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["ID", "STARTED", "DURATION", "STATUS", "CAUSE", "COMMAND"]
+    assert lines[0].split() == ["ID", "STARTED", "DURATION", "STATUS", "CAUSE", "PEAK", "CHANGED", "COMMAND"]
     assert " ok " in lines[1] and "python -c 'print(1)'" in lines[1]
     assert " failed " in lines[2] and " error " in lines[2]
     doc = json.loads(gpudoc_cli("runs", "--json").stdout)
@@ -47,3 +47,22 @@ def test_runs_never_sends_a_recorded_commands_escape_sequences_to_the_terminal(i
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "\\x1b]0;pwned\\x07train.py\\x1b[2J" in done.stdout
+
+
+def test_the_table_shows_peak_share_and_what_changed_since_the_run_before(isolated_home):
+    from gpudoc.runs.store import RunStore
+
+    store = RunStore(isolated_home / ".gpudoc")
+    gpus = [{"index": 0, "name": "A10G", "total_bytes": 24 * 2**30}]
+    first = RunRecord(id="20260101-000000000-aaaaaa", command=["python", "train.py"], cwd=str(isolated_home),
+                      status="failed", cause="gpu_oom", gpus=gpus, peak_memory_bytes={"0": 24 * 2**30},
+                      profile={"knobs": {"micro_batch_size": 8, "gradient_accumulation_steps": 2}})
+    second = RunRecord(id="20260101-000100000-bbbbbb", command=["python", "train.py"], cwd=str(isolated_home),
+                       status="ok", cause="ok", gpus=gpus, peak_memory_bytes={"0": int(20.9 * 2**30)},
+                       profile={"knobs": {"micro_batch_size": 4, "gradient_accumulation_steps": 4}})
+    store.create(first)
+    store.create(second)
+    lines = gpudoc_cli("runs", cwd=isolated_home).stdout.splitlines()
+    assert "PEAK" in lines[0] and "CHANGED" in lines[0]
+    assert "100%" in lines[1] and lines[1].split()[6] == "-"  # nothing before it to compare with
+    assert "87%" in lines[2] and "accum 2→4, mbs 8→4" in lines[2]
