@@ -49,10 +49,25 @@ function __gpudoc_profiles
     end
 end
 
-# Run ids: directories of $GPUDOC_HOME/runs (default ./.gpudoc/runs) that hold a run.json.
+# Where the runs are: $GPUDOC_HOME, else the nearest .gpudoc/runs up to the project's root (a
+# directory with .git) and below $HOME, else ./.gpudoc (gpudoc.runs.store.RunStore.locate).
 function __gpudoc_runs
     set -l home $GPUDOC_HOME
-    test -n "$home"; or set home ./.gpudoc
+    set -l d $PWD
+    while test -z "$home"
+        if test "$d" != "$PWD"; and test "$d" = "$HOME"
+            break
+        end
+        if test -d $d/.gpudoc/runs
+            set home $d/.gpudoc
+            break
+        end
+        if test -e $d/.git; or test "$d" = /
+            break
+        end
+        set d (path dirname $d 2>/dev/null; or dirname $d)
+    end
+    test -n "$home"; or set home $PWD/.gpudoc
     for f in $home/runs/*/run.json
         test -f $f; and string replace -r '^.*/([^/]*)/run\.json$' '$1' -- $f
     end

@@ -53,8 +53,24 @@ def profile_names(cwd: str | None = None) -> list[str]:
 
 
 def runs_dir(cwd: str | None = None) -> str:
-    home = os.environ.get("GPUDOC_HOME") or os.path.join(cwd or os.getcwd(), ".gpudoc")
-    return os.path.join(home, "runs")
+    """``RunStore.locate``'s rule: $GPUDOC_HOME, else the nearest .gpudoc/runs up to the project's
+    root (a directory with .git) and below $HOME, else ./.gpudoc."""
+    home = os.environ.get("GPUDOC_HOME")
+    if home:
+        return os.path.join(home, "runs")
+    here = os.path.abspath(cwd or os.getcwd())
+    user_home = os.path.abspath(os.environ.get("HOME") or os.path.expanduser("~"))
+    folder = here
+    while True:
+        if folder != here and folder == user_home:
+            break
+        if os.path.isdir(os.path.join(folder, ".gpudoc", "runs")):
+            return os.path.join(folder, ".gpudoc", "runs")
+        parent = os.path.dirname(folder)
+        if os.path.exists(os.path.join(folder, ".git")) or parent == folder:
+            break
+        folder = parent
+    return os.path.join(here, ".gpudoc", "runs")
 
 
 def run_ids(cwd: str | None = None) -> list[str]:

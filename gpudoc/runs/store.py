@@ -88,9 +88,24 @@ class RunStore:
 
     @classmethod
     def locate(cls, cwd: Path, environ: Mapping[str, str]) -> RunStore:
-        """The one rule for where gpudoc keeps its runs."""
+        """The one rule for where gpudoc keeps its runs: ``$GPUDOC_HOME``; else, like git, the
+        nearest ``.gpudoc/runs`` from the working directory up, within the project (the search
+        stops after a directory holding ``.git``) and below the user's home (never a stray
+        ``~/.gpudoc`` for every project under it); else ``./.gpudoc``. The completion scripts and
+        ``gpudoc.shellcomplete`` follow the same rule."""
         home = environ.get("GPUDOC_HOME")
-        return cls(Path(home) if home else Path(cwd) / ".gpudoc")
+        if home:
+            return cls(Path(home))
+        here = Path(os.path.abspath(cwd))
+        user_home = Path(os.path.abspath(environ.get("HOME") or os.path.expanduser("~")))
+        for folder in (here, *here.parents):
+            if folder != here and folder == user_home:
+                break
+            if (folder / ".gpudoc" / "runs").is_dir():
+                return cls(folder / ".gpudoc")
+            if (folder / ".git").exists():
+                break
+        return cls(here / ".gpudoc")
 
     def ensure(self) -> None:
         with _writing(self.root):

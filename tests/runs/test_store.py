@@ -162,3 +162,45 @@ def test_history_is_the_same_file_when_both_know_it_else_the_same_name(tmp_path)
     # The run being fixed is part of its own history even when it ran under another profile.
     stranger = make(store, profile={"name": "x"})
     assert store.history(profile_path=profile, profile_name="gpudoc", upto=stranger)[-1] is stranger
+
+
+def test_the_store_is_found_upward_like_git_within_the_project_and_below_home(tmp_path):
+    from gpudoc.runs.store import RunStore
+
+    home = tmp_path / "home"
+    project = home / "proj"
+    deep = project / "src" / "models"
+    deep.mkdir(parents=True)
+    (project / ".gpudoc" / "runs").mkdir(parents=True)
+    env = {"HOME": str(home)}
+    assert RunStore.locate(deep, env).root == project / ".gpudoc" / "runs"
+    assert RunStore.locate(project, env).root == project / ".gpudoc" / "runs"
+    # A repository inside the project is a project of its own.
+    (project / "src" / ".git").mkdir()
+    assert RunStore.locate(deep, env).root == deep / ".gpudoc" / "runs"
+    # ~/.gpudoc belongs to runs started in ~, not to every project below it.
+    (home / ".gpudoc" / "runs").mkdir(parents=True)
+    other = home / "other" / "x"
+    other.mkdir(parents=True)
+    assert RunStore.locate(other, env).root == other / ".gpudoc" / "runs"
+    assert RunStore.locate(home, env).root == home / ".gpudoc" / "runs"
+    assert RunStore.locate(deep, {**env, "GPUDOC_HOME": str(tmp_path / "team")}).root == tmp_path / "team" / "runs"
+
+
+def test_runs_fix_and_logs_work_from_a_subdirectory(isolated_home):
+    import sys
+
+    from tests.conftest import gpudoc_cli
+
+    assert gpudoc_cli("run", "--no-check", "--", sys.executable, "-c", "print('from the top')",
+                      cwd=isolated_home).returncode == 0
+    below = isolated_home / "src" / "deeper"
+    below.mkdir(parents=True)
+    assert "from the top" in gpudoc_cli("logs", cwd=below).stdout
+    listed = gpudoc_cli("runs", cwd=below)
+    assert listed.returncode == 0 and "print(" in listed.stdout
+    assert gpudoc_cli("fix", cwd=below).returncode == 1  # found the run: it did not fail
+    # A run started below goes with the project's others.
+    assert gpudoc_cli("run", "--no-check", "--", "true", cwd=below).returncode == 0
+    assert not (below / ".gpudoc").exists()
+    assert len(list((isolated_home / ".gpudoc" / "runs").iterdir())) == 2

@@ -116,6 +116,22 @@ def test_run_ids_follow_gpudoc_home(shell, project, tmp_path):
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+def test_run_ids_are_found_from_a_subdirectory_as_gpudoc_finds_them(shell, project):
+    work, env = project
+    deeper = work / "src" / "models"
+    deeper.mkdir(parents=True)
+    [result] = DRIVERS[shell](["gpudoc fix "], cwd=deeper, env=env)
+    assert set(result) == {"20260101-090000-aaaaaa", "20260102-100000-bbbbbb"}
+    assert set(result) == set(shellcomplete.run_ids(str(deeper)))
+    # A nested repository is a project of its own: the search stops at its root.
+    nested = work / "vendor" / "lib"
+    (work / "vendor" / ".git").mkdir(parents=True)
+    nested.mkdir(parents=True)
+    [inside] = DRIVERS[shell](["gpudoc fix "], cwd=nested, env=env)
+    assert set(inside) == set() == set(shellcomplete.run_ids(str(nested)))
+
+
+@pytest.mark.parametrize("shell", SHELLS)
 def test_the_command_after_double_dash_completes_as_the_shell_would(shell, project):
     command, argument, no_gpudoc_switches, without_dashes = complete(shell, [
         "gpudoc run -- python",

@@ -55,11 +55,28 @@ _gpudoc_profiles() {
     done
 }
 
-# Run ids: directories of $GPUDOC_HOME/runs (default ./.gpudoc/runs) that hold a run.json.
+# Where the runs are: $GPUDOC_HOME, else the nearest .gpudoc/runs up to the project's root (a
+# directory with .git) and below $HOME, else ./.gpudoc (gpudoc.runs.store.RunStore.locate).
+_gpudoc_home() {
+    _gpudoc_dir=${GPUDOC_HOME:-}
+    [[ -n $_gpudoc_dir ]] && return
+    local d=$PWD
+    while :; do
+        [[ $d != "$PWD" && $d == "$HOME" ]] && break
+        if [[ -d $d/.gpudoc/runs ]]; then _gpudoc_dir=$d/.gpudoc; return; fi
+        [[ -e $d/.git || -z $d || $d == / ]] && break
+        d=${d%/*}
+        [[ -z $d ]] && d=/
+    done
+    _gpudoc_dir=$PWD/.gpudoc
+}
+
+# Run ids: directories of the runs directory that hold a run.json.
 _gpudoc_runs() {
-    local f
+    local f _gpudoc_dir
     _gpudoc_names=()
-    for f in "${GPUDOC_HOME:-./.gpudoc}"/runs/*/run.json; do
+    _gpudoc_home
+    for f in "$_gpudoc_dir"/runs/*/run.json; do
         [[ -f $f ]] || continue
         f=${f%/run.json}
         _gpudoc_names+=("${f##*/}")

@@ -51,11 +51,20 @@ _gpudoc_profiles() {
     _wanted profiles expl 'profile' compadd -a - names
 }
 
-# Run ids: directories of $GPUDOC_HOME/runs (default ./.gpudoc/runs) that hold a run.json.
+# Where the runs are: $GPUDOC_HOME, else the nearest .gpudoc/runs up to the project's root (a
+# directory with .git) and below $HOME, else ./.gpudoc (gpudoc.runs.store.RunStore.locate).
 (( $+functions[_gpudoc_runs] )) ||
 _gpudoc_runs() {
     local -a ids expl
-    ids=(${GPUDOC_HOME:-./.gpudoc}/runs/*/run.json(N-.:h:t))
+    local dir=${GPUDOC_HOME:-} d=$PWD
+    while [[ -z $dir ]]; do
+        [[ $d != $PWD && $d == $HOME ]] && break
+        [[ -d $d/.gpudoc/runs ]] && { dir=$d/.gpudoc; break }
+        [[ -e $d/.git || $d == / ]] && break
+        d=${d:h}
+    done
+    [[ -z $dir ]] && dir=$PWD/.gpudoc
+    ids=($dir/runs/*/run.json(N-.:h:t))
     _wanted runs expl 'run id' compadd -a - ids
 }
 
@@ -124,10 +133,25 @@ function __gpudoc_profiles
     end
 end
 
-# Run ids: directories of $GPUDOC_HOME/runs (default ./.gpudoc/runs) that hold a run.json.
+# Where the runs are: $GPUDOC_HOME, else the nearest .gpudoc/runs up to the project's root (a
+# directory with .git) and below $HOME, else ./.gpudoc (gpudoc.runs.store.RunStore.locate).
 function __gpudoc_runs
     set -l home $GPUDOC_HOME
-    test -n "$home"; or set home ./.gpudoc
+    set -l d $PWD
+    while test -z "$home"
+        if test "$d" != "$PWD"; and test "$d" = "$HOME"
+            break
+        end
+        if test -d $d/.gpudoc/runs
+            set home $d/.gpudoc
+            break
+        end
+        if test -e $d/.git; or test "$d" = /
+            break
+        end
+        set d (path dirname $d 2>/dev/null; or dirname $d)
+    end
+    test -n "$home"; or set home $PWD/.gpudoc
     for f in $home/runs/*/run.json
         test -f $f; and string replace -r '^.*/([^/]*)/run\.json$' '$1' -- $f
     end
