@@ -111,6 +111,28 @@ class RunsResult:
 
 
 @dataclass(frozen=True)
+class RunsDiffResult:
+    """`gpudoc runs diff A B`: what changed from run A to run B. Each change is (what, A's, B's)."""
+
+    command: ClassVar[str] = "runs diff"
+    a: str
+    b: str
+    knobs: tuple[tuple[str, Any, Any], ...]
+    env: tuple[tuple[str, Any, Any], ...]
+    edits: tuple[tuple[str, Any, Any], ...]  # file -> the changes each run's bindings wrote there
+    outcome: tuple[tuple[str, Any, Any], ...]  # status, cause, exit code, duration, peak
+    exit_code: int = ExitStatus.OK
+    status: str = "ok"
+
+    def json_body(self) -> dict[str, Any]:
+        def part(rows: tuple[tuple[str, Any, Any], ...]) -> dict[str, Any]:
+            return {what: {"a": old, "b": new} for what, old, new in rows}
+
+        return {"a": self.a, "b": self.b, "knobs": part(self.knobs), "env": part(self.env),
+                "edits": part(self.edits), "outcome": part(self.outcome)}
+
+
+@dataclass(frozen=True)
 class PruneResult:
     """`gpudoc runs prune`: the runs removed (or that would be, with --dry-run) and those kept."""
 

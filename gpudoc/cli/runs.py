@@ -14,6 +14,7 @@ class RunsCommand(Command):
 gpudoc runs
 gpudoc runs --json --last 5
 gpudoc runs prune --keep 200
+gpudoc runs diff 20250131-140509123-a1b2c3 20250131-151002456-d4e5f6
 """
 
     json = cli.Flag("--json", help="emit one JSON document with every record")
@@ -58,3 +59,20 @@ gpudoc runs prune --older-than 30 --dry-run
         if days is not None and not (math.isfinite(days) and 0 <= days <= 36500):
             raise UsageError(f"gpudoc runs prune: --older-than {days:g}: expected 0 to 36500 days")
         return prune(self.workspace, keep=self.keep, older_than_days=days, dry_run=self.dry_run, as_json=self.json)
+
+
+@RunsCommand.subcommand("diff")
+class RunsDiffCommand(Command):
+    """Show what changed between two runs: knobs, environment, file edits, outcome."""
+
+    EXAMPLES = """
+gpudoc runs diff 20250131-140509123-a1b2c3 20250131-151002456-d4e5f6
+gpudoc runs diff 20250131-1405 20250131-1510 --json
+"""
+
+    json = cli.Flag("--json", help="emit one JSON document")
+
+    def main(self, a: str, b: str) -> int:
+        from gpudoc.commands.runs import diff
+
+        return diff(self.workspace, a, b, as_json=self.json)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 from gpudoc.errors import UsageError
 from gpudoc.render.show import show
-from gpudoc.results import PruneResult, RunsResult
-from gpudoc.runs.record import live_status
+from gpudoc.results import PruneResult, RunsDiffResult, RunsResult
+from gpudoc.runs.record import RunRecord, live_status
 from gpudoc.workspace import Workspace
 
 
@@ -32,3 +33,32 @@ def prune(ws: Workspace, *, keep: int | None = None, older_than_days: float | No
     result = PruneResult(runs_dir=str(store.root), removed=tuple(removed), kept_live=tuple(plan.kept_live),
                          total=plan.total, dry_run=dry_run)
     return show(result, ws.console, as_json=as_json)
+
+
+def diff(ws: Workspace, a: str, b: str, *, as_json: bool = False) -> int:
+    """What changed from run ``a`` to run ``b``: knobs, environment, file edits, outcome."""
+    first, second = ws.store.load(a), ws.store.load(b)
+    result = RunsDiffResult(
+        a=first.id, b=second.id,
+        knobs=_changes(first.knobs, second.knobs),
+        env=_changes(first.env_set, second.env_set),
+        edits=_changes(_edits(first), _edits(second)),
+        outcome=_changes(_outcome(first), _outcome(second)),
+    )
+    return show(result, ws.console, as_json=as_json)
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[tuple[str, Any, Any], ...]:
+    return tuple((key, before.get(key), after.get(key)) for key in sorted(set(before) | set(after))
+                 if before.get(key) != after.get(key))
+
+
+def _edits(record: RunRecord) -> dict[str, Any]:
+    return {str(edit.get("path")): list(edit.get("changes") or ()) for edit in record.file_edits
+            if isinstance(edit, dict)}
+
+
+def _outcome(record: RunRecord) -> dict[str, Any]:
+    peak = record.peak_bytes
+    return {"status": live_status(record), "cause": record.cause, "exit_code": record.exit_code,
+            "duration_s": round(record.duration_s, 1) if record.duration_s is not None else None, "peak_bytes": peak}

@@ -24,6 +24,7 @@ from gpudoc.results import (
     ProfileShowResult,
     PruneResult,
     RunResult,
+    RunsDiffResult,
     RunsResult,
 )
 from gpudoc.units import format_bytes, format_duration
@@ -91,6 +92,30 @@ def _runs(result: RunsResult, console: Console) -> None:
         cells = [cell.ljust(w) for cell, w in zip(row, widths)]
         cells[3] = console.style(cells[3], _STATUS_COLOURS.get(row[3], "dim"))
         console.print("  ".join(cells) + "  " + row[-1])
+
+
+@text.register
+def _runs_diff(result: RunsDiffResult, console: Console) -> None:
+    console.print(console.style(f"{result.a} -> {result.b}", "bold"))
+    parts = (("knobs", result.knobs), ("environment", result.env), ("file edits", result.edits),
+             ("outcome", result.outcome))
+    if not any(rows for _, rows in parts):
+        console.print("  nothing changed: same knobs, environment, edits and outcome")
+    for title, rows in parts:
+        if rows:
+            console.print(f"  {title}:")
+            for what, old, new in rows:
+                console.print(f"    {printable(what)}: {_shown(what, old)} -> {_shown(what, new)}")
+
+
+def _shown(what: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if what == "peak_bytes" and isinstance(value, (int, float)):
+        return format_bytes(value)
+    if what == "duration_s" and isinstance(value, (int, float)):
+        return format_duration(value)
+    return printable(str(value))
 
 
 @text.register

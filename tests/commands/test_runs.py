@@ -66,3 +66,23 @@ def test_the_table_shows_peak_share_and_what_changed_since_the_run_before(isolat
     assert "PEAK" in lines[0] and "CHANGED" in lines[0]
     assert "100%" in lines[1] and lines[1].split()[6] == "-"  # nothing before it to compare with
     assert "87%" in lines[2] and "accum 2→4, mbs 8→4" in lines[2]
+
+
+def test_runs_diff_shows_what_changed_between_two_runs(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text("[train]\nmicro_batch_size = 8\ngradient_accumulation_steps = 2\n"
+                                                "[bind]\nenv = true\n")
+    assert gpudoc_cli("run", "--no-check", "--", "python", "-c", "print(1)", cwd=isolated_home).returncode == 0
+    (isolated_home / "gpudoc.toml").write_text("[train]\nmicro_batch_size = 4\ngradient_accumulation_steps = 4\n"
+                                                "[bind]\nenv = true\n")
+    assert gpudoc_cli("run", "--no-check", "--", "python", "-c", "raise SystemExit(2)", cwd=isolated_home).returncode == 2
+    first, second = (r["id"] for r in json.loads(gpudoc_cli("runs", "--json", cwd=isolated_home).stdout)["runs"])
+    text = gpudoc_cli("runs", "diff", first, second, cwd=isolated_home).stdout
+    assert "micro_batch_size: 8 -> 4" in text and "GPUDOC_MICRO_BATCH_SIZE: 8 -> 4" in text
+    assert "status: ok -> failed" in text and "exit_code: 0 -> 2" in text
+    doc = json.loads(gpudoc_cli("runs", "diff", first, second, "--json", cwd=isolated_home).stdout)
+    assert doc["knobs"]["gradient_accumulation_steps"] == {"a": 2, "b": 4}
+    assert doc["outcome"]["status"] == {"a": "ok", "b": "failed"}
+    same = gpudoc_cli("runs", "diff", first, first, cwd=isolated_home).stdout
+    assert "nothing changed" in same
+    missing = gpudoc_cli("runs", "diff", first, "nope", cwd=isolated_home)
+    assert missing.returncode == 2 and "no run 'nope'" in missing.stderr
