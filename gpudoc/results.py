@@ -111,6 +111,28 @@ class RunsResult:
 
 
 @dataclass(frozen=True)
+class RunShowResult:
+    """`gpudoc runs show RUN`: one run's record and its memory over time per GPU."""
+
+    command: ClassVar[str] = "runs show"
+    record: RunRecord
+    live_status: str
+    start: float | None  # the timeline's first and last sample (epoch seconds)
+    end: float | None
+    used: dict[int, list[int | None]]  # GPU index -> highest use per time bucket
+    total: dict[int, int]  # GPU index -> capacity
+    exit_code: int = ExitStatus.OK
+    status: str = "ok"
+
+    def json_body(self) -> dict[str, Any]:
+        doc = self.record.to_dict()
+        doc["status"] = self.live_status
+        return {"run": doc, "timeline": {"start": self.start, "end": self.end,
+                                         "gpus": {str(g): {"used_bytes": list(v), "total_bytes": self.total.get(g)}
+                                                  for g, v in sorted(self.used.items())}}}
+
+
+@dataclass(frozen=True)
 class RunsDiffResult:
     """`gpudoc runs diff A B`: what changed from run A to run B. Each change is (what, A's, B's)."""
 

@@ -15,6 +15,7 @@ gpudoc runs
 gpudoc runs --json --last 5
 gpudoc runs prune --keep 200
 gpudoc runs diff 20250131-140509123-a1b2c3 20250131-151002456-d4e5f6
+gpudoc runs show
 """
 
     json = cli.Flag("--json", help="emit one JSON document with every record")
@@ -76,3 +77,20 @@ gpudoc runs diff 20250131-1405 20250131-1510 --json
         from gpudoc.commands.runs import diff
 
         return diff(self.workspace, a, b, as_json=self.json)
+
+
+@RunsCommand.subcommand("show")
+class RunsShowCommand(Command):
+    """Show one run: command, knobs, environment, edits, diagnosis, and memory over time per GPU."""
+
+    EXAMPLES = """
+gpudoc runs show
+gpudoc runs show 20250131-140509123-a1b2c3 --json
+"""
+
+    json = cli.Flag("--json", help="emit one JSON document (the record and the timeline)")
+
+    def main(self, run_id: str = "") -> int:  # plumbum converts by the annotation: a str, "" for none
+        from gpudoc.commands.runs import show_run
+
+        return show_run(self.workspace, run_id or None, as_json=self.json)

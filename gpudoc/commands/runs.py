@@ -7,7 +7,7 @@ from typing import Any
 
 from gpudoc.errors import UsageError
 from gpudoc.render.show import show
-from gpudoc.results import PruneResult, RunsDiffResult, RunsResult
+from gpudoc.results import PruneResult, RunsDiffResult, RunShowResult, RunsResult
 from gpudoc.runs.record import RunRecord, live_status
 from gpudoc.workspace import Workspace
 
@@ -62,3 +62,21 @@ def _outcome(record: RunRecord) -> dict[str, Any]:
     peak = record.peak_bytes
     return {"status": live_status(record), "cause": record.cause, "exit_code": record.exit_code,
             "duration_s": round(record.duration_s, 1) if record.duration_s is not None else None, "peak_bytes": peak}
+
+
+def show_run(ws: Workspace, run_id: str | None, *, as_json: bool = False, width: int = 60) -> int:
+    """One run: its record (command, knobs, environment, edits, diagnosis, peaks) and its memory over time."""
+    from gpudoc.runs.samples import read_timeline
+
+    store = ws.store
+    if run_id is None:
+        latest = store.latest()
+        if latest is None:
+            raise UsageError(f"no runs in {store.root} (see `gpudoc runs`)")
+        record = latest
+    else:
+        record = store.load(run_id)
+    line = read_timeline(store.samples_path(record.id), width=width)
+    result = RunShowResult(record=record, live_status=live_status(record), start=line.start, end=line.end,
+                           used=line.used, total=line.total)
+    return show(result, ws.console, as_json=as_json)

@@ -25,6 +25,7 @@ from gpudoc.results import (
     PruneResult,
     RunResult,
     RunsDiffResult,
+    RunShowResult,
     RunsResult,
 )
 from gpudoc.units import format_bytes, format_duration
@@ -92,6 +93,40 @@ def _runs(result: RunsResult, console: Console) -> None:
         cells = [cell.ljust(w) for cell, w in zip(row, widths)]
         cells[3] = console.style(cells[3], _STATUS_COLOURS.get(row[3], "dim"))
         console.print("  ".join(cells) + "  " + row[-1])
+
+
+_SPARKS = "▁▂▃▄▅▆▇█"
+
+
+@text.register
+def _run_show(result: RunShowResult, console: Console) -> None:
+    record, say = result.record, console.print
+    say(console.style(f"run {record.id}", "bold") + f"  {result.live_status}"
+        + (f", {record.cause}" if record.cause else "") + f", {format_duration(record.duration_s)}")
+    say(f"  command: {printable(shlex.join(record.command))}")
+    say(f"  started: {_started(record.started_at)} in {printable(record.cwd)}")
+    if record.diagnosis is not None and record.diagnosis.summary:
+        say(f"  diagnosis: {printable(record.diagnosis.summary)}")
+    if record.knobs:
+        say("  knobs: " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.knobs.items())))
+    if record.env_set:
+        say("  environment gpudoc set: " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.env_set.items())))
+    for edit in record.file_edits:
+        if isinstance(edit, dict):
+            say(f"  edited {printable(str(edit.get('path')))}: {printable(', '.join(map(str, edit.get('changes') or ())))}")
+    if not result.used:
+        say("  memory over time: no samples (no GPU seen, or the run was too short)")
+        return
+    span = format_duration((result.end or 0) - (result.start or 0))
+    say(f"  memory over time, per GPU ({span}, each mark the highest use in its slice, full height = capacity):")
+    for gpu, used in sorted(result.used.items()):
+        total = result.total.get(gpu)
+        peak = max((u for u in used if u is not None), default=0)
+        scale = total or peak or 1
+        marks = "".join(" " if u is None else _SPARKS[min(int(u / scale * len(_SPARKS)), len(_SPARKS) - 1)]
+                        for u in used)
+        share = f" = {peak / total:.0%}" if total else ""
+        say(f"    GPU {gpu} {marks} peak {format_bytes(peak)}" + (f" of {format_bytes(total)}{share}" if total else ""))
 
 
 @text.register

@@ -86,3 +86,37 @@ def test_runs_diff_shows_what_changed_between_two_runs(isolated_home):
     assert "nothing changed" in same
     missing = gpudoc_cli("runs", "diff", first, "nope", cwd=isolated_home)
     assert missing.returncode == 2 and "no run 'nope'" in missing.stderr
+
+
+def test_runs_show_draws_memory_over_time_from_the_samples(isolated_home):
+    from gpudoc.facts.nvml import read_gpus
+    from gpudoc.launch.watch import GpuSampler, nvml_reader
+    from gpudoc.runs.store import RunStore
+    from tests.facts.fake_nvml import FakeNvml
+    from tests.launch.test_watch import DUAL_A5000
+
+    store = RunStore(isolated_home / ".gpudoc")
+    record = RunRecord(id="20260101-000000000-aaaaaa", command=["torchrun", "train.py"], cwd=str(isolated_home),
+                       status="ok", cause="ok", duration_s=120.0, profile={"knobs": {"micro_batch_size": 4}})
+    store.create(record)
+    backend = FakeNvml.from_snapshot(DUAL_A5000)  # a real capture: two A5000s
+    _, _, _, gpus, _ = read_gpus(backend)
+    clock = iter(float(t) for t in range(1000, 1120))
+    sampler = GpuSampler(store.samples_path(record.id), reader=nvml_reader(backend), clock=lambda: next(clock))
+    for _ in range(120):
+        sampler.sample()
+    sampler.close()
+    text = gpudoc_cli("runs", "show", record.id, cwd=isolated_home).stdout
+    assert "command: torchrun train.py" in text and "knobs: micro_batch_size=4" in text
+    charts = [line for line in text.splitlines() if line.strip().startswith("GPU ")]
+    assert len(charts) == 2
+    for gpu, chart in zip(gpus, charts):
+        share = gpu.memory_used_bytes / gpu.memory_total_bytes
+        assert f"= {share:.0%}" in chart
+        marks = chart.split()[2]
+        assert len(marks) == 60 and set(marks) <= set("▁▂▃▄▅▆▇█")  # every slice had a sample
+    doc = json.loads(gpudoc_cli("runs", "show", record.id, "--json", cwd=isolated_home).stdout)
+    timeline = doc["timeline"]["gpus"]
+    assert sorted(timeline) == ["0", "1"]
+    assert max(timeline["0"]["used_bytes"]) == gpus[0].memory_used_bytes
+    assert doc["timeline"]["end"] - doc["timeline"]["start"] == 119.0
