@@ -86,11 +86,17 @@ class RunsShowCommand(Command):
     EXAMPLES = """
 gpudoc runs show
 gpudoc runs show 20250131-140509123-a1b2c3 --json
+gpudoc runs show --plot memory.png
 """
 
     json = cli.Flag("--json", help="emit one JSON document (the record and the timeline)")
+    plot = cli.SwitchAttr("--plot", str, argname="FILE", default=None,
+                          help="also draw the chart into FILE (.png or .svg; needs gpudoc[plot])")
 
     def main(self, run_id: str = "") -> int:  # plumbum converts by the annotation: a str, "" for none
+        from pathlib import Path
+
         from gpudoc.commands.runs import show_run
 
-        return show_run(self.workspace, run_id or None, as_json=self.json)
+        plot = Path(self.workspace.cwd) / self.plot if self.plot is not None else None
+        return show_run(self.workspace, run_id or None, as_json=self.json, plot=plot)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Any
 
 from gpudoc.errors import UsageError
@@ -64,7 +65,8 @@ def _outcome(record: RunRecord) -> dict[str, Any]:
             "duration_s": round(record.duration_s, 1) if record.duration_s is not None else None, "peak_bytes": peak}
 
 
-def show_run(ws: Workspace, run_id: str | None, *, as_json: bool = False, width: int = 60) -> int:
+def show_run(ws: Workspace, run_id: str | None, *, as_json: bool = False, width: int = 60,
+             plot: Path | None = None) -> int:
     """One run: its record (command, knobs, environment, edits, diagnosis, peaks) and its memory over time."""
     from gpudoc.runs.samples import read_timeline
 
@@ -79,4 +81,15 @@ def show_run(ws: Workspace, run_id: str | None, *, as_json: bool = False, width:
     line = read_timeline(store.samples_path(record.id), width=width)
     result = RunShowResult(record=record, live_status=live_status(record), start=line.start, end=line.end,
                            used=line.used, total=line.total)
+    if plot is not None:
+        from gpudoc.render.plot import plot_timeline
+
+        fine = read_timeline(store.samples_path(record.id), width=PLOT_POINTS)
+        plot_timeline(RunShowResult(record=record, live_status=result.live_status, start=fine.start, end=fine.end,
+                                    used=fine.used, total=fine.total), plot)
+        if not as_json:
+            ws.console.error(f"gpudoc: wrote {plot}")
     return show(result, ws.console, as_json=as_json)
+
+
+PLOT_POINTS = 600  # an image has room for ten times the terminal's marks

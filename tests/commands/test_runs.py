@@ -88,6 +88,46 @@ def test_runs_diff_shows_what_changed_between_two_runs(isolated_home):
     assert missing.returncode == 2 and "no run 'nope'" in missing.stderr
 
 
+def _sampled_run(isolated_home, *, cause="ok"):
+    from gpudoc.launch.watch import GpuSampler, nvml_reader
+    from gpudoc.runs.store import RunStore
+    from tests.facts.fake_nvml import FakeNvml
+    from tests.launch.test_watch import DUAL_A5000
+
+    store = RunStore(isolated_home / ".gpudoc")
+    record = RunRecord(id="20260101-000000000-bbbbbb", command=["torchrun", "train.py"], cwd=str(isolated_home),
+                       status="failed" if cause != "ok" else "ok", cause=cause, duration_s=120.0)
+    store.create(record)
+    clock = iter(float(t) for t in range(1000, 1120))
+    sampler = GpuSampler(store.samples_path(record.id), reader=nvml_reader(FakeNvml.from_snapshot(DUAL_A5000)),
+                         clock=lambda: next(clock))
+    for _ in range(120):
+        sampler.sample()
+    sampler.close()
+    return record
+
+
+def test_runs_show_plots_a_png_and_an_svg(isolated_home):
+    import struct
+
+    record = _sampled_run(isolated_home, cause="gpu_oom")
+    done = gpudoc_cli("runs", "show", record.id, "--plot", "memory.png", cwd=isolated_home)
+    assert done.returncode == 0, done.stderr
+    png = (isolated_home / "memory.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (900, 450)
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(isolated_home / "memory.png"))
+    assert pixels.std() > 0.05  # lines, labels and a legend, not a blank canvas
+    assert gpudoc_cli("runs", "show", record.id, "--plot", "memory.svg", cwd=isolated_home).returncode == 0
+    svg = (isolated_home / "memory.svg").read_text()
+    assert "<svg" in svg and "out of memory" in svg and "GPU 1 capacity" in svg
+    wrong = gpudoc_cli("runs", "show", record.id, "--plot", "memory.jpg", cwd=isolated_home)
+    assert wrong.returncode == 2 and "must end in .png or .svg" in wrong.stderr
+
+
 def test_runs_show_draws_memory_over_time_from_the_samples(isolated_home):
     from gpudoc.facts.nvml import read_gpus
     from gpudoc.launch.watch import GpuSampler, nvml_reader
