@@ -106,3 +106,16 @@ def tmpfs(tmp_path):
     yield mount
     for path in mounted:
         subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.fixture
+def tmux_env(tmp_path_factory):
+    """A private tmux server (its own socket directory), killed afterwards."""
+    import shutil
+
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is not installed (.ci/run installs it)")
+    sock = tmp_path_factory.mktemp("tmux")
+    env = {"TMUX_TMPDIR": str(sock)}
+    yield env
+    subprocess.run(["tmux", "kill-server"], env={**os.environ, **env}, capture_output=True)

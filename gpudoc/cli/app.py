@@ -42,6 +42,7 @@ _SUBCOMMANDS = {
     "clean": "gpudoc.cli.clean.CleanCommand",
     "runs": "gpudoc.cli.runs.RunsCommand",
     "logs": "gpudoc.cli.logs.LogsCommand",
+    "watch": "gpudoc.cli.watch.WatchCommand",
     "profile": "gpudoc.cli.profile.ProfileCommand",
     "completions": "gpudoc.cli.completions.CompletionsCommand",
 }

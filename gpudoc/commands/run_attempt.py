@@ -121,6 +121,10 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
         keep(record)
         sampler.job_pids = lambda: list(state["pids"])
         thread.start()
+        if options.watch:
+            from gpudoc.commands.watch import watch_in_split
+
+            watch_in_split(run_id, ws)
 
     launcher: Launcher | None = None
 

@@ -26,6 +26,7 @@ SWITCHES: tuple[tuple[tuple[str, ...], str, str | None, str, str], ...] = (
     (("--allow-semantic",), "allow_semantic", None, "",
      "Let --retry-oom use rungs that change the experiment (shorter sequences, ...)"),
     (("--tmux",), "tmux", "str", "NAME", "Start this run in a new detached tmux session NAME and print how to attach"),
+    (("--watch",), "watch", None, "", "Inside tmux: follow the run in a split pane below (gpudoc watch)"),
     (("--dry-run",), "dry_run", None, "", "Show the command, environment and file edits; launch nothing"),
     (("--json",), "json", None, "", "With --dry-run: one JSON object; otherwise the final record as JSON on stderr"),
 )
@@ -50,6 +51,7 @@ class RunOptions:
     retry_oom: int = 0
     allow_semantic: bool = False
     tmux: str | None = None
+    watch: bool = False
     dry_run: bool = False
     json: bool = False
 
@@ -59,7 +61,8 @@ class RunOptions:
         if self.profile:
             args += ["-p", self.profile]
         for flag, on in (("--no-check", self.no_check), ("--force", self.force), ("--clean", self.clean),
-                         ("--yes", self.yes), ("--allow-semantic", self.allow_semantic), ("--json", self.json)):
+                         ("--yes", self.yes), ("--allow-semantic", self.allow_semantic), ("--json", self.json),
+                         ("--watch", self.watch)):
             if on:
                 args.append(flag)
         if self.retry_oom:

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pytest
 
 from tests.conftest import REPO, gpudoc_cli
 from tests.launch.helpers import last_record, run_dirs
@@ -120,16 +117,6 @@ def test_retry_oom_stops_at_n(isolated_home):
     done = gpudoc_cli("run", "--no-check", "--retry-oom", "1", "--", "python", str(JOBS / "fits.py"))
     assert done.returncode == 1
     assert len(run_dirs(isolated_home)) == 2
-
-
-@pytest.fixture
-def tmux_env(tmp_path_factory):
-    if shutil.which("tmux") is None:
-        pytest.fail("tmux is not installed (.ci/run installs it)")
-    sock = tmp_path_factory.mktemp("tmux")
-    env = {"TMUX_TMPDIR": str(sock)}
-    yield env
-    subprocess.run(["tmux", "kill-server"], env={**os.environ, **env}, capture_output=True)
 
 
 def test_tmux_starts_the_same_run_detached(isolated_home, tmux_env):

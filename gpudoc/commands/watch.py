@@ -1,0 +1,145 @@
+"""`gpudoc watch [RUN_ID]`: follow a running run from another pane, instead of `watch nvidia-smi`.
+
+Each frame is read from what the launcher already writes (the run record, the newest rows of
+``gpu.csv``, the end of ``output.log``): the job pays nothing for being watched. Per GPU: memory
+used of capacity with a short history, utilisation, and the peak so far against capacity and the
+profile's target; the job's processes and what they hold; the last line the job printed; the time
+since it started. When the run ends, the last frame is followed by the run's summary.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpudoc.errors import InputError
+from gpudoc.output import printable
+from gpudoc.profiles.model import DEFAULT_TARGET_UTILIZATION
+from gpudoc.runs.record import RUNNING, RunRecord, live_status, parse_iso
+from gpudoc.runs.store import read_tail
+from gpudoc.units import format_bytes, format_duration
+from gpudoc.workspace import Workspace
+
+HISTORY = 30  # samples of history per GPU in a frame
+_SAMPLES_TAIL = 64 * 1024  # the newest rows of gpu.csv: enough for HISTORY samples of 8 GPUs
+_SPARKS = "▁▂▃▄▅▆▇█"
+_CLEAR = "\x1b[H\x1b[2J"
+
+
+@dataclass
+class GpuNow:
+    used: list[int] = field(default_factory=list)  # oldest first, the last HISTORY samples
+    total: int | None = None
+    utilization: str = ""
+    job_bytes: int | None = None
+
+
+def watch(ws: Workspace, run_id: str | None = None, *, interval_s: float = 1.0, frames: int | None = None) -> int:
+    """Draw frames every ``interval_s`` until the run ends (or ``frames`` were drawn); 0 when it
+    ended well, 1 when it failed, as `gpudoc run` would have said."""
+    store, console = ws.store, ws.console
+    if run_id is None:
+        latest = store.latest()
+        if latest is None:
+            raise InputError(f"no runs in {store.root} (see `gpudoc runs`)")
+        run_id = latest.id
+    record = store.load(run_id)
+    clear = _CLEAR if _is_terminal(console.out) else ""
+    drawn = 0
+    while True:
+        record = store.load(record.id)
+        status = live_status(record)
+        console.out.write(clear + "\n".join(frame(record, status, store.samples_path(record.id),
+                                                   store.log_path(record.id))) + "\n")
+        console.out.flush()
+        drawn += 1
+        if status != RUNNING:
+            console.print(f"run {record.id} ended: {status}"
+                          + (f" ({record.diagnosis.summary})" if record.diagnosis and record.diagnosis.summary else ""))
+            return 0 if status == "ok" else 1
+        if frames is not None and drawn >= frames:
+            return 0
+        time.sleep(interval_s)
+
+
+def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]:
+    """One screenful, as lines."""
+    started = parse_iso(record.started_at)
+    elapsed = format_duration(time.time() - started) if started is not None and status == RUNNING else \
+        format_duration(record.duration_s)
+    lines = [f"gpudoc watch: run {record.id}  {status}  {elapsed}",
+             f"  {printable(' '.join(record.command))[:100]}"]
+    gpus = read_newest_samples(samples)
+    target = float(((record.profile or {}).get("ladder") or {}).get("target_utilization", DEFAULT_TARGET_UTILIZATION))
+    peaks = record.peak_memory_bytes or {}
+    if not gpus:
+        lines.append("  no GPU samples yet (none visible, or the first second has not passed)")
+    for index, now in sorted(gpus.items()):
+        used = now.used[-1] if now.used else 0
+        total = now.total or max(now.used or [1])
+        marks = "".join(_SPARKS[min(int(u / total * len(_SPARKS)), len(_SPARKS) - 1)] for u in now.used)
+        peak = max([*now.used, int(peaks.get(str(index), 0) or 0)])
+        lines.append(f"  GPU {index}  {format_bytes(used):>9} / {format_bytes(now.total):<9} {marks:<{HISTORY}}  "
+                     f"util {now.utilization or '-':>3}%  peak {peak / total:.0%} (target {target:.0%})"
+                     + ("  job " + format_bytes(now.job_bytes) if now.job_bytes else ""))
+    alive = [p for p in record.pids if isinstance(p, dict)]
+    if alive:
+        lines.append(f"  processes: {', '.join(str(p.get('pid')) for p in alive[:12])}"
+                     + (f" and {len(alive) - 12} more" if len(alive) > 12 else ""))
+    last = [ln for ln in read_tail(log, 16 * 1024).splitlines() if ln.strip()][-1:]
+    lines.append(f"  last line: {printable(last[0])[:120]}" if last else "  last line: (no output yet)")
+    return lines
+
+
+def read_newest_samples(path: Path) -> dict[int, GpuNow]:
+    """The newest HISTORY samples per GPU, from the end of gpu.csv only."""
+    text = read_tail(path, _SAMPLES_TAIL)
+    if not text:
+        return {}
+    header = "time,gpu_index,memory_used_bytes,memory_total_bytes,utilization_gpu_percent,job_memory_bytes\n"
+    if not text.startswith("time,"):
+        text = header + text
+    gpus: dict[int, GpuNow] = {}
+    for row in csv.DictReader(io.StringIO(text)):
+        try:
+            index, used = int(row["gpu_index"]), int(row["memory_used_bytes"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        now = gpus.setdefault(index, GpuNow())
+        now.used = [*now.used[-(HISTORY - 1):], used]
+        now.total = int(row["memory_total_bytes"]) if (row.get("memory_total_bytes") or "").isdigit() else now.total
+        now.utilization = row.get("utilization_gpu_percent") or ""
+        job = row.get("job_memory_bytes") or ""
+        now.job_bytes = int(job) if job.isdigit() else None
+    return gpus
+
+
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
+
+
+def watch_in_split(run_id: str, ws: Workspace) -> None:
+    """``--watch``: `gpudoc watch RUN` in a tmux split below this pane (inside tmux only)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from gpudoc.launch.options import safe_warn
+
+    tmux = shutil.which("tmux", path=ws.environ.get("PATH", os.defpath))
+    if not ws.environ.get("TMUX") or tmux is None:
+        safe_warn("--watch: not inside tmux; follow the run from another terminal with: gpudoc watch " + run_id)
+        return
+    try:
+        subprocess.run([tmux, "split-window", "-d", "-v", "-l", "12", "-c", str(ws.cwd), "--",
+                        sys.executable, "-m", "gpudoc", "watch", run_id],
+                       env=dict(ws.environ), capture_output=True, timeout=5, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        safe_warn(f"--watch: tmux could not split the window ({exc}); run: gpudoc watch {run_id}")

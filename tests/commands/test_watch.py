@@ -1,0 +1,74 @@
+"""`gpudoc watch` follows a run from what the launcher writes; `run --watch` opens it in a tmux split."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from gpudoc.commands.watch import watch
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RunStore
+from tests.conftest import REPO, captured_workspace
+
+
+def _running_run(home, *, status="running"):
+    from gpudoc.launch.watch import GpuSampler, nvml_reader
+    from tests.facts.fake_nvml import FakeNvml
+    from tests.launch.test_watch import DUAL_A5000
+
+    store = RunStore(home / ".gpudoc")
+    record = RunRecord(id="20260101-000000000-cccccc", command=["torchrun", "train.py"], cwd=str(home),
+                       status=status, launcher_pid=os.getpid(), started_at="2026-01-01T00:00:00+0000",
+                       pids=[{"pid": 4242, "create_time": 1.0}],
+                       profile={"ladder": {"target_utilization": 0.9}})
+    store.create(record)
+    (store.log_path(record.id)).write_text("step 1 loss 2.0\nstep 2 loss 1.9\n")
+    clock = iter(float(t) for t in range(1000, 1040))
+    sampler = GpuSampler(store.samples_path(record.id), reader=nvml_reader(FakeNvml.from_snapshot(DUAL_A5000)),
+                         clock=lambda: next(clock))
+    for _ in range(40):
+        sampler.sample()
+    sampler.close()
+    return store, record
+
+
+def test_a_frame_shows_each_gpu_the_peak_against_target_the_processes_and_the_last_line(tmp_path):
+    store, record = _running_run(tmp_path)
+    ws = captured_workspace(tmp_path, environ={"GPUDOC_HOME": str(store.home)})
+    assert watch(ws, record.id, frames=1) == 0
+    out = ws.console.out.getvalue()
+    assert f"gpudoc watch: run {record.id}  running" in out
+    gpu_lines = [line for line in out.splitlines() if line.strip().startswith("GPU ")]
+    assert len(gpu_lines) == 2
+    assert all("(target 90%)" in line and "util" in line for line in gpu_lines)
+    assert "91%" in gpu_lines[0]  # 21.9 of 24.0 GiB, the real capture's first A5000
+    assert "processes: 4242" in out and "last line: step 2 loss 1.9" in out
+    assert "\x1b[2J" not in out  # not a terminal: no screen clearing in a pipe
+
+
+def test_an_ended_run_gets_its_last_frame_and_the_summary(tmp_path):
+    store, record = _running_run(tmp_path, status="failed")
+    ws = captured_workspace(tmp_path, environ={"GPUDOC_HOME": str(store.home)})
+    assert watch(ws, record.id) == 1
+    assert f"run {record.id} ended: failed" in ws.console.out.getvalue()
+
+
+def test_run_watch_inside_tmux_opens_the_follower_in_a_split(isolated_home, tmux_env):
+    env = {**os.environ, **tmux_env, "PYTHONPATH": str(REPO)}
+    inner = f"{sys.executable} -m gpudoc run --watch --no-check -- {sys.executable} -c 'import time; time.sleep(6)'"
+    subprocess.run(["tmux", "new-session", "-d", "-s", "work", "-x", "160", "-y", "50", "-c", str(isolated_home),
+                    inner], env=env, check=True)
+    panes, deadline = [], time.monotonic() + 20
+    while len(panes) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        panes = subprocess.run(["tmux", "list-panes", "-t", "=work:", "-F", "#{pane_id}"], env=env,
+                               capture_output=True, text=True).stdout.split()
+    assert len(panes) == 2, panes
+    screen, deadline = "", time.monotonic() + 10
+    while "gpudoc watch: run" not in screen and time.monotonic() < deadline:
+        time.sleep(0.2)
+        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", panes[1]], env=env, capture_output=True,
+                                text=True).stdout
+    assert "gpudoc watch: run" in screen and "running" in screen, screen
