@@ -340,6 +340,7 @@ complete -c gpudoc -n '__gpudoc_at \'runs\'' -a diff -d 'Show what changed betwe
 complete -c gpudoc -n '__gpudoc_at \'runs\'' -a show -d 'Show one run: command, knobs, environment, edits, diagnosis, and memory over time per GPU'
 complete -c gpudoc -n '__gpudoc_at \'runs\'' -l json -d 'emit one JSON document with every record'
 complete -c gpudoc -n '__gpudoc_at \'runs\'' -l last -x -d 'only the N most recent runs'
+complete -c gpudoc -n '__gpudoc_at \'runs\'' -l all -d 'every project\'s runs (those gpudoc has run in), one table each'
 complete -c gpudoc -n '__gpudoc_at \'runs\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
 complete -c gpudoc -n '__gpudoc_at \'runs\'' -s h -l help -d 'Prints this help message and quits'
 complete -c gpudoc -n '__gpudoc_at \'runs\'' -s v -l version -d 'Prints the program\'s version and quits'

@@ -111,6 +111,19 @@ class RunsResult:
 
 
 @dataclass(frozen=True)
+class AllRunsResult:
+    """`gpudoc runs --all`: every project's runs, from the per-user index."""
+
+    command: ClassVar[str] = "runs"
+    tables: tuple[RunsResult, ...]
+    exit_code: int = ExitStatus.OK
+    status: str = "ok"
+
+    def json_body(self) -> dict[str, Any]:
+        return {"projects": [table.json_body() for table in self.tables]}
+
+
+@dataclass(frozen=True)
 class RunShowResult:
     """`gpudoc runs show RUN`: one run's record and its memory over time per GPU."""
 

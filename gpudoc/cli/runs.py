@@ -20,6 +20,7 @@ gpudoc runs show
 
     json = cli.Flag("--json", help="emit one JSON document with every record")
     last = cli.SwitchAttr("--last", cli.Range(1, 100000), argname="N", default=None, help="only the N most recent runs")
+    every = cli.Flag("--all", help="every project's runs (those gpudoc has run in), one table each")
 
     def main(self, *args: str) -> int:
         from gpudoc.errors import UsageError
@@ -28,8 +29,10 @@ gpudoc runs show
             return 0  # `gpudoc runs prune`: the subcommand does the work
         if args:
             raise UsageError(f"gpudoc runs: unexpected argument '{args[0]}' (see `gpudoc logs RUN_ID`)")
-        from gpudoc.commands.runs import runs
+        from gpudoc.commands.runs import all_runs, runs
 
+        if self.every:
+            return all_runs(self.workspace, as_json=self.json, limit=self.last)
         return runs(self.workspace, as_json=self.json, limit=self.last)
 
 

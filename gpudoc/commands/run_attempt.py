@@ -96,6 +96,9 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     # An unwritable or full runs directory refuses the launch, before it; once the job runs, a
     # record that cannot be saved is said once and never stops the job.
     refusing(lambda: store.create(record, shared=shared))
+    from gpudoc.runs.index import register
+
+    register(store.root, ws.environ)  # for `gpudoc runs --all`
     unsaved: list[str] = []
 
     def keep(rec: RunRecord) -> None:

@@ -8,9 +8,24 @@ from typing import Any
 
 from gpudoc.errors import UsageError
 from gpudoc.render.show import show
-from gpudoc.results import PruneResult, RunsDiffResult, RunShowResult, RunsResult
+from gpudoc.results import AllRunsResult, PruneResult, RunsDiffResult, RunShowResult, RunsResult
 from gpudoc.runs.record import RunRecord, live_status
 from gpudoc.workspace import Workspace
+
+
+def all_runs(ws: Workspace, *, as_json: bool = False, limit: int | None = None) -> int:
+    """Every project's runs (the per-user index), one table per project."""
+    from gpudoc.runs.index import projects
+    from gpudoc.runs.store import RunStore
+
+    hostname = socket.gethostname()
+    tables = []
+    for root in projects(ws.environ):
+        store = RunStore(root.parent)
+        records = tuple(store.records(newest=limit or None))
+        tables.append(RunsResult(runs_dir=str(root), records=records,
+                                 live_status=tuple(live_status(r, hostname=hostname) for r in records)))
+    return show(AllRunsResult(tables=tuple(tables)), ws.console, as_json=as_json)
 
 
 def runs(ws: Workspace, *, as_json: bool = False, limit: int | None = None) -> int:

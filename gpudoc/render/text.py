@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoc.output import Console, printable
 from gpudoc.results import (
+    AllRunsResult,
     CatalogueResult,
     CheckResult,
     CleanPlan,
@@ -151,6 +152,17 @@ def _shown(what: str, value: Any) -> str:
     if what == "duration_s" and isinstance(value, (int, float)):
         return format_duration(value)
     return printable(str(value))
+
+
+@text.register
+def _all_runs(result: AllRunsResult, console: Console) -> None:
+    if not result.tables:
+        console.print("No project has run records yet (`gpudoc run` adds its project to the list).")
+    for number, table in enumerate(result.tables):
+        if number:
+            console.print("")
+        console.print(console.style(f"== {table.runs_dir}", "bold"))
+        _runs(table, console)
 
 
 @text.register

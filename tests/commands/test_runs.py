@@ -160,3 +160,25 @@ def test_runs_show_draws_memory_over_time_from_the_samples(isolated_home):
     assert sorted(timeline) == ["0", "1"]
     assert max(timeline["0"]["used_bytes"]) == gpus[0].memory_used_bytes
     assert doc["timeline"]["end"] - doc["timeline"]["start"] == 119.0
+
+
+def test_runs_all_lists_every_project_gpudoc_ran_in(isolated_home, tmp_path):
+    state = tmp_path / "state"
+    env = {"XDG_STATE_HOME": str(state)}
+    first, second, elsewhere = (isolated_home / name for name in ("alpha", "beta", "elsewhere"))
+    for folder in (first, second, elsewhere):
+        folder.mkdir()
+    for folder, code in ((first, "print('a')"), (second, "print('b')"), (first, "print('c')")):
+        assert gpudoc_cli("run", "--no-check", "--", "python", "-c", code, cwd=folder, env=env).returncode == 0
+    assert (state / "gpudoc" / "projects").read_text().splitlines() == [
+        str(first / ".gpudoc" / "runs"), str(second / ".gpudoc" / "runs")]  # each project once
+    text = gpudoc_cli("runs", "--all", cwd=elsewhere, env=env).stdout
+    assert f"== {first / '.gpudoc' / 'runs'}" in text and f"== {second / '.gpudoc' / 'runs'}" in text
+    assert text.count("python -c") == 3
+    doc = json.loads(gpudoc_cli("runs", "--all", "--json", cwd=elsewhere, env=env).stdout)
+    assert [len(project["runs"]) for project in doc["projects"]] == [2, 1]
+    import shutil
+
+    shutil.rmtree(second / ".gpudoc")  # a project gone: dropped from the list, never an error
+    doc = json.loads(gpudoc_cli("runs", "--all", "--json", cwd=elsewhere, env=env).stdout)
+    assert [project["runs_dir"] for project in doc["projects"]] == [str(first / ".gpudoc" / "runs")]
