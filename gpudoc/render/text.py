@@ -105,13 +105,15 @@ def _run_show(result: RunShowResult, console: Console) -> None:
     say(console.style(f"run {record.id}", "bold") + f"  {result.live_status}"
         + (f", {record.cause}" if record.cause else "") + f", {format_duration(record.duration_s)}")
     say(f"  command: {printable(shlex.join(record.command))}")
+    if record.argv and list(record.argv) != list(record.command):
+        say(f"  launched as: {printable(shlex.join(record.argv))}  (the knobs bound in its arguments)")
     say(f"  started: {_started(record.started_at)} in {printable(record.cwd)}")
     if record.diagnosis is not None and record.diagnosis.summary:
         say(f"  diagnosis: {printable(record.diagnosis.summary)}")
     if record.knobs:
         say("  knobs: " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.knobs.items())))
     if record.env_set:
-        say("  environment gpudoc set: " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.env_set.items())))
+        say("  environment gpudoc set (knobs bound as GPUDOC_*, the allocator): " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.env_set.items())))
     for edit in record.file_edits:
         if isinstance(edit, dict):
             say(f"  edited {printable(str(edit.get('path')))}: {printable(', '.join(map(str, edit.get('changes') or ())))}")

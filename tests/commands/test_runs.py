@@ -6,7 +6,7 @@ import json
 
 from gpudoc.runs.record import live_status
 from gpudoc.runs.store import RunRecord
-from tests.conftest import gpudoc_cli
+from tests.conftest import VENV_BIN, gpudoc_cli
 
 
 def test_table_and_json(isolated_home):
@@ -182,3 +182,33 @@ def test_runs_all_lists_every_project_gpudoc_ran_in(isolated_home, tmp_path):
     shutil.rmtree(second / ".gpudoc")  # a project gone: dropped from the list, never an error
     doc = json.loads(gpudoc_cli("runs", "--all", "--json", cwd=elsewhere, env=env).stdout)
     assert [project["runs_dir"] for project in doc["projects"]] == [str(first / ".gpudoc" / "runs")]
+
+
+def test_runs_show_in_a_real_tmux_pane_shows_the_chart_and_where_knobs_went(isolated_home, tmux_env):
+    import os
+    import subprocess
+    import time
+
+    (isolated_home / "gpudoc.toml").write_text('[train]\nmicro_batch_size = 4\n[bind]\nargs = "hf-trainer"\n')
+    assert gpudoc_cli("run", "--no-check", "--", "python", "-c", "print(1)", "--per_device_train_batch_size", "8",
+                      cwd=isolated_home).returncode == 0
+    record = _sampled_run(isolated_home)
+    env = {**os.environ, **tmux_env}
+    subprocess.run(["tmux", "new-session", "-d", "-s", "show", "-x", "150", "-y", "40", "-c", str(isolated_home)],
+                   env=env, check=True)
+    gpudoc = os.path.join(VENV_BIN, "gpudoc")  # a login shell in the pane resets PATH
+    for command in (f"{gpudoc} runs show {record.id}", f"{gpudoc} runs show"):
+        subprocess.run(["tmux", "send-keys", "-t", "=show:", "clear; " + command, "Enter"], env=env, check=True)
+        screen, deadline = "", time.monotonic() + 20
+        while "run " not in screen and time.monotonic() < deadline:
+            time.sleep(0.2)
+            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", "=show:"], env=env, capture_output=True,
+                                    text=True).stdout
+        time.sleep(0.5)
+        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", "=show:"], env=env, capture_output=True,
+                                text=True).stdout
+        if record.id in command:
+            assert "GPU 0 ████" in screen and "= 91%" in screen, screen
+        else:
+            # The latest run is the bound one: its arguments carry the profile's knob.
+            assert "launched as:" in screen and "--per_device_train_batch_size 4" in screen, screen
