@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpudoc.errors import InputError
+from gpudoc.launch.watch import PROCESSES
 from gpudoc.output import printable
 from gpudoc.profiles.model import DEFAULT_TARGET_UTILIZATION
 from gpudoc.runs.record import RUNNING, RunRecord, live_status, parse_iso
@@ -87,9 +89,11 @@ def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]
                      f"util {now.utilization or '-':>3}%  peak {peak / total:.0%} (target {target:.0%})"
                      + ("  job " + format_bytes(now.job_bytes) if now.job_bytes else ""))
     alive = [p for p in record.pids if isinstance(p, dict)]
+    held = _held(Path(samples).with_name(PROCESSES))
     if alive:
-        lines.append(f"  processes: {', '.join(str(p.get('pid')) for p in alive[:12])}"
-                     + (f" and {len(alive) - 12} more" if len(alive) > 12 else ""))
+        shown = [f"{p.get('pid')}" + (f" ({format_bytes(held[str(p.get('pid'))])})" if str(p.get("pid")) in held
+                                      else "") for p in alive[:12]]
+        lines.append(f"  processes: {', '.join(shown)}" + (f" and {len(alive) - 12} more" if len(alive) > 12 else ""))
     last = [ln for ln in read_tail(log, 16 * 1024).splitlines() if ln.strip()][-1:]
     lines.append(f"  last line: {printable(last[0])[:120]}" if last else "  last line: (no output yet)")
     return lines
@@ -116,6 +120,15 @@ def read_newest_samples(path: Path) -> dict[int, GpuNow]:
         job = row.get("job_memory_bytes") or ""
         now.job_bytes = int(job) if job.isdigit() else None
     return gpus
+
+
+def _held(path: Path) -> dict[str, int]:
+    """What each of the job's processes holds on the GPUs, as the launcher's sampler last saw it."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): int(v) for k, v in doc.items() if isinstance(v, int)} if isinstance(doc, dict) else {}
 
 
 def _is_terminal(stream: object) -> bool:

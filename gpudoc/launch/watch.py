@@ -12,6 +12,7 @@ samples come back. A ``gpu.csv`` that cannot be written (a full disk) stops the 
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TextIO
 if TYPE_CHECKING:
     from gpudoc.facts.model import Gpu
 
+PROCESSES = "processes.json"
 HEADER = ("time,gpu_index,memory_used_bytes,memory_total_bytes,utilization_gpu_percent,"
           "job_memory_bytes\n")
 
@@ -116,6 +118,7 @@ class GpuSampler:
         pids = set(self.job_pids()) if self.job_pids is not None else set()
         now = self.clock()
         rows = []
+        held: dict[int, int] = {}  # the job's processes -> what they hold now, over every GPU
         with self._lock:
             if self.disabled:
                 return False
@@ -127,6 +130,9 @@ class GpuSampler:
                 job = None
                 if gpu.processes is not None and pids:
                     job = sum(p.used_memory_bytes or 0 for p in gpu.processes if p.pid in pids)
+                    for proc in gpu.processes:
+                        if proc.pid in pids:
+                            held[proc.pid] = held.get(proc.pid, 0) + (proc.used_memory_bytes or 0)
                 if used is not None:
                     self.peaks[key] = max(self.peaks.get(key, 0), int(used))
                 if not any(g["index"] == gpu.index for g in self.gpus):
@@ -137,7 +143,24 @@ class GpuSampler:
                     gpu.utilization_gpu_percent, job)) + "\n")
             self.samples += 1
             self._write(rows)
+            if pids:
+                self._write_held(held)
         return True
+
+    def _write_held(self, held: dict[int, int]) -> None:
+        """``processes.json`` beside gpu.csv: what each of the job's processes holds now (for
+        `gpudoc watch`). Replaced every sample, without an fsync: only the newest one matters."""
+        if self.path is None or self._write_failed:
+            return
+        target = self.path.with_name(PROCESSES)
+        tmp = target.with_name(f".{PROCESSES}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, self.mode)
+            with open(fd, "w", encoding="utf-8") as handle:
+                json.dump({str(pid): size for pid, size in sorted(held.items())}, handle)
+            os.replace(tmp, target)
+        except OSError:
+            pass  # the csv's own failure says the disk is full; the follower shows PIDs alone
 
     def _say(self, message: str) -> None:
         if self.warn is not None:

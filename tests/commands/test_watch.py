@@ -10,24 +10,28 @@ import time
 from gpudoc.commands.watch import watch
 from gpudoc.runs.record import RunRecord
 from gpudoc.runs.store import RunStore
+from gpudoc.units import format_bytes
 from tests.conftest import REPO, captured_workspace
 
 
 def _running_run(home, *, status="running"):
+    from gpudoc.facts.nvml import read_gpus
     from gpudoc.launch.watch import GpuSampler, nvml_reader
     from tests.facts.fake_nvml import FakeNvml
     from tests.launch.test_watch import DUAL_A5000
 
+    backend = FakeNvml.from_snapshot(DUAL_A5000)
+    holder = next(p for g in read_gpus(backend)[3] for p in (g.processes or ()))  # the capture's own process
     store = RunStore(home / ".gpudoc")
     record = RunRecord(id="20260101-000000000-cccccc", command=["torchrun", "train.py"], cwd=str(home),
                        status=status, launcher_pid=os.getpid(), started_at="2026-01-01T00:00:00+0000",
-                       pids=[{"pid": 4242, "create_time": 1.0}],
+                       pids=[{"pid": holder.pid, "create_time": 1.0}, {"pid": 4242, "create_time": 1.0}],
                        profile={"ladder": {"target_utilization": 0.9}})
     store.create(record)
     (store.log_path(record.id)).write_text("step 1 loss 2.0\nstep 2 loss 1.9\n")
     clock = iter(float(t) for t in range(1000, 1040))
-    sampler = GpuSampler(store.samples_path(record.id), reader=nvml_reader(FakeNvml.from_snapshot(DUAL_A5000)),
-                         clock=lambda: next(clock))
+    sampler = GpuSampler(store.samples_path(record.id), reader=nvml_reader(backend), clock=lambda: next(clock),
+                         job_pids=lambda: [holder.pid, 4242])
     for _ in range(40):
         sampler.sample()
     sampler.close()
@@ -35,6 +39,10 @@ def _running_run(home, *, status="running"):
 
 
 def test_a_frame_shows_each_gpu_the_peak_against_target_the_processes_and_the_last_line(tmp_path):
+    from gpudoc.facts.nvml import read_gpus
+    from tests.facts.fake_nvml import FakeNvml
+    from tests.launch.test_watch import DUAL_A5000
+
     store, record = _running_run(tmp_path)
     ws = captured_workspace(tmp_path, environ={"GPUDOC_HOME": str(store.home)})
     assert watch(ws, record.id, frames=1) == 0
@@ -44,8 +52,17 @@ def test_a_frame_shows_each_gpu_the_peak_against_target_the_processes_and_the_la
     assert len(gpu_lines) == 2
     assert all("(target 90%)" in line and "util" in line for line in gpu_lines)
     assert "91%" in gpu_lines[0]  # 21.9 of 24.0 GiB, the real capture's first A5000
-    assert "processes: 4242" in out and "last line: step 2 loss 1.9" in out
+    # What each of the job's processes holds, summed over the GPUs (the capture's one process holds
+    # memory on both A5000s); a process NVML does not list is named without a size.
+    held = sum(p.used_memory_bytes or 0 for g in read_gpus(FakeNvml.from_snapshot(DUAL_A5000))[3]
+               for p in (g.processes or ()) if p.pid == holder_pid(store, record))
+    assert f"processes: {holder_pid(store, record)} ({format_bytes(held)}), 4242" in out
+    assert "last line: step 2 loss 1.9" in out
     assert "\x1b[2J" not in out  # not a terminal: no screen clearing in a pipe
+
+
+def holder_pid(store, record):
+    return int(store.load(record.id).pids[0]["pid"])
 
 
 def test_an_ended_run_gets_its_last_frame_and_the_summary(tmp_path):
