@@ -88,12 +88,12 @@ def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]
         lines.append(f"  GPU {index}  {format_bytes(used):>9} / {format_bytes(now.total):<9} {marks:<{HISTORY}}  "
                      f"util {now.utilization or '-':>3}%  peak {peak / total:.0%} (target {target:.0%})"
                      + ("  job " + format_bytes(now.job_bytes) if now.job_bytes else ""))
-    alive = [p for p in record.pids if isinstance(p, dict)]
+    seen = [p for p in record.pids if isinstance(p, dict)]  # every process the launcher has seen in the job
     held = _held(Path(samples).with_name(PROCESSES))
-    if alive:
+    if seen:
         shown = [f"{p.get('pid')}" + (f" ({format_bytes(held[str(p.get('pid'))])})" if str(p.get("pid")) in held
-                                      else "") for p in alive[:12]]
-        lines.append(f"  processes: {', '.join(shown)}" + (f" and {len(alive) - 12} more" if len(alive) > 12 else ""))
+                                      else "") for p in seen[:12]]
+        lines.append(f"  processes: {', '.join(shown)}" + (f" and {len(seen) - 12} more" if len(seen) > 12 else ""))
     last = [ln for ln in read_tail(log, 16 * 1024).splitlines() if ln.strip()][-1:]
     lines.append(f"  last line: {printable(last[0])[:120]}" if last else "  last line: (no output yet)")
     return lines
