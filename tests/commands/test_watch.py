@@ -89,3 +89,30 @@ def test_run_watch_inside_tmux_opens_the_follower_in_a_split(isolated_home, tmux
         screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", panes[1]], env=env, capture_output=True,
                                 text=True).stdout
     assert "gpudoc watch: run" in screen and "running" in screen, screen
+
+
+def test_watch_in_a_real_tmux_pane_follows_fake_nvml_samples_and_ends_with_the_run(isolated_home, tmux_env):
+    from tests.conftest import VENV_BIN
+
+    store, record = _running_run(isolated_home)
+    env = {**os.environ, **tmux_env}
+    command = f"{os.path.join(VENV_BIN, 'gpudoc')} watch {record.id}; sleep 30"
+    subprocess.run(["tmux", "new-session", "-d", "-s", "follow", "-x", "160", "-y", "30", "-c", str(isolated_home),
+                    command], env=env, check=True)
+
+    def screen() -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", "=follow:"], env=env, capture_output=True,
+                              text=True).stdout
+
+    shown, deadline = "", time.monotonic() + 20
+    while "(target 90%)" not in shown and time.monotonic() < deadline:
+        time.sleep(0.2)
+        shown = screen()
+    assert shown.count("(target 90%)") == 2 and "▆" in shown, shown  # a frame of the real capture's two GPUs
+    record.status, record.cause = "ok", "ok"
+    store.save(record)  # the run ends: the follower says so and stops
+    deadline = time.monotonic() + 10
+    while f"run {record.id} ended: ok" not in shown and time.monotonic() < deadline:
+        time.sleep(0.2)
+        shown = screen()
+    assert f"run {record.id} ended: ok" in shown, shown
