@@ -87,10 +87,18 @@ def test_halve_micro_batch_keeps_global_batch_exact():
     assert "exact at 512" in s.why and "1 × 128 × 4 GPUs" in s.why
 
 
-def test_halve_micro_batch_states_the_drift_when_not_divisible():
+def test_halve_micro_batch_keeps_the_global_batch_exact_when_a_smaller_micro_can():
+    # 45 × 5 = 225: 22 cannot split it, 15 × 15 can (and 22 × 10 = 220 would change the experiment).
     s = by_rung(run({"micro_batch_size": 45, "gradient_accumulation_steps": 5}))["halve-micro-batch"]
-    assert s.changes == {"micro_batch_size": [45, 22], "gradient_accumulation_steps": [5, 10]}
-    assert "225 → 220" in s.why and "-2.2%" in s.why
+    assert s.changes == {"micro_batch_size": [45, 15], "gradient_accumulation_steps": [5, 15]}
+    assert "exact at 225" in s.why
+
+
+def test_halve_micro_batch_states_the_drift_when_not_divisible():
+    # 47 × 3 = 141 = 3 × 47: no micro batch from 12 to 23 splits it.
+    s = by_rung(run({"micro_batch_size": 47, "gradient_accumulation_steps": 3}))["halve-micro-batch"]
+    assert s.changes == {"micro_batch_size": [47, 23], "gradient_accumulation_steps": [3, 6]}
+    assert "141 → 138" in s.why and "-2.1%" in s.why
 
 
 def test_halve_micro_batch_prefers_an_exact_split_close_to_half():
@@ -103,6 +111,7 @@ def test_halve_micro_batch_prefers_an_exact_split_close_to_half():
 def test_split_global_batch_exact_and_nearest():
     assert split_global_batch(8, 8, 4, 4) == (4, 16, 256)
     assert split_global_batch(45, 5, 1, 22) == (22, 10, 220)
+    assert split_global_batch(45, 5, 1, 22, window_low=11) == (15, 15, 225)
     assert split_global_batch(3, 1, 1, 1) == (1, 3, 3)
 
 
