@@ -22,7 +22,7 @@ import os
 import signal
 import time
 
-from gpudoc.procs.identity import ProcessRef, start_time
+from gpudoc.procs.identity import ProcessRef, environ_value, proc_stat, start_time
 
 STAND_DOWN = b"."
 # A job re-spawning workers while it is being ended: look again this many times.
@@ -142,7 +142,6 @@ def job_members(pgid: int, run_marker: str | None, since: float) -> list[Process
     """This uid's processes started since ``since`` in group/session ``pgid`` or marked with the run."""
     uid = os.getuid()
     me = os.getpid()
-    marker = f"GPUDOC_RUN_ID={run_marker}".encode() if run_marker else None
     members: list[ProcessRef] = []
     for name in _proc_entries():
         pid = int(name)
@@ -151,15 +150,16 @@ def job_members(pgid: int, run_marker: str | None, since: float) -> list[Process
         try:
             if os.stat(f"/proc/{pid}").st_uid != uid:
                 continue
-            group, session, state = _group_session_state(pid)
-        except (OSError, ValueError):
+        except OSError:
             continue  # gone meanwhile
-        if state == "Z":
+        fields = proc_stat(pid)  # state, ppid, pgrp, session, ...
+        if fields is None or len(fields) < 4 or fields[0] in ("Z", "X"):
             continue
         created = start_time(pid)
         if created is None or created < since:
             continue
-        if pgid in (group, session) or (marker is not None and _carries(pid, marker)):
+        in_job = str(pgid) in (fields[2], fields[3])
+        if in_job or (run_marker and environ_value(pid, "GPUDOC_RUN_ID") == run_marker):
             members.append(ProcessRef(pid, created))
     return members
 
@@ -169,19 +169,3 @@ def _proc_entries() -> list[str]:
         return [name for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
         return []
-
-
-def _group_session_state(pid: int) -> tuple[int, int, str]:
-    with open(f"/proc/{pid}/stat", "rb") as handle:
-        stat = handle.read()
-    # The command name is in parentheses and may hold anything: split after the last ')'.
-    fields = stat[stat.rindex(b")") + 2:].split()
-    return int(fields[2]), int(fields[3]), fields[0].decode()
-
-
-def _carries(pid: int, marker: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            return marker in handle.read().split(b"\0")
-    except OSError:
-        return False

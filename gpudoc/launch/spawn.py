@@ -95,7 +95,6 @@ class Launcher:
             self._seen.setdefault(p.pid, p)
         return procs
 
-
     def run(self) -> Outcome:
         reaper.become_subreaper()
         self._exclude = reaper.current_children()
