@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from gpudoc.commands.run_options import RunOptions
-from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.diagnose.diagnosis import MEMORY_CAUSES, Diagnosis
 from gpudoc.errors import GpudocError, LaunchError
 from gpudoc.output import Console
 from gpudoc.runs.record import RunRecord, now_iso
@@ -242,7 +242,7 @@ def _read_rank_logs(record: RunRecord, job: Any, cwd: Path, started: float) -> N
     files = rank_logs(log_dir, since=started) if log_dir is not None else {}
     record.rank_logs = {str(rank): [str(path) for path in paths] for rank, paths in files.items()}
     diagnosis = record.diagnosis
-    if not files or record.status == "ok" or (diagnosis is not None and diagnosis.cause in _MEMORY
+    if not files or record.status == "ok" or (diagnosis is not None and diagnosis.cause in MEMORY_CAUSES
                                                 and not diagnosis.inferred):
         return
     from gpudoc.diagnose.text import diagnose_many, diagnose_text
@@ -250,7 +250,7 @@ def _read_rank_logs(record: RunRecord, job: Any, cwd: Path, started: float) -> N
     texts = {rank: "".join(read_tail(path) for path in paths) for rank, paths in files.items()}
     found = diagnose_many([(str(rank), text, None) for rank, text in texts.items()])
     if found.cause in (None, "ok") or (diagnosis is not None and diagnosis.cause not in ("ok", "error", "signal")
-                                       and found.cause not in _MEMORY):
+                                       and found.cause not in MEMORY_CAUSES):
         return
     rank = int(found.node) if found.node and found.node.isdigit() else None
     if rank is None:
@@ -262,8 +262,6 @@ def _read_rank_logs(record: RunRecord, job: Any, cwd: Path, started: float) -> N
                                summary=f"{own.summary.rstrip('.')} (torchrun's log of that rank: {where}).")
     record.cause = own.cause
 
-
-_MEMORY = ("gpu_oom", "host_oom", "shm")
 
 
 def _note_ranks(record: RunRecord, procs: Iterable[Any]) -> bool:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 CAUSES = ("gpu_oom", "host_oom", "shm", "nccl_timeout", "signal", "error", "ok")
+# Running out of memory of some kind, named by its own message: the strongest evidence there is.
+MEMORY_CAUSES = frozenset({"gpu_oom", "host_oom", "shm"})
 BACKENDS = ("cuda", "hip", "mps", "xla", "tensorflow", None)
 
 # The SPEC's keys, in the SPEC's order; to_dict() emits these first, then the extras.

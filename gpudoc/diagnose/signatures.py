@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gpudoc.diagnose.diagnosis import MEMORY_CAUSES
+
 # A size as PyTorch, XLA, TF and friends print it: "2.26 GiB", "0 bytes", "607.00 KiB", "14.44GiB",
 # "375.40 MB", "20.0G".
 SIZE = r"\d+(?:\.\d+)?\s?(?:[KMGTPE]i?B|[KMGTPE]\b|bytes?\b|B\b)"
@@ -214,8 +216,6 @@ PREFILTER = re.compile(
     _I,
 )
 
-_MEMORY_CAUSES = frozenset({"gpu_oom", "host_oom", "shm"})
-
 # The cheaper subset the live stream scanner looks for: failures worth ending a job over.
 STREAM_CAUSES = frozenset({"gpu_oom", "host_oom", "shm", "nccl_timeout"})
 
@@ -233,7 +233,7 @@ def match_line(text: str) -> Match | None:
     for sig in SIGNATURES:
         if triton and sig.cause in ("shm", "gpu_oom"):
             continue
-        if consequence and (sig.strength < 3 or sig.cause not in _MEMORY_CAUSES):
+        if consequence and (sig.strength < 3 or sig.cause not in MEMORY_CAUSES):
             continue
         m = sig.pattern.search(text)
         if not m:

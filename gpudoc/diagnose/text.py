@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpudoc.diagnose.context import figures_around, message_window, shm_in_disguise
-from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.diagnose.diagnosis import MEMORY_CAUSES, Diagnosis
 from gpudoc.diagnose.figures import bytes_of, int_of, torch_figures
 from gpudoc.diagnose.gate import split_with_candidates, with_context
 from gpudoc.diagnose.lines import Line, iter_lines, lines_at
@@ -107,7 +107,7 @@ def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]],
             tier = 9
         elif d.peer_lost:
             tier = 6  # another node lost a rank: whichever log shows that rank dying explains it
-        elif d.cause in ("gpu_oom", "host_oom", "shm") and not d.inferred:
+        elif d.cause in MEMORY_CAUSES and not d.inferred:
             tier = 0
         elif d.cause == "error" and not d.inferred:
             tier = 1
