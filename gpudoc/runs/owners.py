@@ -50,10 +50,11 @@ class RunOwners:
                 if _in_group(record, create_time):
                     return _owner(record)
         if self._lookup is not None:
-            # An older run than the index holds: the record the process names must claim it too.
+            # An older run than the index holds: the record the process names must claim it too,
+            # by the same rules as the index's own records.
             named = self._lookup(pid)
-            if named is not None and _claims(named, pid, create_time, pgid):
-                return _owner(named)
+            if named is not None:
+                return RunOwners([named]).owner(pid, create_time, pgid)
         return None
 
 
@@ -61,15 +62,6 @@ def _in_group(record: RunRecord, create_time: float) -> bool:
     start, end = record.started_epoch, record.ended_epoch
     return start is not None and create_time + _STAMP_SLACK_S >= start and (
         end is None or create_time <= end + _STAMP_SLACK_S)
-
-
-def _claims(record: RunRecord, pid: int, create_time: float | None, pgid: int | None) -> bool:
-    for entry in record.pids or ():
-        created = entry.get("create_time")
-        if entry.get("pid") == pid and isinstance(created, (int, float)) and same_start(float(created), create_time):
-            return True
-    return (pgid is not None and create_time is not None and record.process_group == pgid
-            and _in_group(record, create_time))
 
 
 def _owner(record: RunRecord) -> Owner:
