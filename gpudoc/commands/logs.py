@@ -38,18 +38,9 @@ def _still_running(store: RunStore, run_id: str) -> bool:
     return live_status(RunRecord.from_dict(doc)) == "running"
 
 
-def _run_id(store: RunStore, run_id: str | None) -> str:
-    if run_id is None:
-        latest = store.latest()
-        if latest is None:
-            raise InputError(f"no runs in {store.root} (see `gpudoc runs`)")
-        return latest.id
-    return store.load(run_id).id  # accepts a unique prefix; names the problem otherwise
-
-
 def rank_log(ws: Workspace, run_id: str | None, rank: int, *, out_fd: int | None = None) -> int:
     """One local rank's own output: the files torchrun wrote for it under ``--log-dir``."""
-    record = ws.store.load(_run_id(ws.store, run_id))
+    record = ws.store.named_or_latest(run_id)
     paths = record.rank_logs.get(str(rank))
     if not paths:
         known = ", ".join(sorted(record.rank_logs, key=int)) or "none"
@@ -71,7 +62,7 @@ def rank_log(ws: Workspace, run_id: str | None, rank: int, *, out_fd: int | None
 def logs(ws: Workspace, run_id: str | None = None, *, follow: bool = False, out_fd: int | None = None,
          poll_s: float = 0.2) -> int:
     console, store = ws.console, ws.store
-    run_id = _run_id(store, run_id)
+    run_id = store.named_or_latest(run_id).id
     path = store.log_path(run_id)
     console.flush()
     out = out_fd if out_fd is not None else console.out.fileno()

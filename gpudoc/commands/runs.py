@@ -86,13 +86,7 @@ def show_run(ws: Workspace, run_id: str | None, *, as_json: bool = False, width:
     from gpudoc.runs.samples import read_timeline
 
     store = ws.store
-    if run_id is None:
-        latest = store.latest()
-        if latest is None:
-            raise UsageError(f"no runs in {store.root} (see `gpudoc runs`)")
-        record = latest
-    else:
-        record = store.load(run_id)
+    record = store.named_or_latest(run_id)
     line = read_timeline(store.samples_path(record.id), width=width)
     result = RunShowResult(record=record, live_status=live_status(record), start=line.start, end=line.end,
                            used=line.used, total=line.total)

@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpudoc.errors import InputError
 from gpudoc.launch.watch import PROCESSES
 from gpudoc.output import printable
 from gpudoc.profiles.model import DEFAULT_TARGET_UTILIZATION
@@ -44,12 +43,7 @@ def watch(ws: Workspace, run_id: str | None = None, *, interval_s: float = 1.0, 
     """Draw frames every ``interval_s`` until the run ends (or ``frames`` were drawn); 0 when it
     ended well, 1 when it failed, as `gpudoc run` would have said."""
     store, console = ws.store, ws.console
-    if run_id is None:
-        latest = store.latest()
-        if latest is None:
-            raise InputError(f"no runs in {store.root} (see `gpudoc runs`)")
-        run_id = latest.id
-    record = store.load(run_id)
+    record = store.named_or_latest(run_id)
     clear = _CLEAR if _is_terminal(console.out) else ""
     drawn = 0
     while True:

@@ -287,6 +287,16 @@ class RunStore:
             end = max(times) if times else (start if start is not None else time.time())
         return start, end + 1.0
 
+    def named_or_latest(self, run_id: str | None) -> RunRecord:
+        """The run ``run_id`` names (a unique prefix will do), or the latest when it is None: what
+        `logs`, `watch` and `runs show` mean by their optional RUN_ID."""
+        if run_id is not None:
+            return self.load(run_id)
+        latest = self.latest()
+        if latest is None:
+            raise InputError(f"no runs in {self.root} (see `gpudoc runs`)")
+        return latest
+
     def latest(self) -> RunRecord | None:
         """The most recently started run: what `fix`, `logs` and `runs` mean by "the last run".
 
