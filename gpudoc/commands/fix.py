@@ -27,7 +27,7 @@ from gpudoc.profiles.loader import load_profile, load_profile_file
 from gpudoc.profiles.model import Profile
 from gpudoc.render.show import show
 from gpudoc.results import FixResult, NodeView
-from gpudoc.runs.record import RunRecord
+from gpudoc.runs.record import RunRecord, changes
 from gpudoc.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -134,14 +134,11 @@ def _changed_since(record: RunRecord | None, target: Path, cwd: Path) -> list[st
         return []
     now = load_profile_file(target, cwd=cwd)
     then = record.profile
-    changes = []
-    for table, current in (("knobs", dict(now.train)), ("env", dict(now.env))):
-        before = dict(then.get(table) or {})
-        for key in sorted(set(before) | set(current)):
-            if before.get(key) != current.get(key):
-                name = f"train.{key}" if table == "knobs" else f"env.{key}"
-                changes.append(f"{name}: {before.get(key, 'unset')} -> {current.get(key, 'unset')}")
-    return changes
+    found = []
+    for table, name, current in (("knobs", "train", now.train), ("env", "env", now.env)):
+        for key, old, new in changes(then.get(table) or {}, current):
+            found.append(f"{name}.{key}: {'unset' if old is None else old} -> {'unset' if new is None else new}")
+    return found
 
 
 def _covers(suggestion: Suggestion, ladder: LadderResult) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 from gpudoc.errors import UsageError
 from gpudoc.render.show import show
 from gpudoc.results import AllRunsResult, PruneResult, RunsDiffResult, RunShowResult, RunsResult
-from gpudoc.runs.record import RunRecord, live_status
+from gpudoc.runs.record import RunRecord, changes, live_status
 from gpudoc.workspace import Workspace
 
 
@@ -56,17 +56,12 @@ def diff(ws: Workspace, a: str, b: str, *, as_json: bool = False) -> int:
     first, second = ws.store.load(a), ws.store.load(b)
     result = RunsDiffResult(
         a=first.id, b=second.id,
-        knobs=_changes(first.knobs, second.knobs),
-        env=_changes(first.env_set, second.env_set),
-        edits=_changes(_edits(first), _edits(second)),
-        outcome=_changes(_outcome(first), _outcome(second)),
+        knobs=tuple(changes(first.knobs, second.knobs)),
+        env=tuple(changes(first.env_set, second.env_set)),
+        edits=tuple(changes(_edits(first), _edits(second))),
+        outcome=tuple(changes(_outcome(first), _outcome(second))),
     )
     return show(result, ws.console, as_json=as_json)
-
-
-def _changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[tuple[str, Any, Any], ...]:
-    return tuple((key, before.get(key), after.get(key)) for key in sorted(set(before) | set(after))
-                 if before.get(key) != after.get(key))
 
 
 def _edits(record: RunRecord) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from gpudoc.results import (
     RunShowResult,
     RunsResult,
 )
+from gpudoc.runs.record import changes
 from gpudoc.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
@@ -195,10 +196,9 @@ def _knobs_changed(previous: RunRecord | None, record: RunRecord) -> str:
     """What this run turned differently from the run listed before it: "mbs 8→4, accum 2→4"."""
     if previous is None:
         return "-"
-    before, now = previous.knobs, record.knobs
-    changes = [f"{_KNOB_SHORT.get(k, k)} {before.get(k, '-')}→{now.get(k, '-')}"
-               for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
-    text = printable(", ".join(changes)) or "-"
+    turned = [f"{_KNOB_SHORT.get(k, k)} {'-' if old is None else old}→{'-' if new is None else new}"
+              for k, old, new in changes(previous.knobs, record.knobs)]
+    text = printable(", ".join(turned)) or "-"
     return text if len(text) <= 40 else text[:39] + "…"
 
 

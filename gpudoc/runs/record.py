@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -192,3 +193,10 @@ def live_status(record: RunRecord, *, hostname: str | None = None) -> str:
     except PermissionError:
         pass
     return RUNNING
+
+
+def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, before's value, after's value)`` for every key whose value differs, sorted by key; a
+    key one side lacks is None there. How two runs' knobs, environment or edits differ."""
+    return [(key, before.get(key), after.get(key)) for key in sorted(set(before) | set(after))
+            if before.get(key) != after.get(key)]
