@@ -183,11 +183,9 @@ def _prune(result: PruneResult, console: Console) -> None:
 
 def _peak_share(record: RunRecord) -> str:
     """The highest share of a GPU's capacity the run's samples saw, or its size when the capacity is unknown."""
-    totals = record.gpu_totals
-    shares = [int(v) / totals[k] for k, v in (record.peak_memory_bytes or {}).items()
-              if k in totals and isinstance(v, (int, float))]
-    if shares:
-        return f"{max(shares):.0%}"
+    unused = _unused_share(record.peak_memory_bytes or {}, record.gpu_totals)
+    if unused is not None:
+        return f"{1 - unused:.0%}"
     peak = record.peak_bytes
     return format_bytes(peak) if peak else "-"
 
