@@ -10,30 +10,28 @@ from gpudoc.errors import UsageError
 from gpudoc.render.show import show
 from gpudoc.results import AllRunsResult, PruneResult, RunsDiffResult, RunShowResult, RunsResult
 from gpudoc.runs.record import RunRecord, changes, live_status
+from gpudoc.runs.store import RunStore
 from gpudoc.workspace import Workspace
 
 
 def all_runs(ws: Workspace, *, as_json: bool = False, limit: int | None = None) -> int:
     """Every project's runs (the per-user index), one table per project."""
     from gpudoc.runs.index import projects
-    from gpudoc.runs.store import RunStore
 
-    hostname = socket.gethostname()
-    tables = []
-    for root in projects(ws.environ):
-        store = RunStore(root.parent)
-        records = tuple(store.records(newest=limit or None))
-        tables.append(RunsResult(runs_dir=str(root), records=records,
-                                 live_status=tuple(live_status(r, hostname=hostname) for r in records)))
-    return show(AllRunsResult(tables=tuple(tables)), ws.console, as_json=as_json)
+    tables = tuple(_table(RunStore(root.parent), limit) for root in projects(ws.environ))
+    return show(AllRunsResult(tables=tables), ws.console, as_json=as_json)
 
 
 def runs(ws: Workspace, *, as_json: bool = False, limit: int | None = None) -> int:
-    records = list(ws.store.records(newest=limit or None))
+    return show(_table(ws.store, limit), ws.console, as_json=as_json)
+
+
+def _table(store: RunStore, limit: int | None) -> RunsResult:
+    """One store's newest ``limit`` runs (all when None), each with its live status."""
     hostname = socket.gethostname()
-    result = RunsResult(runs_dir=str(ws.store.root), records=tuple(records),
-                        live_status=tuple(live_status(r, hostname=hostname) for r in records))
-    return show(result, ws.console, as_json=as_json)
+    records = tuple(store.records(newest=limit or None))
+    return RunsResult(runs_dir=str(store.root), records=records,
+                      live_status=tuple(live_status(r, hostname=hostname) for r in records))
 
 
 def prune(ws: Workspace, *, keep: int | None = None, older_than_days: float | None = None, dry_run: bool = False,
