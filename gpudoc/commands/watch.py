@@ -9,8 +9,6 @@ since it started. When the run ends, the last frame is followed by the run's sum
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import time
@@ -21,12 +19,12 @@ from gpudoc.launch.watch import PROCESSES
 from gpudoc.output import printable
 from gpudoc.profiles.model import DEFAULT_TARGET_UTILIZATION
 from gpudoc.runs.record import RUNNING, RunRecord, live_status, parse_iso
+from gpudoc.runs.samples import newest_samples
 from gpudoc.runs.store import read_tail
 from gpudoc.units import format_bytes, format_duration
 from gpudoc.workspace import Workspace
 
 HISTORY = 30  # samples of history per GPU in a frame
-_SAMPLES_TAIL = 64 * 1024  # the newest rows of gpu.csv: enough for HISTORY samples of 8 GPUs
 _SPARKS = "▁▂▃▄▅▆▇█"
 _CLEAR = "\x1b[H\x1b[2J"
 
@@ -94,25 +92,13 @@ def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]
 
 
 def read_newest_samples(path: Path) -> dict[int, GpuNow]:
-    """The newest HISTORY samples per GPU, from the end of gpu.csv only."""
-    text = read_tail(path, _SAMPLES_TAIL)
-    if not text:
-        return {}
-    header = "time,gpu_index,memory_used_bytes,memory_total_bytes,utilization_gpu_percent,job_memory_bytes\n"
-    if not text.startswith("time,"):
-        text = header + text
+    """Per GPU, the newest HISTORY samples as a frame shows them."""
     gpus: dict[int, GpuNow] = {}
-    for row in csv.DictReader(io.StringIO(text)):
-        try:
-            index, used = int(row["gpu_index"]), int(row["memory_used_bytes"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        now = gpus.setdefault(index, GpuNow())
-        now.used = [*now.used[-(HISTORY - 1):], used]
-        now.total = int(row["memory_total_bytes"]) if (row.get("memory_total_bytes") or "").isdigit() else now.total
-        now.utilization = row.get("utilization_gpu_percent") or ""
-        job = row.get("job_memory_bytes") or ""
-        now.job_bytes = int(job) if job.isdigit() else None
+    for index, samples in newest_samples(path, history=HISTORY).items():
+        last = samples[-1]
+        gpus[index] = GpuNow(used=[s.used for s in samples], total=next((s.total for s in reversed(samples) if s.total),
+                                                                          None),
+                             utilization=last.utilization, job_bytes=last.job)
     return gpus
 
 
