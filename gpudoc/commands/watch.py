@@ -18,6 +18,7 @@ from pathlib import Path
 from gpudoc.launch.watch import PROCESSES
 from gpudoc.output import printable
 from gpudoc.profiles.model import DEFAULT_TARGET_UTILIZATION
+from gpudoc.render.text import sparkline
 from gpudoc.runs.record import RUNNING, RunRecord, live_status, parse_iso
 from gpudoc.runs.samples import newest_samples
 from gpudoc.runs.store import read_tail
@@ -25,7 +26,6 @@ from gpudoc.units import format_bytes, format_duration
 from gpudoc.workspace import Workspace
 
 HISTORY = 30  # samples of history per GPU in a frame
-_SPARKS = "▁▂▃▄▅▆▇█"
 _CLEAR = "\x1b[H\x1b[2J"
 
 
@@ -75,7 +75,7 @@ def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]
     for index, now in sorted(gpus.items()):
         used = now.used[-1] if now.used else 0
         total = now.total or max(now.used or [1])
-        marks = "".join(_SPARKS[min(int(u / total * len(_SPARKS)), len(_SPARKS) - 1)] for u in now.used)
+        marks = sparkline(now.used, total)
         peak = max([*now.used, int(peaks.get(str(index), 0) or 0)])
         lines.append(f"  GPU {index}  {format_bytes(used):>9} / {format_bytes(now.total):<9} {marks:<{HISTORY}}  "
                      f"util {now.utilization or '-':>3}%  peak {peak / total:.0%} (target {target:.0%})"

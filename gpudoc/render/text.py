@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +101,12 @@ def _runs(result: RunsResult, console: Console) -> None:
 _SPARKS = "▁▂▃▄▅▆▇█"
 
 
+def sparkline(values: Sequence[int | None], full: int) -> str:
+    """One mark per value, its height the value's share of ``full``; a blank where there is none."""
+    return "".join(" " if v is None else _SPARKS[min(int(v / full * len(_SPARKS)), len(_SPARKS) - 1)]
+                   for v in values)
+
+
 @text.register
 def _run_show(result: RunShowResult, console: Console) -> None:
     record, say = result.record, console.print
@@ -127,8 +134,7 @@ def _run_show(result: RunShowResult, console: Console) -> None:
         total = result.total.get(gpu)
         peak = max((u for u in used if u is not None), default=0)
         scale = total or peak or 1
-        marks = "".join(" " if u is None else _SPARKS[min(int(u / scale * len(_SPARKS)), len(_SPARKS) - 1)]
-                        for u in used)
+        marks = sparkline(used, scale)
         share = f" = {peak / total:.0%}" if total else ""
         say(f"    GPU {gpu} {marks} peak {format_bytes(peak)}" + (f" of {format_bytes(total)}{share}" if total else ""))
 
