@@ -292,8 +292,7 @@ class RunStore:
         `logs`, `watch` and `runs show` mean by their optional RUN_ID."""
         if run_id is not None:
             return self.load(run_id)
-        latest = self.latest()
-        if latest is None:
+        if (latest := self.latest()) is None:
             raise InputError(f"no runs in {self.root} (see `gpudoc runs`)")
         return latest
 
