@@ -99,15 +99,16 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     from gpudoc.runs.index import register
 
     register(store.root, ws.environ)  # for `gpudoc runs --all`
-    unsaved: list[str] = []
+    said_unsaved = False
 
     def keep(rec: RunRecord) -> None:
+        nonlocal said_unsaved
         try:
             store.save(rec)
         except StoreError as exc:
-            if not unsaved:
+            if not said_unsaved:
                 safe_warn(f"{str(exc).removeprefix('gpudoc: ')}; the job goes on, this run's record is out of date")
-            unsaved.append(str(exc))
+            said_unsaved = True
     sampler = GpuSampler(store.samples_path(run_id), reader_factory=lambda: nvml_reader(nvml_backend),
                          environ=child_env, mode=file_mode, warn=safe_warn)
     thread = SamplerThread(sampler, _seconds(profile.run.get("sample_interval_s"), DEFAULT_SAMPLE_INTERVAL_S, low=0.05,
@@ -245,18 +246,16 @@ def _read_rank_logs(record: RunRecord, job: Any, cwd: Path, started: float) -> N
     if not files or record.status == "ok" or (diagnosis is not None and diagnosis.cause in MEMORY_CAUSES
                                                 and not diagnosis.inferred):
         return
-    from gpudoc.diagnose.text import diagnose_many, diagnose_text
+    from gpudoc.diagnose.text import diagnose_text, which_failed_first
 
-    texts = {rank: "".join(read_tail(path) for path in paths) for rank, paths in files.items()}
-    found = diagnose_many([(str(rank), text, None) for rank, text in texts.items()])
-    if found.cause in (None, "ok") or (diagnosis is not None and diagnosis.cause not in ("ok", "error", "signal")
-                                       and found.cause not in MEMORY_CAUSES):
+    # Each rank's file in its own words ("Rank 1 ran out ..."), then the first real failure among them.
+    ranks = list(files)
+    owns = [diagnose_text("".join(read_tail(path) for path in files[rank]), rank_hint=rank) for rank in ranks]
+    chosen = which_failed_first(owns)
+    own, rank = owns[chosen], ranks[chosen]
+    if own.cause in (None, "ok") or (diagnosis is not None and diagnosis.cause not in ("ok", "error", "signal")
+                                     and own.cause not in MEMORY_CAUSES):
         return
-    rank = int(found.node) if found.node and found.node.isdigit() else None
-    if rank is None:
-        return
-    # That rank's own diagnosis, in its own words ("Rank 1 ran out ..."), and where it was read.
-    own = diagnose_text(texts[rank], rank_hint=rank)
     where = os.path.dirname(files[rank][0])
     record.diagnosis = replace(own, exit_code=diagnosis.exit_code if diagnosis else None,
                                summary=f"{own.summary.rstrip('.')} (torchrun's log of that rank: {where}).")

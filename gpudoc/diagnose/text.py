@@ -85,24 +85,12 @@ def _evidence_lines(text: str, *, gated: bool) -> list[Line]:
     return lines_at(raws, with_context(hits, len(raws)))
 
 
-def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]],
-                  rank_hints: Sequence[int | None] = ()) -> Diagnosis:
-    """The first real failure across several logs of one job (one per node or per rank).
-
-    A GPU OOM on node B shows up on node A as an NCCL timeout or a torchrun failure; those are
-    consequences. Memory failures named by their own message come first, then explicit errors,
-    then collective timeouts, then circumstantial evidence; ties go to the earlier-listed log.
-    """
-    results = []
-    for order, (label, text, exit_code) in enumerate(items):
-        hint = rank_hints[order] if order < len(rank_hints) else None
-        diag = diagnose_text(text, exit_code=exit_code, rank_hint=hint)
-        results.append((order, label, diag))
-    if not results:
-        return _from_exit_code(None, "")
-
-    def weight(item: tuple[int, str, Diagnosis]) -> tuple[int, int]:
-        order, _label, d = item
+def which_failed_first(diagnoses: Sequence[Diagnosis]) -> int:
+    """Which of several logs' diagnoses (one job's nodes or ranks) names the first real failure:
+    memory failures named by their own message, then explicit errors, then collective timeouts,
+    then circumstantial evidence; ties go to the earlier one."""
+    def weight(order: int) -> tuple[int, int]:
+        d = diagnoses[order]
         if d.cause == "ok":
             tier = 9
         elif d.peer_lost:
@@ -118,7 +106,25 @@ def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]],
                 if d.cause in ("host_oom", "shm", "nccl_timeout", "error", "signal") else 8
         return (tier, order)
 
-    order, label, best = min(results, key=weight)
+    return min(range(len(diagnoses)), key=weight)
+
+
+def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]],
+                  rank_hints: Sequence[int | None] = ()) -> Diagnosis:
+    """The first real failure across several logs of one job (one per node or per rank).
+
+    A GPU OOM on node B shows up on node A as an NCCL timeout or a torchrun failure; those are
+    consequences. Memory failures named by their own message come first, then explicit errors,
+    then collective timeouts, then circumstantial evidence; ties go to the earlier-listed log.
+    """
+    results = []
+    for order, (label, text, exit_code) in enumerate(items):
+        hint = rank_hints[order] if order < len(rank_hints) else None
+        diag = diagnose_text(text, exit_code=exit_code, rank_hint=hint)
+        results.append((order, label, diag))
+    if not results:
+        return _from_exit_code(None, "")
+    order, label, best = results[which_failed_first([d for _, _, d in results])]
     others = [f"{lab}: {d.cause}" for o, lab, d in results if o != order and d.cause != "ok"]
     summary = f"{label}: {best.summary}"
     if others:
