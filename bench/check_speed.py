@@ -24,7 +24,8 @@ TARGET_S = 0.25
 TARGET_RATIO = 0.25
 
 
-def timed(argv: list[str], env: dict, cwd: str, repeats: int) -> list[float]:
+def timed(argv: list[str], env: dict, cwd: str | Path, repeats: int) -> list[float]:
+    """Wall times of ``repeats`` runs of ``argv``, after one unmeasured warm-up run."""
     subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # warm-up
     times = []
     for _ in range(repeats):

@@ -15,11 +15,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from check_speed import timed  # run from bench/: the same warm-up, then repeats
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_DELTA_S = 0.25
@@ -68,16 +69,6 @@ def make_home(root: Path, count: int, profile: Path) -> Path:
     return root
 
 
-def timed(argv: list[str], env: dict, cwd: Path, repeats: int) -> float:
-    subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,1000,10000")
@@ -104,7 +95,7 @@ def main() -> int:
             env.pop("PYTHONDONTWRITEBYTECODE", None)  # measured as installed: bytecode compiled once
             env["PYTHONPYCACHEPREFIX"] = os.path.join(work, "pycache")
             for name, argv in commands:
-                results[name][size] = timed([py, "-m", "gpudoc", *argv], env, root, args.repeats)
+                results[name][size] = statistics.median(timed([py, "-m", "gpudoc", *argv], env, root, args.repeats))
     base = sizes[0]
     print(f"{'command':<16}" + "".join(f"{s:>10,} rec" for s in sizes) + f"   delta {sizes[-1]:,} vs {base}")
     worst = 0.0
