@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,15 @@ def tmux_env(tmp_path_factory):
     env = {"TMUX_TMPDIR": str(sock)}
     yield env
     subprocess.run(["tmux", "kill-server"], env={**os.environ, **env}, capture_output=True)
+
+
+def tmux_screen(env: dict, target: str, *, until: str | None = None, timeout: float = 20.0) -> str:
+    """What a tmux pane shows; with ``until``, read again every 0.2 s until it shows that text or
+    ``timeout`` seconds pass (then the last screen, for the test's own assertion to show)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", target], env=env, capture_output=True,
+                                text=True).stdout
+        if until is None or until in screen or time.monotonic() >= deadline:
+            return screen
+        time.sleep(0.2)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import REPO, gpudoc_cli
+from tests.conftest import REPO, gpudoc_cli, tmux_screen
 from tests.launch.helpers import last_record, run_dirs
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -143,12 +143,7 @@ def test_a_failed_run_keeps_its_tmux_window_with_the_summary_until_enter(isolate
     done = gpudoc_cli("run", "--tmux", "broken", "--no-check", "--", "python", "-c",
                       "raise SystemExit('the dataset is missing')", env=tmux_env)
     assert done.returncode == 0, done.stderr
-    deadline = time.monotonic() + 30
-    screen = ""
-    while time.monotonic() < deadline and "press Enter to close" not in screen:
-        time.sleep(0.2)
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", "=broken:"], env=env, capture_output=True,
-                                text=True).stdout
+    screen = tmux_screen(env, "=broken:", until="press Enter to close", timeout=30)
     assert "the dataset is missing" in screen and "FAILED" in screen, screen
     assert "the run ended with exit status 1" in screen
     subprocess.run(["tmux", "send-keys", "-t", "=broken:", "Enter"], env=env, check=True)
@@ -164,12 +159,7 @@ def test_tmux_keep_always_keeps_a_successful_window_too(isolated_home, tmux_env)
     (isolated_home / "gpudoc.toml").write_text('[run]\ntmux_keep = "always"\n')
     assert gpudoc_cli("run", "--tmux", "fine", "--no-check", "--", "python", "-c", "print('ok')",
                       env=tmux_env).returncode == 0
-    deadline = time.monotonic() + 30
-    screen = ""
-    while time.monotonic() < deadline and "press Enter to close" not in screen:
-        time.sleep(0.2)
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", "=fine:"], env=env, capture_output=True,
-                                text=True).stdout
+    screen = tmux_screen(env, "=fine:", until="press Enter to close", timeout=30)
     assert "the run ended with exit status 0" in screen
     (isolated_home / "gpudoc.toml").write_text('[run]\ntmux_keep = "sometimes"\n')
     refused = gpudoc_cli("run", "--tmux", "odd", "--no-check", "--", "true", env=tmux_env)

@@ -6,7 +6,7 @@ import json
 
 from gpudoc.runs.record import live_status
 from gpudoc.runs.store import RunRecord
-from tests.conftest import VENV_BIN, gpudoc_cli
+from tests.conftest import VENV_BIN, gpudoc_cli, tmux_screen
 
 
 def test_table_and_json(isolated_home):
@@ -199,14 +199,9 @@ def test_runs_show_in_a_real_tmux_pane_shows_the_chart_and_where_knobs_went(isol
     gpudoc = os.path.join(VENV_BIN, "gpudoc")  # a login shell in the pane resets PATH
     for command in (f"{gpudoc} runs show {record.id}", f"{gpudoc} runs show"):
         subprocess.run(["tmux", "send-keys", "-t", "=show:", "clear; " + command, "Enter"], env=env, check=True)
-        screen, deadline = "", time.monotonic() + 20
-        while "run " not in screen and time.monotonic() < deadline:
-            time.sleep(0.2)
-            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", "=show:"], env=env, capture_output=True,
-                                    text=True).stdout
+        tmux_screen(env, "=show:", until="run ")
         time.sleep(0.5)
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", "=show:"], env=env, capture_output=True,
-                                text=True).stdout
+        screen = tmux_screen(env, "=show:")
         if record.id in command:
             assert "GPU 0 ████" in screen and "= 91%" in screen, screen
         else:

@@ -11,7 +11,7 @@ from gpudoc.commands.watch import watch
 from gpudoc.runs.record import RunRecord
 from gpudoc.runs.store import RunStore
 from gpudoc.units import format_bytes
-from tests.conftest import REPO, captured_workspace
+from tests.conftest import REPO, captured_workspace, tmux_screen
 
 
 def _running_run(home, *, status="running"):
@@ -83,11 +83,7 @@ def test_run_watch_inside_tmux_opens_the_follower_in_a_split(isolated_home, tmux
         panes = subprocess.run(["tmux", "list-panes", "-t", "=work:", "-F", "#{pane_id}"], env=env,
                                capture_output=True, text=True).stdout.split()
     assert len(panes) == 2, panes
-    screen, deadline = "", time.monotonic() + 10
-    while "gpudoc watch: run" not in screen and time.monotonic() < deadline:
-        time.sleep(0.2)
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", panes[1]], env=env, capture_output=True,
-                                text=True).stdout
+    screen = tmux_screen(env, panes[1], until="gpudoc watch: run", timeout=10)
     assert "gpudoc watch: run" in screen and "running" in screen, screen
 
 
@@ -99,20 +95,9 @@ def test_watch_in_a_real_tmux_pane_follows_fake_nvml_samples_and_ends_with_the_r
     command = f"{os.path.join(VENV_BIN, 'gpudoc')} watch {record.id}; sleep 30"
     subprocess.run(["tmux", "new-session", "-d", "-s", "follow", "-x", "160", "-y", "30", "-c", str(isolated_home),
                     command], env=env, check=True)
-
-    def screen() -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", "=follow:"], env=env, capture_output=True,
-                              text=True).stdout
-
-    shown, deadline = "", time.monotonic() + 20
-    while "(target 90%)" not in shown and time.monotonic() < deadline:
-        time.sleep(0.2)
-        shown = screen()
+    shown = tmux_screen(env, "=follow:", until="(target 90%)")
     assert shown.count("(target 90%)") == 2 and "▆" in shown, shown  # a frame of the real capture's two GPUs
     record.status, record.cause = "ok", "ok"
     store.save(record)  # the run ends: the follower says so and stops
-    deadline = time.monotonic() + 10
-    while f"run {record.id} ended: ok" not in shown and time.monotonic() < deadline:
-        time.sleep(0.2)
-        shown = screen()
+    shown = tmux_screen(env, "=follow:", until=f"run {record.id} ended: ok", timeout=10)
     assert f"run {record.id} ended: ok" in shown, shown
