@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -57,26 +58,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_two_nodes_one_oom_both_end_quickly_and_fix_names_the_node(isolated_home):
-    (isolated_home / "gpudoc.toml").write_text("[run]\noom_grace_s = 2\n")
-    mark = marker()
-    port = _free_port()
+def _two_nodes_rank1_ooms(home: Path, rdzv_id: str, mark: str, **env: str):
+    """Two single-process gpudoc runs of one c10d rendezvous on this host, whose rank 1 runs out of
+    memory: the nodes (ended), their statuses, their records and logs, and the failing node's record."""
+    (home / "gpudoc.toml").write_text("[run]\noom_grace_s = 2\n")
     command = ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
-               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=twonodes", "--monitor-interval=0.1",
+               f"--rdzv-endpoint=127.0.0.1:{_free_port()}", f"--rdzv-id={rdzv_id}", "--monitor-interval=0.1",
                str(RANKS), "oom_block", mark]
-    started = time.monotonic()
-    nodes = [Gpudoc("run", "--no-check", "--", *command, cwd=isolated_home, env=job_env(JOB_LINES="5"))
+    nodes = [Gpudoc("run", "--no-check", "--", *command, cwd=home, env=job_env(JOB_LINES="5", **env))
              for _ in range(2)]
     statuses = [node.wait(120) for node in nodes]
+    records = [json.loads((d / "run.json").read_text()) for d in run_dirs(home)]
+    logs = {r["id"]: (d / "output.log").read_bytes() for r, d in zip(records, run_dirs(home))}
+    [failing] = [r for r in records if b"rank1 ready" in logs[r["id"]]]
+    return nodes, statuses, records, logs, failing
+
+
+@pytest.mark.slow
+def test_two_nodes_one_oom_both_end_quickly_and_fix_names_the_node(isolated_home):
+    mark = marker()
+    started = time.monotonic()
+    nodes, statuses, records, _logs, failing = _two_nodes_rank1_ooms(isolated_home, "twonodes", mark)
     took = time.monotonic() - started
     assert all(s != 0 for s in statuses), [n.stderr for n in nodes]
     assert took < 60, took
-    records = [json.loads((d / "run.json").read_text()) for d in run_dirs(isolated_home)]
     assert len(records) == 2
     assert {r["job_id"] for r in records} == {"rdzv-twonodes"}
-    logs = {r["id"]: (d / "output.log").read_bytes() for r, d in zip(records, run_dirs(isolated_home))}
-    [failing] = [r for r in records if b"rank1 ready" in logs[r["id"]]]
     [other] = [r for r in records if r is not failing]
     assert failing["cause"] == "gpu_oom" and failing["diagnosis"]["rank"] == 1
     # The healthy node heard of the OOM through the shared runs directory.
@@ -99,19 +106,9 @@ def test_slurm_job_id_is_recorded(isolated_home):
 @pytest.mark.slow
 def test_an_oom_printed_without_a_rank_prefix_is_attributed_from_the_workers_rank(isolated_home):
     # Two single-process nodes; node 1's worker prints its OOM untagged: its RANK names it.
-    (isolated_home / "gpudoc.toml").write_text("[run]\noom_grace_s = 2\n")
     mark = marker()
-    port = _free_port()
-    command = ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
-               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=untagged", "--monitor-interval=0.1",
-               str(RANKS), "oom_block", mark]
-    nodes = [Gpudoc("run", "--no-check", "--", *command, cwd=isolated_home,
-                    env=job_env(JOB_LINES="5", JOB_OOM_PREFIX="0")) for _ in range(2)]
-    for node in nodes:
-        node.wait(120)
-    records = [json.loads((d / "run.json").read_text()) for d in run_dirs(isolated_home)]
-    logs = {r["id"]: (d / "output.log").read_bytes() for r, d in zip(records, run_dirs(isolated_home))}
-    [failing] = [r for r in records if b"rank1 ready" in logs[r["id"]]]
+    _nodes, _statuses, records, logs, failing = _two_nodes_rank1_ooms(isolated_home, "untagged", mark,
+                                                                      JOB_OOM_PREFIX="0")
     assert b"[rank1]:" not in logs[failing["id"]]  # nothing in the text names the rank
     assert sorted(failing["worker_ranks"].values()) == [1]
     assert failing["cause"] == "gpu_oom" and failing["diagnosis"]["rank"] == 1
