@@ -22,7 +22,7 @@ import os
 import signal
 import time
 
-from gpudoc.procs.identity import ProcessRef, environ_value, proc_stat, start_time
+from gpudoc.procs.identity import ProcessRef, environ_value, live_pids, proc_stat, start_time
 
 STAND_DOWN = b"."
 # A job re-spawning workers while it is being ended: look again this many times.
@@ -143,8 +143,7 @@ def job_members(pgid: int, run_marker: str | None, since: float) -> list[Process
     uid = os.getuid()
     me = os.getpid()
     members: list[ProcessRef] = []
-    for name in _proc_entries():
-        pid = int(name)
+    for pid in live_pids():
         if pid == me:
             continue
         try:
@@ -162,10 +161,3 @@ def job_members(pgid: int, run_marker: str | None, since: float) -> list[Process
         if in_job or (run_marker and environ_value(pid, "GPUDOC_RUN_ID") == run_marker):
             members.append(ProcessRef(pid, created))
     return members
-
-
-def _proc_entries() -> list[str]:
-    try:
-        return [name for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from gpudoc.procs.identity import ProcessRef, is_zombie_or_gone, same_start, signal_if_same, start_time
+from gpudoc.procs.identity import ProcessRef, is_zombie_or_gone, live_pids, same_start, signal_if_same, start_time
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
@@ -142,18 +142,12 @@ def job_processes(root_pid: int | None, pgid: int | None, *, exclude: Iterable[i
 
 def _group_members(pgid: int) -> list[int]:
     members: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return members
-    for name in entries:
-        if not name.isdigit():
-            continue
+    for pid in live_pids():
         try:
-            if os.getpgid(int(name)) == pgid:
-                members.append(int(name))
+            if os.getpgid(pid) == pgid:
+                members.append(pid)
         except OSError:
-            continue
+            continue  # gone meanwhile
     return members
 
 

@@ -39,6 +39,14 @@ def same_start(a: float | None, b: float | None) -> bool:
     return a is not None and b is not None and abs(a - b) <= CREATE_TIME_SLACK_S
 
 
+def live_pids() -> list[int]:
+    """Every process this host shows in /proc (none when it cannot be read)."""
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
 def proc_stat(pid: int) -> list[str] | None:
     """Fields of /proc/PID/stat from field 3 (state) on; the name may hold spaces and parens."""
     try:
