@@ -12,7 +12,7 @@ command's answer is negative: a failed check, an estimate that does not fit, no 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpudoc.errors import ExitStatus
@@ -301,7 +301,8 @@ class FixResult:
     profile_env: dict[str, str]  # the profile's [env], to show what a rung changes from
     target_path: str  # where --apply writes
     exit_code: int
-    applied: dict[str, Any] | None = None  # {"rung", "path", "backup"}
+    knob_places: dict[str, str] = field(default_factory=dict)  # a job read from its command: knob -> where
+    applied: dict[str, Any] | None = None  # {"rung", "path", "backup"}; for a job: {"rung", "command", "files", "env"}
     notes: tuple[str, ...] = ()  # the ladder's notes and what apply did
     rerun: dict[str, Any] | None = None  # {"command", "parent"} of the relaunch
     nodes: tuple[NodeView, ...] = ()  # every record read, when a job ran on several nodes
@@ -323,6 +324,7 @@ class FixResult:
             "run_id": self.run_id,
             "job_id": self.job_id,
             "profile": self.profile_path,
+            "knob_places": dict(self.knob_places),
             "applied": self.applied,
         }
         if self.rerun is not None:

@@ -107,10 +107,12 @@ class ArgEdits:
                 self.replace[occ.value_index] = None
 
     def set_kv(self, key: str, value: str) -> None:
-        """torchtune-style ``key=value`` override."""
-        hits = [i for i, t in enumerate(self.tokens) if t.startswith(key + "=") and self.replace.get(i, "") is not None]
+        """torchtune-style ``key=value`` override (Hydra's ``+key=`` / ``++key=`` keep their prefix)."""
+        hits = [i for i, t in enumerate(self.tokens)
+                if t.lstrip("+").startswith(key + "=") and self.replace.get(i, "") is not None]
         for i in hits:
-            self.replace[i] = f"{key}={value}"
+            prefix = self.tokens[i][: len(self.tokens[i]) - len(self.tokens[i].lstrip("+"))]
+            self.replace[i] = f"{prefix}{key}={value}"
         if not hits:
             self.append.append(f"{key}={value}")
 
@@ -166,7 +168,9 @@ def hf_trainer(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Prese
     gc = knobs.get("gradient_checkpointing")
     if gc is not None:
         if isinstance(gc, bool):
-            ed.set_bool(("--gradient_checkpointing",), gc)
+            # transformers 5 ignores its old --gradient_checkpointing once --activation_checkpointing is given.
+            flag = "--activation_checkpointing" if ed.has(("--activation_checkpointing",)) else "--gradient_checkpointing"
+            ed.set_bool((flag,), gc)
             res.expressed.add("gradient_checkpointing")
         else:
             res.cannot["gradient_checkpointing"] = f"{name}: --gradient_checkpointing is on/off; '{gc}' has no flag"

@@ -12,6 +12,7 @@ from gpudoc.bind import jsonedit, pyedit, shell, tomledit, yamledit
 from gpudoc.bind.args import ARG_PRESETS, KNOWN_FLAGS, ArgContext, ArgEdits, PresetResult
 from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get
 from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
+from gpudoc.bind.overrides import apply_overrides
 from gpudoc.bind.values import LADDER_KNOBS, PLACEHOLDER, env_for, format_value, is_neutral
 from gpudoc.errors import InputError, ProfileError, UsageError
 from gpudoc.job.argv import parse_command
@@ -211,13 +212,17 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
             raise ProfileError(f"[bind] args = '{arg_preset}': unknown preset; one of "
                                f"{', '.join(sorted(ARG_PRESETS))}")
         ed = ArgEdits(argv[parts.args_start:])
-        res = ARG_PRESETS[arg_preset](ed, knobs, ArgContext(world, parts.launcher))
+        only = bind.get("args_knobs")  # the knobs that live on the command line; the rest are in files
+        arg_knobs = knobs if only is None else {k: v for k, v in knobs.items() if k in only}
+        res = ARG_PRESETS[arg_preset](ed, arg_knobs, ArgContext(world, parts.launcher))
         argv = argv[: parts.args_start] + ed.result()
         results.append((arg_preset, res))
         for ds in res.deepspeed_files:
             run_file_preset(state(ds), "deepspeed", True)
     else:
         conflicts.extend(_unbound_flag_conflicts(argv[parts.args_start:], knobs))
+    script_args, carried = apply_overrides(argv[parts.args_start:], bind, knobs)
+    argv, explicit = argv[: parts.args_start] + script_args, explicit | carried
 
     # 2. Files named in the profile.
     for path_text, spec in dict(bind.get("files") or {}).items():
@@ -266,11 +271,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         _require_expressed(profile, knobs, results, explicit | via_env | _placeholder_knobs(list(command)))
 
     edits = [e for e in (st.edit() for st in files.values()) if e is not None]
-    return BindPlan(argv, env, edits, _dedupe(conflicts), _dedupe(notes))
-
-
-def _dedupe(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
+    return BindPlan(argv, env, edits, list(dict.fromkeys(conflicts)), list(dict.fromkeys(notes)))
 
 
 def _file_spec(path_text: str, spec: Any) -> tuple[str | None, dict[str, str]]:

@@ -74,15 +74,24 @@ def fix(
     else:
         ladder = suggest(diag, profile, facts, history, allow_semantic=allow_semantic, estimate=estimate)
 
-    # An explicit -p is the user's choice of profile; otherwise the run's own must not have moved on.
-    applied, notes, next_profile = (_apply(ladder, diag, profile, cwd, since=None if profile_name else record,
-                                           rerun=rerun) if apply or rerun else (None, [], None))
-    relaunch = _rerun_options(record, next_profile, allow_semantic) if rerun and next_profile and record else None
+    next_job: Profile | None = None
+    if profile.job is not None and record is not None and (apply or rerun):
+        from gpudoc.commands.fix_job import apply_to_job
+
+        applied, notes, next_job = apply_to_job(ladder, profile, record, rerun=rerun)
+        next_profile = None
+    else:
+        # An explicit -p is the user's choice of profile; otherwise the run's own must not have moved on.
+        applied, notes, next_profile = (_apply(ladder, diag, profile, cwd, since=None if profile_name else record,
+                                               rerun=rerun) if apply or rerun else (None, [], None))
+    relaunch = (_rerun_options(record, next_profile, allow_semantic) if rerun and (next_profile or next_job) and record
+                else None)
     answer = ExitStatus.OK if ladder.suggestions and not (rerun and applied is None) else ExitStatus.NEGATIVE
     result = FixResult(
         diagnosis=diag, ladder=ladder, source=sources[chosen_index].label,
         run_id=record.id if record is not None else None, job_id=record.job_id if record is not None else None,
         profile_path=str(profile.path) if profile.path else None, profile_env=dict(profile.env),
+        knob_places=profile.job.places if profile.job is not None else {},
         target_path=str(target_path(profile, cwd)), exit_code=answer, applied=applied,
         notes=(*ladder.notes, *notes),
         rerun={"command": ["gpudoc", *relaunch.to_argv()], "parent": record.id, "cwd": record.cwd}
@@ -93,7 +102,7 @@ def fix(
     # JSON) describes fix's own answer.
     show(result, ws.console, as_json=as_json)
     if relaunch is not None and record is not None:
-        return _relaunch(ws, relaunch, record, quiet=as_json)
+        return _relaunch(ws, relaunch, record, quiet=as_json, profile=next_job)
     return answer
 
 
@@ -161,6 +170,12 @@ def _profile(ws: Workspace, name: str | None, record: RunRecord | None) -> Profi
     """``-p``, else the profile the run was launched with, else ``./gpudoc.toml``."""
     if name:
         return ws.load_profile(name)
+    if record is not None and record.profile_path is None:
+        from gpudoc.profiles.from_job import recorded_job_profile
+
+        job = recorded_job_profile(record)
+        if job is not None:
+            return job
     if record is not None and record.profile_path:
         candidate = Path(record.profile_path)
         if not candidate.is_absolute():
@@ -186,20 +201,21 @@ def _local_facts(ws: Workspace, record: RunRecord) -> Facts | None:
     return facts
 
 
-def _rerun_options(record: RunRecord, profile_path: Path, allow_semantic: bool) -> RunOptions:
+def _rerun_options(record: RunRecord, profile_path: Path | None, allow_semantic: bool) -> RunOptions:
     """The relaunch: the recorded command, as the user launched it (same switches), under the
-    new profile."""
+    new profile (none for a job read from its command: it carries its changes itself)."""
     command = list(record.command or [])
     if not command:
         raise UsageError(f"run {record.id} recorded no command to relaunch")
     options = replace(relaunch_switches(record.id, record.run_switches, record.argv), command=command,
-                      profile=str(profile_path))
+                      profile=str(profile_path) if profile_path is not None else None)
     if allow_semantic:
         options.allow_semantic = True
     return options
 
 
-def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: bool) -> int:
+def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: bool,
+              profile: Profile | None = None) -> int:
     """Launch it as a new run whose parent is the failed one; its exit status is fix's."""
     from gpudoc.commands.run import launch_once
 
@@ -213,6 +229,7 @@ def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: b
     else:
         console.print(line)
     console.flush()
-    profile = load_profile_file(Path(str(options.profile)), cwd=ws.cwd)
+    if profile is None:
+        profile = load_profile_file(Path(str(options.profile)), cwd=ws.cwd)
     status, _new = launch_once(options, profile, ws, parent=record.id)
     return int(status)

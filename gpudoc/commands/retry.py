@@ -52,6 +52,8 @@ def next_attempt(record: RunRecord, profile: Profile, ws: Workspace, *, allow_se
     chosen = result.first_profile_change()
     if chosen is None:
         return None, None
+    if profile.job is not None:  # no profile file: the relaunch writes the change where the knob lives
+        return profile.with_changes(chosen.new_knobs(), chosen.env), chosen
     path = apply_changes(profile, chosen, cwd=ws.cwd)
     return load_profile_file(path, cwd=ws.cwd), chosen
 

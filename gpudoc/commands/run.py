@@ -43,6 +43,10 @@ def run(options: RunOptions, ws: Workspace) -> int:
         raise LaunchError("--retry-oom: expected a number of retries >= 0")
 
     profile = refusing(lambda: ws.load_profile(options.profile))
+    if profile.path is None:  # no profile: the job's own command line and configs describe it
+        from gpudoc.profiles.from_job import job_profile
+
+        profile = refusing(lambda: job_profile(options.command, ws.cwd))
     status, last = _attempts(options, profile, ws)
     if last is not None:
         _keep_history_bounded(ws, profile)
@@ -99,10 +103,10 @@ def resolve_command(profile: Profile, command: Sequence[str], *, cwd: Path,
     from gpudoc.launch.command import resolve
 
     plan = None
-    if profile.path is not None:  # no profile: nothing to bind
+    if profile.path is not None or profile.job is not None:  # EMPTY: nothing to bind
         from gpudoc.bind import plan_bindings
 
-        plan = plan_bindings(profile, list(command), cwd=cwd)
+        plan = plan_bindings(profile.for_planning(), list(command), cwd=cwd)
     python = target_python(command, environ)
     alloc = None
     wanted = dict(profile.env or {})

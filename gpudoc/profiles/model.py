@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from gpudoc.job.knobs import JobReading
 
 # The knobs gpudoc itself understands; [train] may declare more (custom knobs).
 KNOWN_KNOBS = (
@@ -59,6 +62,26 @@ class Profile:
     ladder: Mapping[str, Any] = field(default_factory=dict)
     run: Mapping[str, Any] = field(default_factory=dict)
     runs: Mapping[str, Any] = field(default_factory=dict)
+    # With no profile file: what the job's own command line and config files said (the knobs'
+    # places, written back there by ``bindings``). ``train`` holds the values to launch with.
+    job: JobReading | None = field(default=None, compare=False)
+
+    def for_planning(self) -> Profile:
+        """What the planner binds: the profile itself, or, for a job read from its command, only
+        the knobs that differ from what the command says, each bound to where it was read."""
+        if self.job is None:
+            return self
+        from dataclasses import replace
+
+        changed = self.changed_knobs()
+        return replace(self, train=changed, bind=self.job.bindings(changed))
+
+    def changed_knobs(self) -> dict[str, Any]:
+        """Knobs whose value differs from what the job's command says (all of them for a profile)."""
+        if self.job is None:
+            return dict(self.train)
+        said = self.job.values
+        return {k: v for k, v in self.train.items() if k not in said or said[k] != v or type(said[k]) is not type(v)}
 
     @property
     def knobs(self) -> Mapping[str, Any]:
@@ -100,6 +123,13 @@ class Profile:
 
         return replace(self, train={**self.train, **changes})
 
+    def with_changes(self, knobs: Mapping[str, Any], env: Mapping[str, str]) -> Profile:
+        """A copy with a rung's knob and environment changes (a job read from its command keeps
+        them in memory: the relaunch writes each where it lives)."""
+        from dataclasses import replace
+
+        return replace(self, train={**self.train, **knobs}, env={**self.env, **env})
+
     def to_dict(self) -> dict:
         """Resolved view for run records and ``profile show --json``."""
         return {
@@ -109,7 +139,9 @@ class Profile:
             "description": self.description,
             "gpu": dict(self.gpu),
             "env": dict(self.env),
-            "knobs": dict(self.train),
+            "knobs": dict(self.train) if self.job is None else {
+                k: {"value": v, "where": self.job.places.get(k, "default")} for k, v in self.train.items()},
+            **({"source": "command", "framework": self.job.framework} if self.job is not None else {}),
             "launch": dict(self.launch),
             "model": dict(self.model),
             "bind": dict(self.bind),

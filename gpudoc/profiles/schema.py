@@ -61,8 +61,10 @@ TABLES: dict[str, dict[str, tuple]] = {
     "bind": {
         "env": BOOL,
         "args": STR,
+        "args_knobs": (list,),  # the knobs the argument preset carries (default: all; the rest live in files)
         "files": (dict,),
         "via_env": (list,),  # knobs the job reads from GPUDOC_<KNOB> itself, beside the presets
+        "overrides": (dict,),  # knob = "dotted.key": a Hydra-style key=value on the command line
     },
     "ladder": {
         "allow_semantic": BOOL,

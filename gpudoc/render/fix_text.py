@@ -28,9 +28,12 @@ def _fix(result: FixResult, console: Console) -> None:
         console.print(style(f"  {figures}", "dim"))
     if ladder.shortfall_bytes:
         console.print(style(f"Short by at least {format_bytes(ladder.shortfall_bytes)}.", "dim"))
-    if result.profile_path is None:
-        console.print(style("No profile: pass -p PROFILE (or write ./gpudoc.toml) so gpudoc knows the job's knobs.",
-                            "dim"))
+    if result.knob_places:
+        places = ", ".join(f"{knob} ({where})" for knob, where in result.knob_places.items())
+        console.print(style(f"Read from the job's command: {places}.", "dim"))
+    elif result.profile_path is None:
+        console.print(style("No profile, and no knobs on the job's command line: pass -p PROFILE (or write "
+                            "./gpudoc.toml) so gpudoc knows the job's knobs.", "dim"))
     if ladder.suggestions:
         console.print("")
         console.print(style("Next, in order:", "bold"))
@@ -41,11 +44,18 @@ def _fix(result: FixResult, console: Console) -> None:
                 console.print(f"     {line}")
             console.print(style(f"     {suggestion.why}", "dim"))
         console.print("")
-        if result.applied:
+        if result.applied and "path" in result.applied:
             line = f"Wrote {result.applied['rung']} to {result.applied['path']}"
             if result.applied.get("backup"):
                 line += f" (backup: {result.applied['backup']})"
             console.print(style(line, "green"))
+        elif result.applied:
+            files = result.applied.get("files") or []
+            written = f" to {', '.join(files)}" if files and result.rerun is None else ""
+            console.print(style(f"Applied {result.applied['rung']}{written}.", "green"))
+        elif ladder.first_profile_change() is not None and result.knob_places:
+            console.print("Apply the first change with `gpudoc fix --apply` (edits the job's config files and "
+                          "gives the new command), or `gpudoc fix --rerun` to apply and relaunch.")
         elif ladder.first_profile_change() is not None:
             console.print(f"Apply the first change with `gpudoc fix --apply` (writes {result.target_path}), "
                           "or `gpudoc fix --rerun` to apply and relaunch.")

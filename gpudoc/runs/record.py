@@ -93,9 +93,17 @@ class RunRecord:
 
     @property
     def knobs(self) -> dict[str, Any]:
-        """The knobs the run was launched with (older records kept them under ``train``)."""
+        """The knobs the run was launched with (older records kept them under ``train``; a job read
+        from its command keeps ``{"value", "where"}`` per knob)."""
         profile = self.profile or {}
-        return dict(profile.get("knobs") or profile.get("train") or {})
+        knobs = dict(profile.get("knobs") or profile.get("train") or {})
+        return {k: v["value"] if isinstance(v, dict) and "where" in v else v for k, v in knobs.items()}
+
+    @property
+    def knob_places(self) -> dict[str, str]:
+        """Where each knob of a job read from its command lives (``argv:--flag``, ``file:PATH:key``)."""
+        knobs = dict((self.profile or {}).get("knobs") or {})
+        return {k: str(v["where"]) for k, v in knobs.items() if isinstance(v, dict) and "where" in v}
 
     @property
     def launch(self) -> dict[str, Any]:

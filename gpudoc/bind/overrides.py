@@ -1,0 +1,32 @@
+"""``[bind] overrides``: knobs written as the command's own ``key=value`` overrides (Hydra's).
+
+A Hydra job's keys are its own (``data_loader.batch_size``), so no preset knows them; the reading of
+the job (``gpudoc.job.knobs``) or the user names the key, and the override on the command line, which
+beats the config file it overrides, is replaced in place or appended.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gpudoc.bind.args import ArgEdits
+from gpudoc.bind.values import format_value
+from gpudoc.errors import ProfileError
+
+
+def apply_overrides(script_args: list[str], bind: Mapping[str, Any],
+                    knobs: Mapping[str, Any]) -> tuple[list[str], set[str]]:
+    """The script's arguments with each bound knob's ``key=value``; and the knobs so carried."""
+    table = dict(bind.get("overrides") or {})
+    if not table:
+        return script_args, set()
+    ed = ArgEdits(script_args)
+    carried = set()
+    for knob, key in table.items():
+        if not isinstance(key, str) or not key or key.startswith("-") or "=" in key:
+            raise ProfileError(f"[bind.overrides] {knob}: expected a dotted key such as \"trainer.batch_size\", "
+                               f"got {key!r}")
+        if knob in knobs:
+            ed.set_kv(key, format_value(knobs[knob]))
+            carried.add(knob)
+    return ed.result(), carried

@@ -1,0 +1,43 @@
+"""`gpudoc fix --apply` / `--rerun` for a run that had no profile: the job read from its command.
+
+The rung is written where each knob lives: a config file is edited (backup first, atomic); a flag
+or override on the command line cannot be edited for the user, so the new command is handed back
+(`fix --rerun` launches it). Nothing goes to a ``gpudoc.toml``: that is `gpudoc profile new NAME
+--from-run`'s job.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpudoc.ladder.model import LadderResult
+    from gpudoc.profiles.model import Profile
+    from gpudoc.runs.record import RunRecord
+
+
+def apply_to_job(ladder: LadderResult, profile: Profile, record: RunRecord, *,
+                 rerun: bool) -> tuple[dict[str, Any] | None, list[str], Profile | None]:
+    """(what was written, notes, the profile a relaunch takes). With ``rerun`` nothing is written
+    here: the relaunch plans and writes its own edits, as every `gpudoc run` does."""
+    from gpudoc.bind import apply_file_edits, plan_bindings
+
+    chosen = ladder.first_profile_change()
+    if chosen is None:
+        return None, ["nothing written: no rung changes the job"], None
+    new = profile.with_changes(chosen.new_knobs(), chosen.env)
+    plan = plan_bindings(new.for_planning(), list(record.command), cwd=Path(record.cwd or "."))
+    applied: dict[str, Any] = {"rung": chosen.rung, "command": list(plan.argv), "env": dict(chosen.env),
+                               "files": [str(edit.path) for edit in plan.file_edits]}
+    if rerun:
+        return applied, [], new
+    written = apply_file_edits(plan) if plan.file_edits else []
+    applied["backups"] = [edit.get("backup") for edit in written if edit.get("backup")]
+    notes = []
+    if list(plan.argv) != list(record.command) or chosen.env:
+        env = " ".join(f"{name}={shlex.quote(value)}" for name, value in chosen.env.items())
+        notes.append(f"run next: {env + ' ' if env else ''}gpudoc run -- {shlex.join(plan.argv)}"
+                     f"  (or `gpudoc fix --rerun {record.id}`)")
+    return applied, notes, new

@@ -1,0 +1,298 @@
+"""Each framework's way of taking knobs, read in the order the framework itself applies them.
+
+HF Trainer (and accelerate / LLaMA-Factory's CLI): its defaults, a config file given as the first
+argument, a ``--deepspeed`` JSON, then its flags. LightningCLI: ``--config`` files and ``--section.key``
+flags in command-line order (jsonargparse applies them so). Hydra: the composed config, then
+``key=value`` overrides. torchtune: ``--config`` then overrides. nanoGPT: config ``.py`` files, then
+``--key=value``. Each reader records the knob's value with where it lives (``JobReading.set``: a later
+source wins); ``JobReading.bindings`` says how to write it back there.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Callable
+
+from gpudoc.bind.args import HF_LORA_FLAGS, HF_SEQ_FLAGS, NANOGPT_DTYPE
+from gpudoc.bind.filecontext import MISSING, get, is_auto, num
+from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
+from gpudoc.job.argv import JobCommand
+from gpudoc.job.knobs import JobReading
+from gpudoc.job.sources import (
+    GENERIC_KEYS,
+    bool_flag,
+    flag_value,
+    generic_knobs,
+    knob_value,
+    load_config,
+    override,
+    to_int,
+    typed,
+)
+
+HF_DEFAULTS = {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "gradient_checkpointing": False,
+               "precision": "fp32"}
+HF_MARKERS = ("--per_device_train_batch_size", "--gradient_accumulation_steps", "--output_dir",
+              "--model_name_or_path", "--deepspeed", "--num_train_epochs", "--max_steps", "--learning_rate",
+              "--gradient_checkpointing", "--activation_checkpointing")
+_LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+def read(job: JobCommand, cwd: Path) -> JobReading:
+    reading = JobReading()
+    args = job.script_args
+    reader = _pick(job, args, cwd)
+    if reader is not None:
+        reader(job, args, cwd, reading)
+    return reading
+
+
+def _pick(job: JobCommand, args: list[str], cwd: Path) -> Callable[[JobCommand, list[str], Path, JobReading], None] | None:
+    if job.launcher == "tune":
+        return _torchtune
+    if any(a.startswith(("--trainer.", "--data.", "--model.")) for a in args) or (
+            args and args[0] in _LIGHTNING_SUBCOMMANDS):
+        return _lightning
+    if any(a.split("=", 1)[0] in HF_MARKERS for a in args) or _first_config(args, cwd) is not None:
+        return _hf
+    if any(a in ("--config-path", "--config-name", "-cp", "-cn") or a.startswith(("--config-path=", "--config-name="))
+           for a in args) or _hydra_main(job, cwd) is not None:
+        return _hydra
+    if any(a.endswith(".py") and not a.startswith("-") for a in args) or any(
+            a.startswith("--") and "=" in a for a in args):
+        return _nanogpt
+    if any(override(a) for a in args):
+        return _hydra
+    return None
+
+
+def _first_config(args: list[str], cwd: Path) -> str | None:
+    """HfArgumentParser's / LLaMA-Factory's one config file given as the first argument."""
+    for tok in args[:2]:
+        if tok in ("train", "sft"):
+            continue
+        if tok.endswith((".yaml", ".yml", ".json")) and not tok.startswith("-") and (cwd / tok).is_file():
+            return tok
+        break
+    return None
+
+
+# -- HF Trainer --------------------------------------------------------------------------------
+def _hf(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
+    r.framework = "hf-trainer"
+    for knob, value in HF_DEFAULTS.items():
+        r.set(knob, value, "default", "hf-trainer")
+    config = _first_config(args, cwd)
+    if config is not None:
+        data = load_config(cwd / config, config, r)
+        preset = detect_preset(data, Path(config).suffix.lower()) if data is not None else None
+        if preset is not None and data is not None:
+            for knob, value in FILE_PRESETS[preset].read(data).items():
+                r.set(knob, value, "file", "", config)
+            r.file_presets[config] = preset
+    ds = flag_value(args, ("--deepspeed",))
+    if ds is not None and (cwd / ds[1]).is_file():
+        data = load_config(cwd / ds[1], ds[1], r)
+        if data is not None:
+            for knob, value in FILE_PRESETS["deepspeed"].read(data).items():
+                r.set(knob, value, "file", "", ds[1])
+            r.file_presets[ds[1]] = ""  # the hf-trainer preset follows --deepspeed itself
+    for flag, knob in (("--per_device_train_batch_size", "micro_batch_size"),
+                       ("--gradient_accumulation_steps", "gradient_accumulation_steps")):
+        hit = flag_value(args, (flag,))
+        if hit is not None:
+            r.set(knob, to_int(hit[1]), "argv", flag)
+    # transformers 5 reads --activation_checkpointing; --gradient_checkpointing is its old alias.
+    for flag in ("--gradient_checkpointing", "--activation_checkpointing"):
+        on = bool_flag(args, flag)
+        if on is not None:
+            r.set("gradient_checkpointing", on, "argv", flag)
+    bf16, fp16 = bool_flag(args, "--bf16"), bool_flag(args, "--fp16")
+    if bf16 or fp16:
+        r.set("precision", "bf16" if bf16 else "fp16", "argv", "--bf16" if bf16 else "--fp16")
+    for knob, flags in (("max_seq_len", HF_SEQ_FLAGS), ("lora_rank", HF_LORA_FLAGS)):
+        hit = flag_value(args, flags)
+        if hit is not None:
+            r.set(knob, to_int(hit[1]), "argv", hit[0])
+
+
+# -- LightningCLI ----------------------------------------------------------------------------------
+_LIGHTNING_KEYS = {
+    "micro_batch_size": ("data.batch_size", "data.init_args.batch_size"),
+    "gradient_accumulation_steps": ("trainer.accumulate_grad_batches",),
+    "precision": ("trainer.precision",),
+    "gradient_checkpointing": ("model.gradient_checkpointing", "model.init_args.gradient_checkpointing",
+                               "model.activation_checkpointing"),
+    "max_seq_len": ("data.max_seq_len", "data.max_length", "data.seq_len", "data.block_size",
+                    "data.init_args.max_seq_len", "model.max_seq_len"),
+    "lora_rank": ("model.lora_rank", "model.lora_r", "model.init_args.lora_rank"),
+}
+
+
+def _lightning(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
+    r.framework = "lightning"
+    r.set("gradient_accumulation_steps", 1, "default", "lightning")
+    r.set("precision", "fp32", "default", "lightning")
+    i = 0
+    while i < len(args):  # jsonargparse applies --config files and flags in the order given
+        tok = args[i]
+        name, eq, value = tok.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if name in ("--config", "-c"):
+            data = load_config(cwd / value, value, r) if (cwd / value).is_file() else None
+            for knob, keys in _LIGHTNING_KEYS.items():
+                for key in keys:
+                    found = get(data, tuple(key.split("."))) if data is not None else MISSING
+                    typed = knob_value(knob, found) if found is not MISSING else None
+                    if typed is not None:
+                        r.set(knob, typed, "file", key, value)
+                        break
+        elif name.startswith("--"):
+            for knob, keys in _LIGHTNING_KEYS.items():
+                if name[2:] in keys:
+                    r.set(knob, knob_value(knob, value), "argv", name)
+        i += 1 if eq or not tok.startswith("--") else 2
+
+
+# -- Hydra -----------------------------------------------------------------------------------------
+def _hydra_main(job: JobCommand, cwd: Path) -> tuple[str | None, str | None] | None:
+    """``@hydra.main(config_path=..., config_name=...)`` in the script: (path, name) as written."""
+    if not job.script or not job.script.endswith(".py"):
+        return None
+    try:
+        tree = ast.parse((cwd / job.script).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for deco in node.decorator_list:
+                if isinstance(deco, ast.Call) and ast.unparse(deco.func) in ("hydra.main", "main"):
+                    kw = {k.arg: k.value.value for k in deco.keywords
+                          if isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)}
+                    if "config_name" in kw or "config_path" in kw:
+                        return kw.get("config_path"), kw.get("config_name")
+    return None
+
+
+def _hydra(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
+    r.framework = "hydra"
+    path_opt = flag_value(args, ("--config-path", "-cp"))
+    name_opt = flag_value(args, ("--config-name", "-cn"))
+    declared = _hydra_main(job, cwd) or (None, None)
+    script_dir = (cwd / job.script).parent if job.script else cwd
+    config_dir = (cwd / path_opt[1]) if path_opt else (script_dir / declared[0]) if declared[0] else None
+    name = name_opt[1] if name_opt else declared[1]
+    data: Any = None
+    full_keys: dict[str, str] = {}  # knob -> its key in the composed config (what an override names)
+    if config_dir is not None and name:
+        file = config_dir / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
+        label = _relative(file, cwd)
+        data = load_config(file, label, r) if file.is_file() else None
+        if data is None:
+            r.notes.append(f"hydra: config {label} not found; only the command's overrides were read")
+        else:
+            for knob, (key, value) in generic_knobs(data).items():
+                r.set(knob, value, "file", key, label)
+                full_keys[knob] = key
+            _hydra_groups(data, config_dir, cwd, r, full_keys)
+    for tok in args:
+        over = override(tok)
+        if over is None:
+            continue
+        key, value = over
+        for knob, names in GENERIC_KEYS.items():
+            if full_keys.get(knob) == key or (knob not in r.knobs and key.split(".")[-1] in names):
+                r.set(knob, knob_value(knob, value), "argv", key)
+                full_keys[knob] = key
+
+
+def _hydra_groups(data: Mapping[str, Any], config_dir: Path, cwd: Path, r: JobReading,
+                  full_keys: dict[str, str]) -> None:
+    """Hydra's defaults list: ``- group: option`` puts ``group/option.yaml`` under ``group``. A key
+    the primary config sets itself wins, as with Hydra's default order (``_self_`` last)."""
+    for entry in data.get("defaults") or ():
+        if not isinstance(entry, Mapping) or len(entry) != 1:
+            continue
+        (group, option), = entry.items()
+        file = config_dir / str(group) / f"{option}.yaml"
+        if not file.is_file():
+            continue
+        label = _relative(file, cwd)
+        for knob, (key, value) in generic_knobs(load_config(file, label, r)).items():
+            if knob not in full_keys:
+                r.set(knob, value, "file", key, label)
+                full_keys[knob] = f"{group}.{key}"
+
+
+def _relative(path: Path, cwd: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(cwd.resolve()))
+    except ValueError:
+        return str(path)
+
+
+# -- torchtune ---------------------------------------------------------------------------------------
+_TORCHTUNE_KEYS = {"batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
+                   "tokenizer.max_seq_len": "max_seq_len", "enable_activation_checkpointing": "gradient_checkpointing",
+                   "dtype": "precision", "model.lora_rank": "lora_rank"}
+
+
+def _torchtune(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
+    r.framework = "torchtune"
+    config = flag_value(args, ("--config",))
+    if config is not None:
+        if (cwd / config[1]).is_file():
+            data = load_config(cwd / config[1], config[1], r)
+            for key, knob in _TORCHTUNE_KEYS.items():
+                value = get(data, tuple(key.split("."))) if data is not None else MISSING
+                typed = knob_value(knob, value) if value is not MISSING else None
+                if typed is not None:
+                    r.set(knob, typed, "file", key, config[1])
+        else:
+            r.notes.append(f"torchtune: --config {config[1]} is one of torchtune's own configs (not a file "
+                           "here): only the command's overrides were read; `tune cp` it to bind its values")
+    for tok in args:
+        over = override(tok)
+        if over is not None and over[0] in _TORCHTUNE_KEYS:
+            knob = _TORCHTUNE_KEYS[over[0]]
+            r.set(knob, knob_value(knob, over[1]), "argv", over[0])
+
+
+# -- nanoGPT -----------------------------------------------------------------------------------------
+_NANOGPT_KEYS = {"batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
+                 "block_size": "max_seq_len", "dtype": "precision"}
+_NANOGPT_FROM_DTYPE = {v: k for k, v in NANOGPT_DTYPE.items()}
+
+
+def _nanogpt(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
+    r.framework = "nanogpt"
+    world = max(1, int(r.launch.get("nproc_per_node") or _nproc(job) or 1))
+    for tok in args:  # configurator.py: config files, then --key=value, in order
+        if tok.endswith(".py") and not tok.startswith("-"):
+            data = load_config(cwd / tok, tok, r) if (cwd / tok).is_file() else None
+            for key, knob in _NANOGPT_KEYS.items():
+                if data is not None and key in data:
+                    _nanogpt_set(r, knob, data[key], ("file", key, tok), world)
+                    r.file_presets[tok] = "nanogpt"
+        elif tok.startswith("--") and "=" in tok:
+            key, _, value = tok[2:].partition("=")
+            if key in _NANOGPT_KEYS:
+                _nanogpt_set(r, _NANOGPT_KEYS[key], typed(value) if key != "dtype" else value,
+                             ("argv", f"--{key}", None), world)
+
+
+def _nanogpt_set(r: JobReading, knob: str, value: Any, where: tuple[str, str, str | None], world: int) -> None:
+    kind, name, path = where
+    if knob == "precision":
+        r.set(knob, _NANOGPT_FROM_DTYPE.get(str(value)), kind, name, path)
+    elif knob == "gradient_accumulation_steps" and num(value) is not None:
+        # nanoGPT's value is the total over all ranks; train.py divides it by the world size.
+        r.set(knob, max(1, int(value) // world), kind, name, path)
+    elif not is_auto(value):
+        r.set(knob, num(value), kind, name, path)
+
+
+def _nproc(job: JobCommand) -> int | None:
+    return to_int(job.options.get("--nproc_per_node"))

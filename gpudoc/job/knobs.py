@@ -1,0 +1,125 @@
+"""The one reader of a job's knobs: what its command line and the config files it names say.
+
+With no profile, this is all `gpudoc run` and `gpudoc fix` know of the job: each knob's value and
+the one place that wins (a flag over the config file it overrides; the file when no flag says
+otherwise; the framework's own default when neither does), world size and node count from the
+launcher. A reading also says how to write a changed knob back to where it lives: the ``[bind]``
+table a profile describing this job would have, so the planner (``gpudoc.bind``) edits the very
+place the value came from. Reading never writes and never fails on the job's behalf: a config it
+cannot read is a note, not an error (the job will say so itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoc.errors import ProfileError
+from gpudoc.job.argv import parse_command
+from gpudoc.job.identity import world
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A knob's value and where it lives: on the command line (``name`` is the flag, or the key of
+    a ``key=value`` override), in a file (``name`` is its dotted key, empty where a preset knows
+    the key), or nowhere yet (``name`` is the framework whose default it is)."""
+
+    value: Any
+    kind: str  # "argv" | "file" | "default"
+    name: str
+    path: str | None = None
+
+    @property
+    def where(self) -> str:
+        """``argv:--flag``, ``argv:key``, ``file:PATH:dotted.key``, ``file:PATH``, ``default:FRAMEWORK``."""
+        if self.kind == "file":
+            return f"file:{self.path}:{self.name}" if self.name else f"file:{self.path}"
+        return f"{self.kind}:{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "where": self.where}
+
+
+@dataclass
+class JobReading:
+    """What the command says. ``launch`` holds ``nproc_per_node``/``nnodes`` when the launcher fixes
+    them; ``file_presets`` names the preset that knows the keys of a ``file:PATH`` knob (empty: the
+    framework's argument preset reaches that file itself, as the HF Trainer does its DeepSpeed JSON)."""
+
+    framework: str | None = None
+    knobs: dict[str, Knob] = field(default_factory=dict)
+    launch: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    file_presets: dict[str, str] = field(default_factory=dict)
+    config_data: list[Mapping[str, Any]] = field(default_factory=list)  # the configs read, for the model's name
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return {name: knob.value for name, knob in self.knobs.items()}
+
+    @property
+    def places(self) -> dict[str, str]:
+        return {name: knob.where for name, knob in self.knobs.items()}
+
+    def set(self, knob: str, value: Any, kind: str, name: str, path: str | None = None) -> None:
+        """Later readings win: readers call this in the order the job itself applies its sources."""
+        if value is not None:
+            self.knobs[knob] = Knob(value, kind, name, path)
+
+    def bindings(self, knobs: Iterable[str]) -> dict[str, Any]:
+        """The ``[bind]`` table that writes ``knobs`` where each lives (and nowhere else)."""
+        args_knobs: list[str] = []
+        files: dict[str, Any] = {}
+        overrides: dict[str, str] = {}
+        for knob in sorted(knobs):
+            place = self.knobs.get(knob)
+            if place is None or place.kind == "default" or (place.kind == "argv" and place.name.startswith("-")):
+                args_knobs.append(knob)
+            elif place.kind == "argv":
+                if self.framework in ARG_FRAMEWORKS:
+                    args_knobs.append(knob)  # torchtune's own override keys: its preset knows them
+                else:
+                    overrides[knob] = place.name
+            elif place.path is not None:
+                preset = self.file_presets.get(place.path)
+                if preset == "" or (preset is None and not place.name):
+                    args_knobs.append(knob)
+                elif preset:
+                    files[place.path] = preset
+                else:
+                    spec = files.setdefault(place.path, {})
+                    spec[knob] = place.name
+        bind: dict[str, Any] = {"env": False}
+        if args_knobs:
+            if self.framework not in ARG_FRAMEWORKS:
+                raise ProfileError(f"the command has no place for {', '.join(args_knobs)} "
+                                   f"({self.framework or 'an unknown script'}): write a profile that binds it "
+                                   "(`gpudoc profile new NAME --from-run`)")
+            bind["args"] = self.framework
+            bind["args_knobs"] = args_knobs
+        if files:
+            bind["files"] = files
+        if overrides:
+            bind["overrides"] = overrides
+        return bind
+
+
+# Frameworks whose flags an argument preset of gpudoc.bind writes (Hydra's keys are the job's own).
+ARG_FRAMEWORKS = ("hf-trainer", "lightning", "torchtune", "nanogpt")
+
+
+def read_job(command: Sequence[str], cwd: Path) -> JobReading:
+    """Read the job's knobs, world and bindings from its command line and the files it names."""
+    from gpudoc.job import frameworks
+
+    job = parse_command(list(command))
+    reading = frameworks.read(job, Path(cwd))
+    w = world(job)
+    if w.nproc_per_node is not None:
+        reading.launch["nproc_per_node"] = w.nproc_per_node
+    if w.nnodes is not None:
+        reading.launch["nnodes"] = w.nnodes
+    return reading

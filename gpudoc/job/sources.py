@@ -1,0 +1,143 @@
+"""Values as jobs spell them: flags, ``key=value`` overrides and config files, read leniently.
+
+The framework readers (``gpudoc.job.frameworks``) share these: a config file that cannot be read
+is a note on the reading, never an error (the job will say so itself), and a value that does not
+parse is no value at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpudoc.bind.args import LIGHTNING_PRECISION, ArgEdits
+from gpudoc.bind.filecontext import num
+from gpudoc.bind.values import as_bool_text
+from gpudoc.job.knobs import JobReading
+
+_LIGHTNING_FROM = {v: k for k, v in LIGHTNING_PRECISION.items()} | {
+    "32": "fp32", "16": "fp16", "bf16": "bf16", "16-mixed": "fp16", "bf16-mixed": "bf16", "64": "fp32"}
+
+# Where a job's own config (Hydra's, a Lightning YAML) keeps each knob: leaf names, best first.
+GENERIC_KEYS: dict[str, tuple[str, ...]] = {
+    "micro_batch_size": ("micro_batch_size", "per_device_train_batch_size", "train_micro_batch_size_per_gpu",
+                         "batch_size", "train_batch_size"),
+    "gradient_accumulation_steps": ("gradient_accumulation_steps", "accumulate_grad_batches",
+                                    "grad_accum_steps", "gradient_accumulation", "accum_steps"),
+    "gradient_checkpointing": ("gradient_checkpointing", "activation_checkpointing",
+                               "enable_activation_checkpointing"),
+    "max_seq_len": ("max_seq_len", "max_seq_length", "seq_len", "block_size", "max_length", "context_length"),
+    "precision": ("precision",),
+}
+
+
+# -- shared ----------------------------------------------------------------------------------------
+def load_config(path: Path, label: str, reading: JobReading) -> Any:
+    """A config file's data, or None with a note: reading never fails on the job's behalf."""
+    from gpudoc.bind import jsonedit, pyedit, yamledit
+    from gpudoc.errors import GpudocError
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        suffix = path.suffix.lower()
+        if suffix == ".json":
+            data = jsonedit.load(text, label)
+        elif suffix in (".yaml", ".yml"):
+            data = yamledit.plain(yamledit.load(text, label))
+        elif suffix == ".py":
+            data = pyedit.load(text, label)
+        else:
+            return None
+    except (OSError, UnicodeDecodeError, GpudocError) as exc:
+        reading.notes.append(f"{label}: not read ({exc})")
+        return None
+    if isinstance(data, Mapping):
+        reading.config_data.append(data)
+        return data
+    return None
+
+
+def flag_value(args: list[str], names: tuple[str, ...]) -> tuple[str, str] | None:
+    """The last ``--flag value`` / ``--flag=value`` of any of ``names``: (flag, value)."""
+    found = [(o.name, o.value) for o in ArgEdits(args).find(names) if o.value is not None]
+    return found[-1] if found else None
+
+
+def bool_flag(args: list[str], name: str) -> bool | None:
+    occs = ArgEdits(args).find((name,), boolean=True)
+    if not occs:
+        return None
+    value = occs[-1].value
+    return True if value is None else as_bool_text(value)
+
+
+def to_int(text: str | None) -> int | None:
+    try:
+        return int(str(text))
+    except (TypeError, ValueError):
+        return None
+
+
+def override(tok: str) -> tuple[str, str] | None:
+    """A Hydra/torchtune ``key=value`` (also ``+key=``, ``++key=``): (key, value)."""
+    if tok.startswith("-") or "=" not in tok:
+        return None
+    key, _, value = tok.partition("=")
+    key = key.lstrip("+")
+    if not key or not all(part.isidentifier() or part.isdigit() for part in key.split(".")):
+        return None
+    return key, value
+
+
+def typed(text: str) -> Any:
+    word = as_bool_text(text)
+    if word is not None:
+        return word
+    number = to_int(text)
+    return number if number is not None else text
+
+
+def precision_of(value: Any) -> str | None:
+    text = str(value).strip().lower()
+    return _LIGHTNING_FROM.get(text) or {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "no": "fp32",
+                                         "fp32": "fp32", "fp16": "fp16"}.get(text)
+
+
+def knob_value(knob: str, value: Any) -> Any:
+    if knob == "precision":
+        return precision_of(value)
+    if knob == "gradient_checkpointing":
+        return value if isinstance(value, bool) else as_bool_text(str(value))
+    return num(value) if not isinstance(value, str) else to_int(value)
+
+
+def _leaves(data: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    out = []
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            out.extend(_leaves(value, (*prefix, str(key))))
+    elif prefix:
+        out.append((prefix, data))
+    return out
+
+
+def generic_knobs(data: Any) -> dict[str, tuple[str, Any]]:
+    """A job's own config: each knob's (dotted key, value), the shallowest best-named leaf; keys
+    that name evaluation or validation batches are not the training batch."""
+    found: dict[str, tuple[str, Any]] = {}
+    leaves = sorted(_leaves(data), key=lambda kv: len(kv[0]))
+    for knob, names in GENERIC_KEYS.items():
+        for name in names:
+            for path, value in leaves:
+                if path[-1] != name or any(p.startswith(("eval", "val", "test")) for p in path):
+                    continue
+                typed = knob_value(knob, value)
+                if typed is not None:
+                    found[knob] = (".".join(path), typed)
+                    break
+            if knob in found:
+                break
+    return found
+
+

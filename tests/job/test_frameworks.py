@@ -1,0 +1,211 @@
+"""Reading a job's knobs from its own command line and the real config files it names: each
+framework's order of precedence, and the edit that lands where the winning value lives."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpudoc.bind import plan_bindings
+from gpudoc.job.knobs import read_job
+from gpudoc.profiles.from_job import job_profile
+from tests.conftest import CONFIGS
+
+HF = ["torchrun", "--nproc_per_node=2", "train.py", "--output_dir", "out", "--per_device_train_batch_size", "8",
+      "--gradient_accumulation_steps", "4", "--bf16"]
+
+
+def _plan(command: list[str], cwd: Path, **changes):
+    """What a relaunch with ``changes`` would run and write, through the job's own profile."""
+    profile = job_profile(command, cwd)
+    return plan_bindings(profile.with_train(changes).for_planning(), command, cwd=cwd)
+
+
+def test_hf_flags_their_places_and_the_launchers_world(tmp_path):
+    reading = read_job(HF, tmp_path)
+    assert reading.framework == "hf-trainer"
+    assert reading.values == {"micro_batch_size": 8, "gradient_accumulation_steps": 4,
+                              "gradient_checkpointing": False, "precision": "bf16"}
+    assert reading.places["micro_batch_size"] == "argv:--per_device_train_batch_size"
+    assert reading.places["gradient_checkpointing"] == "default:hf-trainer"
+    assert reading.launch == {"nproc_per_node": 2, "nnodes": 1}
+    assert job_profile(HF, tmp_path).global_batch_size == 8 * 4 * 2
+
+
+def test_hf_halving_edits_the_flags_in_place_and_appends_only_what_is_absent(tmp_path):
+    plan = _plan(HF, tmp_path, micro_batch_size=4, gradient_accumulation_steps=8, gradient_checkpointing=True)
+    assert plan.argv == ["torchrun", "--nproc_per_node=2", "train.py", "--output_dir", "out",
+                         "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "8", "--bf16",
+                         "--gradient_checkpointing"]
+    assert plan.env == {}  # the job reads its flags, not GPUDOC_* variables
+    unchanged = _plan(HF, tmp_path)
+    assert unchanged.argv == HF  # nothing changed: the command is launched exactly as typed
+
+
+def test_transformers5_activation_checkpointing_wins_and_is_the_flag_edited(tmp_path):
+    command = ["python", "train.py", "--activation_checkpointing", "False", "--gradient_checkpointing"]
+    reading = read_job(command, tmp_path)
+    assert reading.values["gradient_checkpointing"] is False
+    assert reading.places["gradient_checkpointing"] == "argv:--activation_checkpointing"
+    plan = _plan(command, tmp_path, gradient_checkpointing=True)
+    assert plan.argv[:4] == ["python", "train.py", "--activation_checkpointing", "True"]
+
+
+def test_hf_flag_over_a_deepspeed_auto_keeps_the_auto(tmp_path):
+    ds = tmp_path / "ds.json"
+    shutil.copy(CONFIGS / "LLaMA-Factory__examples__deepspeed__ds_z3_offload_config.json", ds)
+    before = ds.read_text()
+    command = ["deepspeed", "--num_gpus", "4", "train.py", "--deepspeed", "ds.json",
+               "--per_device_train_batch_size", "2"]
+    reading = read_job(command, tmp_path)
+    assert reading.values["zero_stage"] == 3 and reading.values["offload_optimizer"] is True
+    assert reading.places["zero_stage"] == "file:ds.json"
+    assert reading.places["micro_batch_size"] == "argv:--per_device_train_batch_size"
+    assert reading.launch == {"nproc_per_node": 4, "nnodes": 1}
+    plan = _plan(command, tmp_path, micro_batch_size=1, gradient_accumulation_steps=2)
+    assert plan.argv[-4:] == ["--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "2"]
+    assert plan.file_edits == []  # "auto" stays "auto": the Trainer fills it from its flags
+    assert ds.read_text() == before
+
+
+def test_llama_factory_yaml_on_the_command_line_is_edited_at_its_own_key(tmp_path):
+    shutil.copy(CONFIGS / "LLaMA-Factory__examples__train_full__qwen3_full_sft.yaml", tmp_path / "sft.yaml")
+    ds_dir = tmp_path / "examples" / "deepspeed"
+    ds_dir.mkdir(parents=True)
+    shutil.copy(CONFIGS / "LLaMA-Factory__examples__deepspeed__ds_z3_offload_config.json", ds_dir / "ds_z3_config.json")
+    command = ["llamafactory-cli", "train", "sft.yaml"]
+    reading = read_job(command, tmp_path)
+    assert reading.values["micro_batch_size"] == 1 and reading.values["gradient_accumulation_steps"] == 2
+    assert reading.places["micro_batch_size"] == "file:sft.yaml"
+    plan = _plan(command, tmp_path, gradient_accumulation_steps=4)
+    assert plan.argv == command
+    [edit] = plan.file_edits
+    assert edit.changes == [{"key": "gradient_accumulation_steps", "old": 2, "new": 4}]
+    assert "-gradient_accumulation_steps: 2\n+gradient_accumulation_steps: 4\n" in edit.diff
+
+
+LIGHTNING_CFG = "trainer:\n  accumulate_grad_batches: 3\n  precision: bf16-mixed\ndata:\n  batch_size: 32  # per GPU\n"
+
+
+@pytest.mark.parametrize(("order", "winner", "value"), [
+    (["--config", "cfg.yaml", "--data.batch_size", "16"], "argv:--data.batch_size", 16),
+    (["--data.batch_size", "16", "--config", "cfg.yaml"], "file:cfg.yaml:data.batch_size", 32),
+])
+def test_lightning_later_source_wins_as_jsonargparse_applies_them(tmp_path, order, winner, value):
+    (tmp_path / "cfg.yaml").write_text(LIGHTNING_CFG)
+    command = ["python", "main.py", "fit", *order]
+    reading = read_job(command, tmp_path)
+    assert reading.framework == "lightning"
+    assert (reading.places["micro_batch_size"], reading.values["micro_batch_size"]) == (winner, value)
+    assert reading.values["gradient_accumulation_steps"] == 3
+    assert reading.values["precision"] == "bf16"
+
+
+def test_lightning_knob_in_the_config_is_edited_in_the_config_not_shadowed_by_a_flag(tmp_path):
+    (tmp_path / "cfg.yaml").write_text(LIGHTNING_CFG)
+    command = ["python", "main.py", "fit", "--config", "cfg.yaml"]
+    plan = _plan(command, tmp_path, micro_batch_size=16, gradient_accumulation_steps=6)
+    assert plan.argv == command
+    [edit] = plan.file_edits
+    assert "  batch_size: 16  # per GPU\n" in edit.new_text  # the comment survives
+    assert "  accumulate_grad_batches: 6\n" in edit.new_text
+
+
+def _hydra_project(root: Path) -> None:
+    (root / "conf" / "data_loader").mkdir(parents=True)
+    (root / "conf" / "config.yaml").write_text(
+        "defaults:\n  - data_loader: default\n  - _self_\ntrainer:\n  accumulate_grad_batches: 5\n")
+    (root / "conf" / "data_loader" / "default.yaml").write_text("batch_size: 45\nnum_workers: 4\n")
+    (root / "train.py").write_text(
+        "import hydra\n\n@hydra.main(config_path=\"conf\", config_name=\"config\", version_base=None)\n"
+        "def main(cfg):\n    print(cfg)\n\nif __name__ == \"__main__\":\n    main()\n")
+
+
+def test_hydra_reads_the_decorators_config_and_its_defaults_group(tmp_path):
+    _hydra_project(tmp_path)
+    reading = read_job(["python", "train.py"], tmp_path)
+    assert reading.framework == "hydra"
+    assert reading.places == {"micro_batch_size": "file:conf/data_loader/default.yaml:batch_size",
+                              "gradient_accumulation_steps": "file:conf/config.yaml:trainer.accumulate_grad_batches"}
+    plan = _plan(["python", "train.py"], tmp_path, micro_batch_size=15, gradient_accumulation_steps=15)
+    assert {e.path.name: e.changes for e in plan.file_edits} == {
+        "default.yaml": [{"key": "batch_size", "old": 45, "new": 15}],
+        "config.yaml": [{"key": "trainer.accumulate_grad_batches", "old": 5, "new": 15}]}
+
+
+def test_hydra_override_beats_the_file_and_is_the_one_edited(tmp_path):
+    _hydra_project(tmp_path)
+    command = ["python", "train.py", "data_loader.batch_size=45", "++trainer.accumulate_grad_batches=5"]
+    reading = read_job(command, tmp_path)
+    assert reading.places["micro_batch_size"] == "argv:data_loader.batch_size"
+    assert reading.places["gradient_accumulation_steps"] == "argv:trainer.accumulate_grad_batches"
+    plan = _plan(command, tmp_path, micro_batch_size=15, gradient_accumulation_steps=15)
+    assert plan.argv == ["python", "train.py", "data_loader.batch_size=15", "++trainer.accumulate_grad_batches=15"]
+    assert plan.file_edits == []  # the file's 45 is not what the job runs with: left alone
+
+
+def test_hydra_config_named_on_the_command_line(tmp_path):
+    _hydra_project(tmp_path)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "big.yaml").write_text("train:\n  micro_batch_size: 4\n  max_seq_len: 4096\n")
+    reading = read_job(["python", "train.py", "--config-path", "other", "--config-name", "big"], tmp_path)
+    assert reading.values == {"micro_batch_size": 4, "max_seq_len": 4096}
+    assert reading.places["max_seq_len"] == "file:other/big.yaml:train.max_seq_len"
+
+
+def test_torchtune_override_beats_its_real_config(tmp_path):
+    shutil.copy(CONFIGS / "torchtune__recipes__configs__llama3_1__8B_lora_single_device.yaml", tmp_path / "tt.yaml")
+    command = ["tune", "run", "--nproc_per_node", "2", "lora_finetune_distributed", "--config", "tt.yaml",
+               "batch_size=8"]
+    reading = read_job(command, tmp_path)
+    assert reading.framework == "torchtune"
+    assert reading.values["micro_batch_size"] == 8 and reading.places["micro_batch_size"] == "argv:batch_size"
+    assert reading.values["gradient_accumulation_steps"] == 8
+    assert reading.places["gradient_accumulation_steps"] == "file:tt.yaml:gradient_accumulation_steps"
+    assert reading.values["gradient_checkpointing"] is True and reading.values["precision"] == "bf16"
+    assert reading.launch["nproc_per_node"] == 2
+    plan = _plan(command, tmp_path, micro_batch_size=4, gradient_accumulation_steps=16)
+    assert plan.argv[-1] == "batch_size=4"
+    [edit] = plan.file_edits
+    assert edit.changes == [{"key": "gradient_accumulation_steps", "old": 8, "new": 16}]
+
+
+def test_torchtune_builtin_config_is_said_not_guessed(tmp_path):
+    reading = read_job(["tune", "run", "full_finetune_single_device", "--config", "llama3_2/3B_full_single_device",
+                        "batch_size=2"], tmp_path)
+    assert reading.values == {"micro_batch_size": 2}
+    assert any("llama3_2/3B_full_single_device" in note and "tune cp" in note for note in reading.notes)
+
+
+def test_nanogpt_config_file_then_flags_with_accumulation_per_rank(tmp_path):
+    shutil.copy(CONFIGS / "nanoGPT__config__train_gpt2.py", tmp_path / "train_gpt2.py")
+    command = ["torchrun", "--standalone", "--nproc_per_node=8", "train.py", "train_gpt2.py", "--batch_size=6"]
+    reading = read_job(command, tmp_path)
+    assert reading.framework == "nanogpt"
+    # train_gpt2.py: batch_size = 12, gradient_accumulation_steps = 5 * 8 (the total over 8 ranks)
+    assert reading.values["micro_batch_size"] == 6 and reading.places["micro_batch_size"] == "argv:--batch_size"
+    assert reading.values["gradient_accumulation_steps"] == 5
+    assert reading.places["max_seq_len"] == "file:train_gpt2.py:block_size"
+
+
+def test_a_script_with_no_known_flags_has_no_knobs(tmp_path):
+    reading = read_job(["python", "-c", "print(1)"], tmp_path)
+    assert reading.framework is None and reading.knobs == {}
+    assert job_profile(["python", "-c", "print(1)"], tmp_path).for_planning().train == {}
+
+
+def test_an_unreadable_config_is_a_note_not_a_crash(tmp_path):
+    (tmp_path / "cfg.yaml").write_text("data: [unclosed\n")
+    reading = read_job(["python", "main.py", "fit", "--config", "cfg.yaml", "--data.batch_size", "4"], tmp_path)
+    assert reading.values["micro_batch_size"] == 4
+    assert any(note.startswith("cfg.yaml: not read") for note in reading.notes)
+
+
+def test_the_record_keeps_each_knobs_place(tmp_path):
+    doc = job_profile(HF, tmp_path).to_dict()
+    assert doc["source"] == "command" and doc["framework"] == "hf-trainer"
+    assert doc["knobs"]["micro_batch_size"] == {"value": 8, "where": "argv:--per_device_train_batch_size"}
+    json.dumps(doc)  # a run record holds it as JSON
