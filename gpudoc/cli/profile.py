@@ -68,12 +68,21 @@ class ProfileNew(Command):
     EXAMPLES = """
 gpudoc profile new my-box
 gpudoc profile new my-box --from-gpu --snapshot nvidia-smi.xml
+gpudoc profile new my-job --from-run
 """
     from_gpu = cli.Flag("--from-gpu", help="fill [gpu] from the driver (or --snapshot) and extend the nearest GPU tier")
+    from_run = cli.Flag("--from-run", help="fill [train], [launch] and [bind] from what gpudoc read of a run's command "
+                                           "(RUN_ID after NAME; default: the latest run)")
     snapshots = cli.SwitchAttr("--snapshot", str, list=True, help="read GPUs from a saved nvidia-smi file instead of the driver")
     force = cli.Flag("--force", help="replace an existing profile (a backup is kept)")
 
-    def main(self, name: str) -> int:
+    def main(self, name: str, run_id: str | None = None) -> int:
         from gpudoc.commands.profile import new_profile
+        from gpudoc.errors import UsageError
 
-        return new_profile(self.workspace, name, from_gpu=self.from_gpu, snapshots=tuple(self.snapshots), force=self.force)
+        if run_id is not None and not self.from_run:
+            raise UsageError(f"profile new: unexpected {run_id!r} after the name (a RUN_ID goes with --from-run)")
+        if self.from_run and self.from_gpu:
+            raise UsageError("profile new: --from-run and --from-gpu are two different starting points; pick one")
+        return new_profile(self.workspace, name, from_gpu=self.from_gpu, snapshots=tuple(self.snapshots),
+                           force=self.force, from_run=(run_id or "") if self.from_run else None)

@@ -38,7 +38,7 @@ def show_profile(ws: Workspace, name: str, *, as_json: bool = False) -> int:
 
 
 def new_profile(ws: Workspace, name: str, *, from_gpu: bool = False, snapshots: tuple[str, ...] = (),
-                force: bool = False) -> int:
+                force: bool = False, from_run: str | None = None) -> int:
     console = ws.console
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or name.endswith(".toml"):
         raise UsageError(f"profile name {name!r} must be a plain name (letters, digits, '.', '_', '-'), e.g. my-box")
@@ -50,7 +50,7 @@ def new_profile(ws: Workspace, name: str, *, from_gpu: bool = False, snapshots: 
     comment = "# Fill in your GPUs: `gpudoc profile new NAME --from-gpu` reads them from the driver."
     if from_gpu:
         extends, gpu_lines, comment = _from_gpu(ws, snapshots)
-    text = _template(name, extends, gpu_lines, comment)
+    text = _template(name, extends, gpu_lines, comment) if from_run is None else _from_run(ws, name, from_run)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists():
         from gpudoc.atomic import backup
@@ -77,6 +77,40 @@ def _from_gpu(ws: Workspace, snapshots: tuple[str, ...]) -> tuple[str | None, li
     ]
     comment = f"# Read from {facts.source}: {len(gpus)} x {', '.join(names)}."
     return tier, lines, comment
+
+
+def _from_run(ws: Workspace, name: str, run_id: str) -> str:
+    """A profile holding what gpudoc read from a run's command: its knobs (the values it last ran
+    with), world, environment, and the bindings that write each knob where the command keeps it."""
+    import tomlkit
+
+    from gpudoc.profiles.from_job import recorded_job_profile
+
+    record = ws.store.named_or_latest(run_id or None)
+    profile = recorded_job_profile(record)
+    if profile is None or profile.job is None:
+        raise UsageError(f"--from-run: run {record.id} ran with the profile {record.profile_path or '(none)'}, "
+                         "not from its command line; use that profile")
+    if not profile.train:
+        raise UsageError(f"--from-run: gpudoc read no knobs from run {record.id}'s command "
+                         f"({' '.join(record.command)}); write [train] and [bind] by hand")
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment(f"Read by gpudoc from run {record.id}: {' '.join(record.command)}"))
+    doc.add("description", f"{name}: {profile.job.framework} job")
+    places = profile.job.places
+    train = tomlkit.table()
+    for knob, value in profile.train.items():
+        item = tomlkit.item(value)
+        item.comment(places.get(knob, "added by gpudoc"))
+        train.add(knob, item)
+    doc.add("train", train)
+    if profile.launch:
+        doc.add("launch", dict(profile.launch))
+    env = record.profile.get("env") if record.profile else None
+    if env:
+        doc.add("env", dict(env))
+    doc.add("bind", profile.job.bindings(profile.train))
+    return tomlkit.dumps(doc)
 
 
 def _nearest_tier(gib: float) -> str | None:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpudoc.units import format_bytes
+
 
 @dataclass(frozen=True)
 class Suggestion:
@@ -73,7 +75,25 @@ class LadderResult:
         return self.semantic_held_back
 
     def first_profile_change(self) -> Suggestion | None:
-        return next((s for s in self.suggestions if s.changes_profile), None)
+        """The change the next relaunch makes. An environment-only rung whose saving the OOM's own
+        figures bound below the shortfall (expandable segments can free at most the reserved but
+        unallocated memory) cannot make the job fit alone: it rides along with the next rung, in
+        the same relaunch, instead of costing one of its own."""
+        changes = [s for s in self.suggestions if s.changes_profile]
+        if not changes:
+            return None
+        first = changes[0]
+        if (len(changes) > 1 and not first.changes and changes[1].changes and self.shortfall_bytes is not None
+                and first.expected_saving_bytes is not None and first.expected_saving_bytes < self.shortfall_bytes):
+            second = changes[1]
+            savings = (first.expected_saving_bytes, second.expected_saving_bytes)
+            return Suggestion(
+                f"{first.rung}+{second.rung}", second.changes, {**first.env, **second.env},
+                first.semantic or second.semantic, None if None in savings else sum(s or 0 for s in savings),
+                f"{first.rung} alone frees at most {format_bytes(first.expected_saving_bytes)} of the "
+                f"{format_bytes(self.shortfall_bytes)} short, so it goes with {second.rung} in one relaunch: "
+                f"{second.why}")
+        return first
 
     def to_dict(self) -> dict:
         return {

@@ -55,9 +55,11 @@ def test_run_retry_oom_walks_down_until_the_job_fits(tmp_path):
     _check_final_profile((tmp_path / "gpudoc.toml").read_text())
     chain = _chain(RunStore(tmp_path / ".gpudoc"))
     knobs = [(r.profile["knobs"]["micro_batch_size"], r.profile["knobs"]["gradient_accumulation_steps"]) for r in chain]
-    # expandable segments first (no cost), then the batch halves with the global batch kept at 32.
-    assert knobs == [(16, 2), (16, 2), (8, 4), (4, 8), (2, 16)]
-    assert [r.cause for r in chain] == ["gpu_oom"] * 4 + ["ok"]
+    # The OOM's 102 MiB reserved-but-unallocated cannot cover its shortfall: expandable segments ride
+    # with the first halving instead of costing a relaunch; the global batch stays 32 throughout.
+    assert knobs == [(16, 2), (8, 4), (4, 8), (2, 16)]
+    assert "expandable_segments:True" in chain[1].env_set.get("PYTORCH_ALLOC_CONF", "")
+    assert [r.cause for r in chain] == ["gpu_oom"] * 3 + ["ok"]
     assert all(m * a == 32 for m, a in knobs)
 
 
@@ -75,10 +77,10 @@ def test_fix_apply_in_a_loop_reaches_the_same_profile(tmp_path):
         assert payload["applied"]["path"] == str(tmp_path / "gpudoc.toml")
         applied.append(payload["applied"]["rung"])
         done = gpudoc_cli(*command, cwd=tmp_path)
-    assert applied == ["expandable-segments", "halve-micro-batch", "halve-micro-batch", "halve-micro-batch"]
+    assert applied == ["expandable-segments+halve-micro-batch", "halve-micro-batch", "halve-micro-batch"]
     _check_final_profile((tmp_path / "gpudoc.toml").read_text())
     records = list(RunStore(tmp_path / ".gpudoc").records())
-    assert sorted(r.profile["knobs"]["micro_batch_size"] for r in records) == [2, 4, 8, 16, 16]
+    assert sorted(r.profile["knobs"]["micro_batch_size"] for r in records) == [2, 4, 8, 16]
     assert [r.cause for r in records if r.profile["knobs"]["micro_batch_size"] == 2] == ["ok"]
 
 

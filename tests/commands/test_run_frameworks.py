@@ -1,0 +1,158 @@
+"""The job as it is, with the real frameworks: no profile, the user's own command line and config
+files. Each job builds a tiny model from a config and raises CUDA's OOM error (as torch words it)
+above a per-device batch threshold; `gpudoc run --retry-oom` must make it fit by editing the place
+the framework reads, and the framework itself prints the batch, accumulation and world size it ran
+with. Single process and under `torchrun --nproc_per_node=2` (gloo)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpudoc.runs.store import RunStore
+from tests.conftest import gpudoc_cli
+
+JOBS = Path(__file__).with_name("jobs") / "frameworks"
+pytestmark = pytest.mark.slow
+
+HF_FLAGS = ["--output_dir", "out", "--max_steps", "1", "--use_cpu", "--report_to", "none", "--log_level", "info",
+            "--save_strategy", "no", "--disable_tqdm", "True", "--per_device_train_batch_size", "8",
+            "--gradient_accumulation_steps", "2"]
+LIGHTNING_CFG = """\
+trainer:
+  max_steps: 1
+  accelerator: cpu
+  logger: false
+  enable_checkpointing: false
+  enable_progress_bar: false
+  enable_model_summary: false
+  accumulate_grad_batches: 2   # per optimizer step
+data:
+  batch_size: 8
+"""
+
+
+def _launch(nproc: int, script: str, *args: str) -> list[str]:
+    head = ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "--monitor-interval=0.1"] if nproc > 1 else ["python"]
+    return [*head, script, *args]
+
+
+def _job_dir(tmp_path: Path) -> Path:
+    for job in JOBS.glob("*.py"):
+        shutil.copy(job, tmp_path / job.name)
+    return tmp_path
+
+
+def _retry(tmp_path: Path, command: list[str], *, oom_above: int, retries: int = 2):
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", str(retries), "--", *command, cwd=tmp_path,
+                      env={"OOM_ABOVE": str(oom_above), "OMP_NUM_THREADS": "1"}, timeout=300)
+    records = sorted(RunStore(tmp_path / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    return done, records
+
+
+def _last_log(tmp_path: Path, records) -> str:
+    return RunStore(tmp_path / ".gpudoc").log_path(records[-1].id).read_text(errors="replace")
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_hf_trainer_flags_are_halved_on_the_command_line(tmp_path, nproc):
+    cwd = _job_dir(tmp_path)
+    done, records = _retry(cwd, _launch(nproc, "hf_trainer.py", *HF_FLAGS), oom_above=4)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(records) == 2  # the allocator rung cannot cover the shortfall: it rides with the halving
+    first, last = records
+    assert first.profile["source"] == "command"
+    assert first.profile["knobs"]["micro_batch_size"] == {"value": 8, "where": "argv:--per_device_train_batch_size"}
+    assert first.cause == "gpu_oom" and last.cause == "ok"
+    assert last.argv[last.argv.index("--per_device_train_batch_size") + 1] == "4"
+    assert last.argv[last.argv.index("--gradient_accumulation_steps") + 1] == "4"
+    log = _last_log(cwd, records)
+    # The Trainer's own account of what it ran: the halved batch, the doubled accumulation, the
+    # world torchrun gave it, and the global batch unchanged.
+    assert re.search(r"Instantaneous batch size per device = 4\b", log)
+    assert re.search(r"Gradient Accumulation steps = 4\b", log)
+    assert re.search(rf"Total train batch size \(w\. parallel, distributed & accumulation\) = {16 * nproc}\b", log)
+    assert not (cwd / "gpudoc.toml").exists()  # nothing written that the user did not ask for
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_lightning_config_file_is_edited_where_the_batch_lives(tmp_path, nproc):
+    cwd = _job_dir(tmp_path)
+    (cwd / "cfg.yaml").write_text(LIGHTNING_CFG)
+    command = _launch(nproc, "lightning_cli.py", "fit", "--config", "cfg.yaml", "--trainer.devices", str(nproc))
+    done, records = _retry(cwd, command, oom_above=4)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r.cause for r in records] == ["gpu_oom", "ok"]
+    assert records[0].profile["knobs"]["micro_batch_size"]["where"] == "file:cfg.yaml:data.batch_size"
+    assert records[-1].argv == command  # the flags are untouched: the config holds the knobs
+    text = (cwd / "cfg.yaml").read_text()
+    assert "  batch_size: 4\n" in text and "  accumulate_grad_batches: 4   # per optimizer step\n" in text
+    assert (cwd / "cfg.yaml.gpudoc.bak").read_text() == LIGHTNING_CFG  # the original, kept
+    log = _last_log(cwd, records)
+    assert f"lightning: batch_size=4 accumulate_grad_batches=4 precision=32-true world_size={nproc}" in log
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_hydra_override_is_edited_not_the_file_it_beats(tmp_path, nproc):
+    cwd = _job_dir(tmp_path)
+    (cwd / "conf" / "data_loader").mkdir(parents=True)
+    (cwd / "conf" / "config.yaml").write_text(
+        "defaults:\n  - data_loader: default\n  - _self_\ntrainer:\n  accumulate_grad_batches: 5\n")
+    (cwd / "conf" / "data_loader" / "default.yaml").write_text("batch_size: 32\nnum_workers: 0\n")
+    done, records = _retry(cwd, _launch(nproc, "hydra_job.py", "data_loader.batch_size=45"), oom_above=16)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r.cause for r in records] == ["gpu_oom", "ok"]
+    # 45 x 5 = 225 kept exact: 15 x 15, not 22 x 10.
+    assert records[-1].argv[-1] == "data_loader.batch_size=15"
+    assert (cwd / "conf" / "data_loader" / "default.yaml").read_text() == "batch_size: 32\nnum_workers: 0\n"
+    assert "  accumulate_grad_batches: 15\n" in (cwd / "conf" / "config.yaml").read_text()
+    log = _last_log(cwd, records)
+    assert f"hydra: batch_size=15 accumulate_grad_batches=15 world_size={nproc} global_batch={225 * nproc}" in log
+
+
+def test_fix_with_no_profile_offers_the_flags_and_writes_no_profile(tmp_path):
+    cwd = _job_dir(tmp_path)
+    command = _launch(1, "hf_trainer.py", *HF_FLAGS)
+    first = gpudoc_cli("run", "--no-check", "--", *command, cwd=cwd, env={"OOM_ABOVE": "4"}, timeout=300)
+    assert first.returncode == 1
+    shown = gpudoc_cli("fix", cwd=cwd)
+    assert shown.returncode == 0, shown.stderr
+    assert "micro_batch_size (argv:--per_device_train_batch_size)" in shown.stdout
+    assert "halve-micro-batch" in shown.stdout and "the profile declares no [train] knobs" not in shown.stdout
+    applied = gpudoc_cli("fix", "--apply", "--json", cwd=cwd)
+    assert applied.returncode == 0, applied.stderr
+    body = json.loads(applied.stdout)
+    assert body["applied"]["rung"] == "expandable-segments+halve-micro-batch"
+    new = body["applied"]["command"]
+    assert new[new.index("--per_device_train_batch_size") + 1] == "4"
+    assert any(note.startswith("run next: PYTORCH_ALLOC_CONF=expandable_segments:True gpudoc run -- python")
+               for note in body["notes"])
+    assert not (cwd / "gpudoc.toml").exists()
+    # --rerun relaunches the changed command, and it fits.
+    rerun = gpudoc_cli("fix", "--rerun", cwd=cwd, env={"OOM_ABOVE": "4"}, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    latest = max(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    assert latest.cause == "ok" and latest.knobs["micro_batch_size"] == 4
+
+
+def test_profile_new_from_run_writes_what_was_read(tmp_path):
+    cwd = _job_dir(tmp_path)
+    command = _launch(1, "hf_trainer.py", *HF_FLAGS)
+    done, _records = _retry(cwd, command, oom_above=4)
+    assert done.returncode == 0
+    made = gpudoc_cli("profile", "new", "mine", "--from-run", cwd=cwd)
+    assert made.returncode == 0, made.stderr
+    text = (cwd / ".gpudoc" / "profiles" / "mine.toml").read_text()
+    assert "micro_batch_size = 4 # argv:--per_device_train_batch_size" in text
+    assert 'args = "hf-trainer"' in text and 'PYTORCH_ALLOC_CONF = "expandable_segments:True"' in text
+    # The profile now describes the job: run with it as typed, it launches the halved batch.
+    dry = gpudoc_cli("run", "--dry-run", "--json", "-p", "mine", "--", *command, cwd=cwd)
+    assert dry.returncode == 0, dry.stderr
+    argv = json.loads(dry.stdout)["argv"]
+    assert argv[argv.index("--per_device_train_batch_size") + 1] == "4"
+    wrong = gpudoc_cli("profile", "new", "other", "--from-run", "nosuchrun", cwd=cwd)
+    assert wrong.returncode == 2 and "nosuchrun" in wrong.stderr and "Traceback" not in wrong.stderr
