@@ -97,25 +97,48 @@ def test_file_preset_that_cannot_carry_a_ladder_knob_is_an_error(tmp_path):
                               bind={"files": {"ds.json": "deepspeed"}}), ["python", "t.py"], cwd=tmp_path)
 
 
-# -- conflicts -------------------------------------------------------------------------------------
-def test_torchrun_process_count_vs_launch(tmp_path):
-    plan = plan_bindings(profile(launch={"nproc_per_node": 4, "nnodes": 1}),
-                         ["torchrun", "--nproc-per-node=8", "--nnodes", "2", "t.py"], cwd=tmp_path)
-    assert any("8 processes per node" in c and "nproc_per_node = 4" in c for c in plan.conflicts)
-    assert any("2 node(s)" in c for c in plan.conflicts)
+# -- contradictions stop the plan; conflicts are said ---------------------------------------------
+def test_torchrun_process_count_vs_launch_is_refused_before_anything(tmp_path):
+    with pytest.raises(ProfileError) as info:
+        plan_bindings(profile(launch={"nproc_per_node": 4, "nnodes": 1}),
+                      ["torchrun", "--nproc-per-node=8", "--nnodes", "2", "t.py"], cwd=tmp_path)
+    assert str(info.value) == ("the command starts 8 processes per node (torchrun) but the profile's [launch] "
+                               "nproc_per_node = 4; the command runs on 2 node(s) (torchrun) but the profile's "
+                               "[launch] nnodes = 1")
+    with pytest.raises(ProfileError, match=r"starts 2 processes per node \(torchrun\) but the profile's \[gpu\] count = 1"):
+        plan_bindings(profile(gpu={"count": 1}), ["torchrun", "--nproc_per_node=2", "t.py"], cwd=tmp_path)
     ok = plan_bindings(profile(launch={"nproc_per_node": 8}), ["torchrun", "--nproc_per_node=8", "t.py"], cwd=tmp_path)
     assert ok.conflicts == []
 
 
-def test_deepspeed_train_batch_size_inconsistency(tmp_path):
-    shutil.copy(CONFIGS / "DeepSpeedExamples__Megatron-LM__scripts__ds_zero-offload_10B_config.json",
-                tmp_path / "ds.json")
-    plan = plan_bindings(profile(train={"micro_batch_size": 4, "gradient_accumulation_steps": 3},
+def test_deepspeed_train_batch_size_inconsistency_is_refused_and_nothing_planned(tmp_path):
+    src = CONFIGS / "DeepSpeedExamples__Megatron-LM__scripts__ds_zero-offload_10B_config.json"
+    shutil.copy(src, tmp_path / "ds.json")
+    bad = profile(train={"micro_batch_size": 4, "gradient_accumulation_steps": 3},
+                  launch={"nproc_per_node": 2}, bind={"files": {"ds.json": "deepspeed"}})
+    with pytest.raises(ProfileError) as info:
+        plan_bindings(bad, ["python", "t.py"], cwd=tmp_path)
+    assert str(info.value) == ("ds.json: train_batch_size = 30 but micro batch x gradient accumulation x world "
+                               "size = 4 x 3 x 2 = 24; set train_batch_size to 24 (or \"auto\") or change the profile")
+    assert (tmp_path / "ds.json").read_bytes() == src.read_bytes()
+    # 5 x 3 x 2 = 30 agrees with the file: planned, the two values written.
+    good = plan_bindings(profile(train={"micro_batch_size": 5, "gradient_accumulation_steps": 3},
                                  launch={"nproc_per_node": 2}, bind={"files": {"ds.json": "deepspeed"}}),
                          ["python", "t.py"], cwd=tmp_path)
-    assert plan.conflicts == ["ds.json: train_batch_size = 30 but micro_batch_size x gradient_accumulation_steps "
-                              "x world size = 4 x 3 x 2 = 24; set train_batch_size to 24 (or \"auto\") or change "
-                              "the profile"]
+    (edit,) = good.file_edits
+    assert edit.changes == [{"key": "train_micro_batch_size_per_gpu", "old": None, "new": 5}]
+
+
+def test_deepspeed_batch_contradiction_in_a_json_the_command_names(tmp_path):
+    src = CONFIGS / "DeepSpeedExamples__Megatron-LM__scripts__ds_zero-offload_10B_config.json"
+    shutil.copy(src, tmp_path / "ds.json")
+    # No binding at all: the file's 30 = micro 5 x its accumulation 3 x world 2; 4 processes do not agree.
+    p = profile(train={"micro_batch_size": 5}, launch={"nproc_per_node": 4})
+    with pytest.raises(ProfileError, match="train_batch_size = 30 but .* = 5 x 3 x 4 = 60"):
+        plan_bindings(p, ["torchrun", "--nproc_per_node=4", "t.py", "--deepspeed", "ds.json"], cwd=tmp_path)
+    p2 = profile(train={"micro_batch_size": 5}, launch={"nproc_per_node": 2})
+    assert plan_bindings(p2, ["torchrun", "--nproc_per_node=2", "t.py", "--deepspeed", "ds.json"],
+                         cwd=tmp_path).file_edits == []
 
 
 def test_hard_coded_value_in_an_unbound_part_of_a_bound_file(tmp_path):
