@@ -176,5 +176,9 @@ def fit(old: Any, new: Any, *, file: str, key: str, knob: str) -> Any:
                 f"{_show(old)}, ...}}}}")
     elif old_kind in ("table", "list"):
         hint = "; bind a key inside it"
-    raise ProfileError(f"{file}: {key} holds {held}; {knob} = {_show(new)} is a {new_kind}, not "
-                       f"{'an' if old_kind[0] in 'aeiou' else 'a'} {old_kind}{hint}", file=file, key=key)
+    raise ProfileError(f"{file}: {key} holds {held}; {knob} = {_show(new)} is {_a(new_kind)}, not "
+                       f"{_a(old_kind)}{hint}", file=file, key=key)
+
+
+def _a(kind: str) -> str:
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
