@@ -243,7 +243,7 @@ def _assign_checked(st: FileState, target: Target, knob: str, value: Any, label:
     """An explicit binding: through its map, type-checked against the value it replaces."""
     new = target.value_for(knob, value, label)
     old = st.current(target.path)
-    if old is MISSING and st.fmt in ("json", "yaml", "toml"):
+    if old is MISSING:
         _refuse_likely_typo(st, target)
     st.assign(target.path, fit(old, new, file=st.label, key=target.text, knob=knob), knob=knob, key=target.text)
 

@@ -155,9 +155,10 @@ def _show(value: Any) -> str:
 def fit(old: Any, new: Any, *, file: str, key: str, knob: str) -> Any:
     """``new`` as it may replace ``old`` at ``file:key``, or a ProfileError naming file, key, old
     value and knob. Numbers replace numbers (an integral float written as an integer where one
-    was), strings strings, booleans booleans; a missing key, ``null`` and DeepSpeed's ``"auto"``
+    was), strings strings, booleans booleans; a missing key, ``null``, DeepSpeed's ``"auto"`` and
+    OmegaConf's placeholders (``${...}``, ``???``: the value comes from elsewhere)
     take anything."""
-    if old is MISSING or old is None or is_auto(old):
+    if old is MISSING or old is None or is_auto(old) or _placeholder(old):
         return new
     old_kind, new_kind = _kind(old), _kind(new)
     if old_kind in ("integer", "number") and new_kind in ("integer", "number"):
@@ -178,6 +179,10 @@ def fit(old: Any, new: Any, *, file: str, key: str, knob: str) -> Any:
         hint = "; bind a key inside it"
     raise ProfileError(f"{file}: {key} holds {held}; {knob} = {_show(new)} is {_a(new_kind)}, not "
                        f"{_a(old_kind)}{hint}", file=file, key=key)
+
+
+def _placeholder(value: Any) -> bool:
+    return isinstance(value, str) and (value.strip() == "???" or value.strip().startswith("${"))
 
 
 def _a(kind: str) -> str:

@@ -382,3 +382,14 @@ def test_said_names_each_changed_flag_of_the_command_and_of_a_script(tmp_path):
     assert typed.argv == ["python", "train.py", "--per_device_train_batch_size=8", "--seed", "1", "--bf16"]
     assert typed.said() == ["command: --per_device_train_batch_size 2 -> 8", "command: --fp16 removed",
                             "command: --bf16 added"]
+
+
+def test_a_misspelt_name_in_a_nanogpt_config_is_refused_a_new_one_appended(tmp_path):
+    shutil.copy(CONFIGS / "nanoGPT__config__train_gpt2.py", tmp_path / "cfg.py")
+    before = (tmp_path / "cfg.py").read_text()
+    typo = profile(train={"micro_batch_size": 6}, bind={"files": {"cfg.py": {"micro_batch_size": "batch_sise"}}})
+    with pytest.raises(ProfileError, match=r"cfg.py: batch_sise is not in the file \(did you mean 'batch_size'\?\)"):
+        plan_bindings(typo, ["python", "train.py", "cfg.py"], cwd=tmp_path)
+    new = profile(train={"n_negatives": 7}, bind={"files": {"cfg.py": {"n_negatives": "n_negatives"}}})
+    (edit,) = plan_bindings(new, ["python", "train.py", "cfg.py"], cwd=tmp_path).file_edits
+    assert edit.new_text == before + "n_negatives = 7\n"

@@ -60,6 +60,7 @@ def test_malformed_bindings_are_one_line_naming_them(spec, message):
 @pytest.mark.parametrize(("old", "new", "written"), [
     (8, 4, 4), (0.5, 1, 1), (0.5, 0.25, 0.25), (8, 4.0, 4), ("bfloat16", "float16", "float16"),
     (True, False, False), (MISSING, "x", "x"), (None, 3, 3), ("auto", 4, 4), ("AUTO", True, True),
+    ("${data.batch_size}", 4, 4), ("???", 4, 4),
 ])
 def test_values_that_fit(old, new, written):
     got = fit(old, new, file="c.json", key="k", knob="n")
