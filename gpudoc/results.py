@@ -239,12 +239,16 @@ class DryRunResult:
     env_set: dict[str, str]
     file_edits: tuple[dict[str, str], ...]  # {"path", "diff"}
     notes: tuple[str, ...] = ()
+    # Where each knob goes: {"knob", "file", "key", "old", "new", "added"} ("file" is "command"
+    # for the job's own flags), changed or not.
+    bindings: tuple[dict[str, Any], ...] = ()
     exit_code: int = ExitStatus.OK
     status: str = "ok"
 
     def json_body(self) -> dict[str, Any]:
         return {"dry_run": True, "argv": list(self.argv), "env_set": dict(self.env_set),
-                "file_edits": [dict(e) for e in self.file_edits], "notes": list(self.notes)}
+                "file_edits": [dict(e) for e in self.file_edits], "bindings": [dict(b) for b in self.bindings],
+                "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)

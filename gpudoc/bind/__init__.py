@@ -6,9 +6,11 @@ Three ways in, combinable (SPEC "[bind]"):
 - arguments: ``bind.args`` names a preset that replaces or appends the framework's own flags in
   the training script's arguments (never the launcher's);
 - files: ``[bind.files."path"]`` edits JSON/YAML/TOML/Python configs and flags in shell scripts,
-  by explicit key paths or a file preset; only the bound values change.
+  by explicit key paths (one or several per knob, with an optional value map; ``targets``) or a
+  file preset; only the bound values change, and an explicit value must fit the one it replaces.
 
-``plan_bindings`` plans (reads files, writes nothing: ``run --dry-run`` shows the diffs);
+``plan_bindings`` plans and checks (reads files, writes nothing: ``run --dry-run`` shows the diffs
+and every binding; a contradiction the job would trip over refuses it, ``conflicts``);
 ``apply_file_edits`` writes the plan atomically, with a backup beside each file.
 """
 

@@ -58,16 +58,8 @@ def deepspeed_write(data: Any, ctx: FileContext) -> FileResult:
                     continue
                 res.set((section, "enabled"), on, "precision")
             res.expressed.add("precision")
-    # Consistency: DeepSpeed asserts train_batch_size == micro x accumulation x world size.
-    tbs = num(get(data, ("train_batch_size",)))
-    if tbs is not None:
-        micro = num(k.get("micro_batch_size", get(data, ("train_micro_batch_size_per_gpu",))))
-        accum = num(k.get("gradient_accumulation_steps", get(data, ("gradient_accumulation_steps",))))
-        if micro is not None and accum is not None and micro * accum * ctx.world_size != tbs:
-            res.conflicts.append(
-                f"{ctx.name}: train_batch_size = {tbs} but micro_batch_size x gradient_accumulation_steps x "
-                f"world size = {micro} x {accum} x {ctx.world_size} = {micro * accum * ctx.world_size}; "
-                f"set train_batch_size to {micro * accum * ctx.world_size} (or \"auto\") or change the profile")
+    # train_batch_size against micro x accumulation x world size is checked on the file as it will
+    # be written, with the launch's other contradictions (conflicts.deepspeed_batch_contradiction).
     stage = k.get("zero_stage", get(data, ("zero_optimization", "stage")))
     stage_number = num(stage)
     if k.get("offload_params") and stage_number is not None and stage_number < 3:

@@ -14,19 +14,14 @@ from gpudoc.bind.values import format_value
 from gpudoc.errors import ProfileError
 
 
-def apply_overrides(script_args: list[str], bind: Mapping[str, Any],
-                    knobs: Mapping[str, Any]) -> tuple[list[str], set[str]]:
-    """The script's arguments with each bound knob's ``key=value``; and the knobs so carried."""
-    table = dict(bind.get("overrides") or {})
-    if not table:
-        return script_args, set()
-    ed = ArgEdits(script_args)
+def apply_overrides(ed: ArgEdits, bind: Mapping[str, Any], knobs: Mapping[str, Any]) -> set[str]:
+    """Write each bound knob's ``key=value`` into the script's arguments; return the knobs so carried."""
     carried = set()
-    for knob, key in table.items():
+    for knob, key in dict(bind.get("overrides") or {}).items():
         if not isinstance(key, str) or not key or key.startswith("-") or "=" in key:
             raise ProfileError(f"[bind.overrides] {knob}: expected a dotted key such as \"trainer.batch_size\", "
                                f"got {key!r}")
         if knob in knobs:
             ed.set_kv(key, format_value(knobs[knob]))
             carried.add(knob)
-    return ed.result(), carried
+    return carried

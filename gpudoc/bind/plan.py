@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-import copy
 import difflib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from gpudoc.bind import jsonedit, pyedit, shell, tomledit, yamledit
-from gpudoc.bind.args import ARG_PRESETS, KNOWN_FLAGS, ArgContext, ArgEdits, PresetResult
-from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get
+from gpudoc.bind import shell
+from gpudoc.bind.argchanges import arg_changes
+from gpudoc.bind.args import ARG_PRESETS, ArgContext, ArgEdits, PresetResult
+from gpudoc.bind.conflicts import (
+    deepspeed_batch_contradiction,
+    launch_contradictions,
+    refuse,
+    require_expressed,
+    unbound_file_conflicts,
+    unbound_flag_conflicts,
+)
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult
 from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
+from gpudoc.bind.filestate import FileEdit, FileState, unified_diff
 from gpudoc.bind.overrides import apply_overrides
-from gpudoc.bind.values import LADDER_KNOBS, PLACEHOLDER, env_for, format_value, is_neutral
+from gpudoc.bind.targets import Target, check_files_table, fit, targets
+from gpudoc.bind.values import PLACEHOLDER, env_for, format_value
 from gpudoc.errors import InputError, ProfileError, UsageError
 from gpudoc.job.argv import parse_command
-from gpudoc.job.identity import World
 from gpudoc.job.identity import world as job_world
 
 if TYPE_CHECKING:
@@ -24,19 +34,7 @@ if TYPE_CHECKING:
 
     from gpudoc.profiles.model import Profile
 
-
-@dataclass
-class FileEdit:
-    """One config file's planned change. ``changes`` lists ``{"key", "old", "new"}`` per value."""
-
-    path: Path
-    old_text: str
-    new_text: str
-    diff: str
-    changes: list[dict] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {"path": str(self.path), "diff": self.diff, "changes": list(self.changes)}
+__all__ = ["BindPlan", "FileEdit", "plan_bindings", "substitute", "unified_diff"]
 
 
 @dataclass
@@ -48,99 +46,41 @@ class BindPlan:
     # Things worth telling the user that are not problems ("auto" left alone, nanoGPT's
     # accumulation scaled by world size, ...).
     notes: list[str] = field(default_factory=list)
+    # Every place a knob was put, changed or not: {"knob", "file", "key", "old", "new", "added"}
+    # ("file" is "command" for the job's own arguments).
+    bindings: list[dict] = field(default_factory=list)
 
     def diff_text(self) -> str:
         return "".join(edit.diff for edit in self.file_edits)
 
-
-# -- formats ---------------------------------------------------------------------------------------
-_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".py": "py",
-            ".sh": "sh", ".bash": "sh"}
-
-
-def _format(path: Path) -> str:
-    fmt = _FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise ProfileError(f"[bind.files] {path.name}: gpudoc edits .json, .yaml/.yml, .toml, .py and .sh files")
-    return fmt
+    def said(self) -> list[str]:
+        """One line per changed flag of the command and per changed file: what, from what to what."""
+        lines = [f"command: {_change(b)}" for b in self.bindings if b["file"] == "command" and _changed(b)]
+        for edit in self.file_edits:
+            lines.append(f"{edit.label or Path(edit.path).name}: " + ", ".join(_change(c) for c in edit.changes))
+        return lines
 
 
-def _load(fmt: str, text: str, name: str) -> Any:
-    if fmt == "json":
-        return jsonedit.load(text, name)
-    if fmt == "yaml":
-        return yamledit.plain(yamledit.load(text, name))
-    if fmt == "toml":
-        return tomledit.load(text, name)
-    if fmt == "py":
-        return pyedit.load(text, name)
-    raise AssertionError(fmt)
+def _changed(b: Mapping[str, Any]) -> bool:
+    """A flag of the command that was added, removed (``new`` None) or given another value."""
+    return bool(b.get("added")) or b["new"] is None or b["old"] != b["new"]
 
 
-def _set(fmt: str, text: str, path: tuple[str, ...], value: Any, name: str) -> str:
-    editor = {"json": jsonedit, "yaml": yamledit, "toml": tomledit, "py": pyedit}[fmt]
-    return editor.set_value(text, path, value, name=name)
+def _change(c: Mapping[str, Any]) -> str:
+    key, old, new = c["key"], c.get("old"), c.get("new")
+    if c.get("added") or (old is None and new is not None):
+        return f"{key} {_word(new)} added" if new != "" else f"{key} added"
+    if new is None:
+        return f"{key} {_word(old)} removed" if old is not None else f"{key} removed"
+    return f"{key} {_word(old)} -> {_word(new)}"
 
 
-def _with(data: Any, path: tuple[str, ...], value: Any) -> Any:
-    out = copy.deepcopy(data)
-    node = out
-    for key in path[:-1]:
-        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
-    if isinstance(node, list):
-        node[int(path[-1])] = value
-    else:
-        node[path[-1]] = value
-    return out
+def _word(value: Any) -> str:
+    if isinstance(value, str):
+        return value if value and value == value.strip() and " " not in value else json.dumps(value)
+    return format_value(value)
 
 
-def unified_diff(old: str, new: str, label: str) -> str:
-    lines = []
-    for line in difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                     fromfile=f"a/{label}", tofile=f"b/{label}"):
-        lines.append(line)
-        if not line.endswith("\n"):
-            lines.append("\n\\ No newline at end of file\n")
-    return "".join(lines)
-
-
-class _FileState:
-    def __init__(self, path: Path, label: str) -> None:
-        self.path = path
-        self.label = label
-        self.fmt = _format(path)
-        try:
-            self.old_text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise UsageError(f"{label}: file not found (bound in the profile or named by the command)") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"{label}: cannot read: {exc}") from None
-        self.text = self.old_text
-        self.changes: list[dict] = []
-        self.data = _load(self.fmt, self.text, label) if self.fmt != "sh" else None
-
-    def assign(self, path: tuple[str, ...], value: Any) -> None:
-        old = get(self.data, path)
-        if old is not MISSING and type(old) is type(value) and old == value:
-            return
-        new_text = _set(self.fmt, self.text, path, value, self.label)
-        new_data = _load(self.fmt, new_text, self.label)
-        # The editors are surgical; this proves it: the file must read back as before with only
-        # this one value changed.
-        if new_data != _with(self.data, path, value):
-            raise InputError(f"{self.label}: editing '{'.'.join(path)}' would change more than that value; "
-                             f"edit it by hand or bind it differently")
-        self.text, self.data = new_text, new_data
-        self.changes.append({"key": ".".join(path), "old": None if old is MISSING else old, "new": value})
-
-    def edit(self) -> FileEdit | None:
-        if self.text == self.old_text:
-            return None
-        return FileEdit(self.path, self.old_text, self.text, unified_diff(self.old_text, self.text, self.label),
-                        self.changes)
-
-
-# -- planning --------------------------------------------------------------------------------------
 def substitute(argv: list[str], values: Mapping[str, Any]) -> list[str]:
     """``{knob}`` -> value; ``{{name}}`` -> literal ``{name}``; other braces (JSON) untouched."""
     out = []
@@ -165,12 +105,20 @@ def _placeholder_knobs(argv: list[str]) -> set[str]:
 def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPlan:
     """What ``gpudoc run`` will launch and change for ``profile``; reads files, writes nothing.
 
-    Raises ProfileError when a preset cannot carry a knob the ladder may change (a silent no-op
-    would make ``fix`` useless), UsageError for an unknown ``{placeholder}``.
+    Every binding is checked here, before anything is written, by ``run --dry-run`` and by a real
+    launch alike: ProfileError for a malformed binding, a value that does not fit the key it
+    replaces, a preset that cannot carry a knob the ladder may change (a silent no-op would make
+    ``fix`` useless), or a contradiction the job would trip over (``conflicts.refuse``);
+    UsageError for a missing file or an unknown ``{placeholder}``; InputError for a file that
+    does not parse or cannot be edited safely.
     """
+    from gpudoc.profiles.schema import ENUMS
+
     cwd = Path(cwd)
     knobs = dict(profile.knobs)
     bind = dict(profile.bind or {})
+    where = str(profile.path) if getattr(profile, "path", None) else "profile"
+    check_files_table(bind.get("files") or {}, knobs, {k: v for (t, k), v in ENUMS.items() if t == "train"}, where)
     values = {**knobs, **{k: v for k, v in dict(profile.launch).items() if k in ("nproc_per_node", "nnodes")},
               "world_size": profile.world_size}
     argv = substitute(list(command), values)
@@ -178,29 +126,39 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     parts = parse_command(argv)
     cmd_world = job_world(parts)
     world = cmd_world.world_size or profile.world_size
-    conflicts: list[str] = _launch_conflicts(profile, parts.launcher, cmd_world)
+    contradictions = launch_contradictions(profile, parts.launcher, cmd_world)
+    conflicts: list[str] = []
     notes: list[str] = []
+    bindings: list[dict] = []
     results: list[tuple[str, PresetResult]] = []
-    files: dict[Path, _FileState] = {}
+    files: dict[Path, FileState] = {}
     explicit: set[str] = set()
     bound_in_file: dict[Path, set[str]] = {}
+    deepspeed_jsons: set[Path] = set()
 
-    def state(path_text: str) -> _FileState:
+    def state(path_text: str) -> FileState:
         path = (cwd / path_text) if not Path(path_text).is_absolute() else Path(path_text)
         key = path.resolve()
         if key not in files:
-            files[key] = _FileState(path, path_text)
+            files[key] = FileState(path, path_text)
         return files[key]
 
-    def run_file_preset(st: _FileState, preset: str, hf_mode: bool) -> None:
+    # The HF Trainer fills a DeepSpeed JSON's "auto" values from its own flags: a file the job
+    # passes as --deepspeed keeps them, however the profile binds it (SPEC: "auto" respected).
+    args_ed = ArgEdits(argv[parts.args_start:])
+    hf_named = {(cwd / o.value).resolve() for o in args_ed.find(("--deepspeed",)) if o.value and not o.value.startswith("-")}
+
+    def run_file_preset(st: FileState, preset: str, hf_mode: bool) -> None:
         if st.fmt == "sh":
             raise ProfileError(f"[bind.files] {st.label}: a shell script takes an argument preset "
                                f"({', '.join(sorted(ARG_PRESETS))}), not '{preset}'")
-        ctx = FileContext(st.label, knobs, world, hf_mode)
+        ctx = FileContext(st.label, knobs, world, hf_mode or st.path.resolve() in hf_named)
         res: FileResult = FILE_PRESETS[preset].write(st.data, ctx)
-        for path, value, _knob in res.assignments:
-            st.assign(path, value)
+        for path, value, knob in res.assignments:
+            st.assign(path, value, knob=knob)
         bound_in_file.setdefault(st.path.resolve(), set()).update(res.expressed)
+        if preset == "deepspeed":
+            deepspeed_jsons.add(st.path.resolve())
         results.append((f"{preset} ({st.label})", res))
         for follow_path, follow_preset, follow_hf in res.follow:
             run_file_preset(state(follow_path), follow_preset, follow_hf)
@@ -211,18 +169,17 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         if arg_preset not in ARG_PRESETS:
             raise ProfileError(f"[bind] args = '{arg_preset}': unknown preset; one of "
                                f"{', '.join(sorted(ARG_PRESETS))}")
-        ed = ArgEdits(argv[parts.args_start:])
         only = bind.get("args_knobs")  # the knobs that live on the command line; the rest are in files
         arg_knobs = knobs if only is None else {k: v for k, v in knobs.items() if k in only}
-        res = ARG_PRESETS[arg_preset](ed, arg_knobs, ArgContext(world, parts.launcher))
-        argv = argv[: parts.args_start] + ed.result()
+        res = ARG_PRESETS[arg_preset](args_ed, arg_knobs, ArgContext(world, parts.launcher))
         results.append((arg_preset, res))
         for ds in res.deepspeed_files:
             run_file_preset(state(ds), "deepspeed", True)
     else:
-        conflicts.extend(_unbound_flag_conflicts(argv[parts.args_start:], knobs))
-    script_args, carried = apply_overrides(argv[parts.args_start:], bind, knobs)
-    argv, explicit = argv[: parts.args_start] + script_args, explicit | carried
+        conflicts.extend(unbound_flag_conflicts(argv[parts.args_start:], knobs))
+    explicit |= apply_overrides(args_ed, bind, knobs)
+    argv = argv[: parts.args_start] + args_ed.result()
+    bindings.extend(arg_changes(args_ed))
 
     # 2. Files named in the profile.
     for path_text, spec in dict(bind.get("files") or {}).items():
@@ -241,23 +198,33 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
                 raise ProfileError(f"[bind.files] {path_text}: unknown preset '{preset}'; one of "
                                    f"{', '.join(sorted(FILE_PRESETS))}")
             run_file_preset(st, preset, hf_mode=False)
-        for knob, key_path in mapping.items():
-            if knob not in knobs:
-                continue
-            st.assign(tuple(str(key_path).split(".")), knobs[knob])
+        label = f"{where}: [bind.files.\"{path_text}\"]"
+        for knob, spec_of_knob in mapping.items():
+            for target in targets(label, knob, spec_of_knob):
+                _assign_checked(st, target, knob, knobs[knob], label)
             explicit.add(knob)
             bound_in_file.setdefault(st.path.resolve(), set()).add(knob)
         if not preset:
-            conflicts.extend(_unbound_file_conflicts(st, knobs, bound_in_file.get(st.path.resolve(), set())))
+            conflicts.extend(unbound_file_conflicts(st, knobs, bound_in_file.get(st.path.resolve(), set())))
+            if detect_preset(st.data, st.path.suffix.lower()) == "deepspeed":
+                deepspeed_jsons.add(st.path.resolve())
 
     # 3. A DeepSpeed JSON the command names while no preset binds it: check, do not edit.
-    if not arg_preset:
-        for occ in ArgEdits(argv[parts.args_start:]).find(("--deepspeed",)):
-            if occ.value and Path(cwd / occ.value).is_file() and (cwd / occ.value).resolve() not in files:
-                st = state(occ.value)
-                conflicts.extend(_unbound_file_conflicts(st, knobs, set(), preset="deepspeed"))
+    for occ in args_ed.find(("--deepspeed",)):
+        if occ.value and Path(cwd / occ.value).is_file() and (cwd / occ.value).resolve() not in files:
+            st = state(occ.value)
+            deepspeed_jsons.add(st.path.resolve())
+            if not arg_preset:
+                conflicts.extend(unbound_file_conflicts(st, knobs, set(), preset="deepspeed"))
 
-    # 4. Every ladder knob must reach the job when presets are in use.
+    # 4. Contradictions stop here, before anything is written.
+    for ds_path in sorted(deepspeed_jsons):
+        found = deepspeed_batch_contradiction(files[ds_path], knobs, world)
+        if found:
+            contradictions.append(found)
+    refuse(profile, contradictions)
+
+    # 5. Every ladder knob must reach the job when presets are in use.
     for _, res in results:
         notes.extend(res.notes)
         conflicts.extend(res.conflicts)
@@ -268,25 +235,46 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
             close = difflib.get_close_matches(knob, list(knobs), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ProfileError(f"{profile.path}: bind.via_env: '{knob}' is not a knob in [train]{hint}")
-        _require_expressed(profile, knobs, results, explicit | via_env | _placeholder_knobs(list(command)))
+        require_expressed(profile, knobs, results, explicit | via_env | _placeholder_knobs(list(command)))
 
+    for st in files.values():
+        bindings.extend(st.bindings)
     edits = [e for e in (st.edit() for st in files.values()) if e is not None]
-    return BindPlan(argv, env, edits, list(dict.fromkeys(conflicts)), list(dict.fromkeys(notes)))
+    return BindPlan(argv, env, edits, _dedupe(conflicts), _dedupe(notes), bindings)
 
 
-def _file_spec(path_text: str, spec: Any) -> tuple[str | None, dict[str, str]]:
+def _assign_checked(st: FileState, target: Target, knob: str, value: Any, label: str) -> None:
+    """An explicit binding: through its map, type-checked against the value it replaces."""
+    new = target.value_for(knob, value, label)
+    old = st.current(target.path)
+    if old is MISSING:
+        _refuse_likely_typo(st, target)
+    st.assign(target.path, fit(old, new, file=st.label, key=target.text, knob=knob), knob=knob, key=target.text)
+
+
+def _refuse_likely_typo(st: FileState, target: Target) -> None:
+    """A key that is missing beside one spelled almost the same is a typo, not a key to add."""
+    parent = st.current(target.path[:-1]) if len(target.path) > 1 else st.data
+    if isinstance(parent, Mapping):
+        close = difflib.get_close_matches(target.path[-1], [str(k) for k in parent], n=1, cutoff=0.8)
+        if close:
+            raise ProfileError(f"{st.label}: {target.text} is not in the file (did you mean "
+                               f"'{'.'.join((*target.path[:-1], close[0]))}'?); gpudoc would add it as a new key")
+
+
+def _dedupe(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _file_spec(path_text: str, spec: Any) -> tuple[str | None, dict[str, Any]]:
     if isinstance(spec, str):
         return spec, {}
     if isinstance(spec, Mapping):
-        mapping = {k: v for k, v in spec.items() if k != "preset"}
-        for knob, key in mapping.items():
-            if not isinstance(key, str) or not key:
-                raise ProfileError(f"[bind.files.\"{path_text}\"] {knob}: expected a key path string, got {key!r}")
-        return spec.get("preset"), mapping
+        return spec.get("preset"), {k: v for k, v in spec.items() if k != "preset"}
     raise ProfileError(f"[bind.files] \"{path_text}\": expected a preset name or a table of knob = \"key.path\"")
 
 
-def _shell_file(st: _FileState, preset: str | None, mapping: dict[str, str], knobs: Mapping[str, Any],
+def _shell_file(st: FileState, preset: str | None, mapping: Mapping[str, Any], knobs: Mapping[str, Any],
                 world: int) -> PresetResult:
     if preset and preset not in ARG_PRESETS:
         raise ProfileError(f"[bind.files] {st.label}: unknown argument preset '{preset}'; one of "
@@ -309,11 +297,11 @@ def _shell_file(st: _FileState, preset: str | None, mapping: dict[str, str], kno
     if not _same_with_append(after, before[: parts.args_start] + ed.result()[: len(ed.result()) - len(ed.append)],
                              ed.append, parts.args_start):
         raise InputError(f"{st.label}: could not edit the script's flags safely; edit it by hand")
-    for idx, new in sorted(ed.replace.items()):
-        st.changes.append({"key": words[parts.args_start + idx].value if new is None else
-                           _flag_of(ed.tokens, idx), "old": ed.tokens[idx], "new": new})
-    if ed.append:
-        st.changes.append({"key": "(appended)", "old": None, "new": " ".join(ed.append)})
+    by_flag = {flag: knob for knob, flag in mapping.items()}
+    for change in arg_changes(ed, st.label):
+        change["knob"] = by_flag.get(change["key"], change["knob"])
+        st.bindings.append(change)
+        st.changes.append({k: change[k] for k in ("key", "old", "new", "added")})
     st.text = new_text
     return res
 
@@ -326,74 +314,3 @@ def _same_with_append(after: list[str], kept: list[str], appended: list[str], st
     n = len(appended)
     return any(after[k:k + n] == appended and after[:k] + after[k + n:] == kept
                for k in range(start, len(after) - n + 1))
-
-
-def _flag_of(tokens: list[str], idx: int) -> str:
-    tok = tokens[idx]
-    if tok.startswith("-"):
-        return tok.split("=", 1)[0]
-    return tokens[idx - 1] if idx > 0 else tok
-
-
-def _launch_conflicts(profile: Profile, launcher: str | None, cmd: World) -> list[str]:
-    out = []
-    launch = dict(profile.launch)
-    want_nproc = launch.get("nproc_per_node") or dict(profile.gpu).get("count")
-    where = "[launch] nproc_per_node" if launch.get("nproc_per_node") else "[gpu] count"
-    if cmd.nproc_per_node is not None and want_nproc and cmd.nproc_per_node != want_nproc:
-        out.append(f"the command starts {cmd.nproc_per_node} processes per node ({launcher}) but the "
-                   f"profile's {where} = {want_nproc}")
-    if cmd.nnodes is not None and launch.get("nnodes") and cmd.nnodes != launch["nnodes"]:
-        out.append(f"the command runs on {cmd.nnodes} node(s) ({launcher}) but the profile's "
-                   f"[launch] nnodes = {launch['nnodes']}")
-    return out
-
-
-def _unbound_flag_conflicts(args: list[str], knobs: Mapping[str, Any]) -> list[str]:
-    out = []
-    ed = ArgEdits(args)
-    for flag, knob in KNOWN_FLAGS.items():
-        if knob not in knobs:
-            continue
-        for occ in ed.find((flag,)):
-            if occ.value is not None and occ.value != format_value(knobs[knob]):
-                out.append(f"the command passes {flag} {occ.value} but the profile says {knob} = "
-                           f"{format_value(knobs[knob])}, and [bind] args is not set to pass it")
-    return out
-
-
-def _unbound_file_conflicts(st: _FileState, knobs: Mapping[str, Any], bound: set[str], *,
-                            preset: str | None = None) -> list[str]:
-    if st.fmt == "sh" or st.data is None:
-        return []
-    preset = preset or detect_preset(st.data, st.path.suffix.lower())
-    if preset is None:
-        return []
-    out = []
-    for knob, value in FILE_PRESETS[preset].read(st.data).items():
-        if knob in knobs and knob not in bound and value != knobs[knob]:
-            out.append(f"{st.label} hard-codes {knob} = {format_value(value)} but the profile says "
-                       f"{format_value(knobs[knob])} and does not bind it into that file")
-    return out
-
-
-def _require_expressed(profile: Profile, knobs: Mapping[str, Any], results: list[tuple[str, PresetResult]],
-                       explicit: set[str]) -> None:
-    expressed = set(explicit)
-    for _, res in results:
-        expressed |= res.expressed
-    problems = []
-    for knob in LADDER_KNOBS:
-        if knob not in knobs or knob in expressed:
-            continue
-        reasons = [res.cannot[knob] for _, res in results if knob in res.cannot]
-        if not reasons and is_neutral(knob, knobs[knob]):
-            continue
-        names = ", ".join(name for name, _ in results)
-        why = "; ".join(reasons) if reasons else f"none of the bindings ({names}) has a place for it"
-        problems.append(f"{knob} = {format_value(knobs[knob])} ({why})")
-    if problems:
-        where = f"{profile.path}: " if getattr(profile, "path", None) else ""
-        raise ProfileError(f"{where}[bind] cannot pass " + "; ".join(problems) +
-                           ". Bind it another way ([bind.files], a {knob} placeholder, or [bind] via_env = [\"<knob>\"] when "
-                           "the job reads GPUDOC_<KNOB> itself) or remove it from [train]")

@@ -144,6 +144,8 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     for note in (*resolved.conflicts, *resolved.notes):
         console.error(f"gpudoc: note: {note}")
     edits = refusing(lambda: _apply_edits(resolved))
+    for line in resolved.said:  # a flag the user typed, a value in a file: never changed unsaid
+        console.error(f"gpudoc: {line}")
     return launch_attempt(options, profile, resolved, child_env, edits, ws, parent=parent)
 
 
@@ -152,7 +154,7 @@ def _dry_run_result(resolved: ResolvedCommand) -> DryRunResult:
 
     doc = resolved.to_dict()
     return DryRunResult(argv=tuple(doc["command"]), env_set=doc["env_set"], file_edits=tuple(doc["file_edits"]),
-                        notes=(*resolved.conflicts, *resolved.notes))
+                        notes=(*resolved.conflicts, *resolved.notes), bindings=resolved.bindings)
 
 
 def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws: Workspace, *,

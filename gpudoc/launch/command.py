@@ -21,6 +21,10 @@ class ResolvedCommand:
     file_edits: tuple = ()  # bind.FileEdit objects, applied just before launch
     conflicts: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # Where each knob went ({"knob", "file", "key", "old", "new", "added"}), changed or not, and
+    # one line per changed flag or file for the terminal ("ds.json: stage 2 -> 3").
+    bindings: tuple[dict, ...] = ()
+    said: tuple[str, ...] = ()
     plan: Any = field(default=None, compare=False, repr=False)  # the bind plan, to apply its edits
 
     def child_env(self, environ: Mapping[str, str]) -> dict[str, str]:
@@ -50,15 +54,19 @@ def resolve(profile: Any, command: Sequence[str], *, alloc_name: str | None = No
     edits: tuple = ()
     conflicts: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    bindings: tuple[dict, ...] = ()
+    said: tuple[str, ...] = ()
     if plan is not None:
         argv = list(plan.argv)
         env.update({str(k): _env_value(v) for k, v in plan.env.items()})
         edits = tuple(plan.file_edits)
         conflicts = tuple(plan.conflicts)
         notes = tuple(getattr(plan, "notes", ()) or ())
+        bindings = tuple(getattr(plan, "bindings", ()) or ())
+        said = tuple(plan.said()) if hasattr(plan, "said") else ()
     env = allocator.written_under(env, alloc_name)
     return ResolvedCommand(argv=argv, env_set=env, file_edits=edits, conflicts=conflicts, notes=notes,
-                           plan=plan)
+                           bindings=bindings, said=said, plan=plan)
 
 
 def _env_value(value: Any) -> str:

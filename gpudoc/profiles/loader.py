@@ -107,6 +107,7 @@ def load_profile(name: str | None = None, cwd: Path | None = None) -> Profile:
 def load_profile_file(path: Path, cwd: Path | None = None) -> Profile:
     chain: list[Path] = []
     merged = _load_chain(Path(path), chain, cwd)
+    _check_bindings(merged, chain[0])
     shipped_dir = shipped_profiles_dir().resolve()
     leaf = chain[0]
     return Profile(
@@ -125,6 +126,17 @@ def load_profile_file(path: Path, cwd: Path | None = None) -> Profile:
         run=merged.get("run", {}),
         runs=merged.get("runs", {}),
     )
+
+
+def _check_bindings(merged: Mapping[str, Any], leaf: Path) -> None:
+    """``[bind.files]`` against the merged ``[train]`` (a child may bind a knob its parent declares);
+    the files themselves are read when the job's command is known (``run``, ``run --dry-run``)."""
+    from gpudoc.bind.targets import check_files_table
+
+    files = dict(merged.get("bind") or {}).get("files")
+    if files:
+        enums = {key: choices for (table, key), choices in schema.ENUMS.items() if table == "train"}
+        check_files_table(files, dict(merged.get("train") or {}), enums, str(leaf))
 
 
 MAX_EXTENDS_DEPTH = 32  # a real chain is two or three deep; this stops a runaway before the stack does

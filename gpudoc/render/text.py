@@ -258,9 +258,31 @@ def _dry_run(result: DryRunResult, console: Console) -> None:
     console.print(console.style("file edits:", "bold") + ("" if result.file_edits else " (none)"))
     for edit in result.file_edits:
         console.print(edit["diff"].rstrip("\n"))
+    if result.bindings:
+        console.print(console.style("bindings:", "bold"))
+    for b in result.bindings:
+        console.print("  " + _binding_line(b))
     for note in result.notes:
         console.print(console.style(f"note: {note}", "dim"))
     console.print("(dry run: nothing launched, nothing changed)")
+
+
+def _binding_line(b: dict[str, Any]) -> str:
+    """``micro_batch_size -> ds.json:train_micro_batch_size_per_gpu  1 -> 8`` (or ``= 8 (unchanged)``)."""
+    def word(value: Any) -> str:
+        return json.dumps(value) if isinstance(value, (str, bool)) or value is None else str(value)
+
+    where = f"{b.get('file')}:{b.get('key')}" if b.get("file") != "command" else f"command {b.get('key')}"
+    old, new = b.get("old"), b.get("new")
+    if b.get("added"):
+        change = "(added)" if new in ("", None) else f"{word(new)} (added)"
+    elif new is None:
+        change = f"{word(old)} (removed)" if old is not None else "(removed)"
+    elif type(old) is type(new) and old == new:
+        change = f"= {word(new)} (unchanged)"
+    else:
+        change = f"{word(old)} -> {word(new)}"
+    return printable(f"{b.get('knob') or '(flag)'} -> {where}  {change}")
 
 
 @text.register

@@ -14,7 +14,7 @@ import tomllib
 from gpudoc.bind import apply_file_edits, plan_bindings
 from gpudoc.errors import InputError, ProfileError, UsageError
 from gpudoc.profiles.model import Profile
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, SEEDS
 
 KNOBS = {"micro_batch_size": 2, "gradient_accumulation_steps": 16, "gradient_checkpointing": True,
          "precision": "bf16", "lora_rank": 0, "n_negatives": 7, "temperature": 0.05}
@@ -97,25 +97,48 @@ def test_file_preset_that_cannot_carry_a_ladder_knob_is_an_error(tmp_path):
                               bind={"files": {"ds.json": "deepspeed"}}), ["python", "t.py"], cwd=tmp_path)
 
 
-# -- conflicts -------------------------------------------------------------------------------------
-def test_torchrun_process_count_vs_launch(tmp_path):
-    plan = plan_bindings(profile(launch={"nproc_per_node": 4, "nnodes": 1}),
-                         ["torchrun", "--nproc-per-node=8", "--nnodes", "2", "t.py"], cwd=tmp_path)
-    assert any("8 processes per node" in c and "nproc_per_node = 4" in c for c in plan.conflicts)
-    assert any("2 node(s)" in c for c in plan.conflicts)
+# -- contradictions stop the plan; conflicts are said ---------------------------------------------
+def test_torchrun_process_count_vs_launch_is_refused_before_anything(tmp_path):
+    with pytest.raises(ProfileError) as info:
+        plan_bindings(profile(launch={"nproc_per_node": 4, "nnodes": 1}),
+                      ["torchrun", "--nproc-per-node=8", "--nnodes", "2", "t.py"], cwd=tmp_path)
+    assert str(info.value) == ("the command starts 8 processes per node (torchrun) but the profile's [launch] "
+                               "nproc_per_node = 4; the command runs on 2 node(s) (torchrun) but the profile's "
+                               "[launch] nnodes = 1")
+    with pytest.raises(ProfileError, match=r"starts 2 processes per node \(torchrun\) but the profile's \[gpu\] count = 1"):
+        plan_bindings(profile(gpu={"count": 1}), ["torchrun", "--nproc_per_node=2", "t.py"], cwd=tmp_path)
     ok = plan_bindings(profile(launch={"nproc_per_node": 8}), ["torchrun", "--nproc_per_node=8", "t.py"], cwd=tmp_path)
     assert ok.conflicts == []
 
 
-def test_deepspeed_train_batch_size_inconsistency(tmp_path):
-    shutil.copy(CONFIGS / "DeepSpeedExamples__Megatron-LM__scripts__ds_zero-offload_10B_config.json",
-                tmp_path / "ds.json")
-    plan = plan_bindings(profile(train={"micro_batch_size": 4, "gradient_accumulation_steps": 3},
+def test_deepspeed_train_batch_size_inconsistency_is_refused_and_nothing_planned(tmp_path):
+    src = CONFIGS / "DeepSpeedExamples__Megatron-LM__scripts__ds_zero-offload_10B_config.json"
+    shutil.copy(src, tmp_path / "ds.json")
+    bad = profile(train={"micro_batch_size": 4, "gradient_accumulation_steps": 3},
+                  launch={"nproc_per_node": 2}, bind={"files": {"ds.json": "deepspeed"}})
+    with pytest.raises(ProfileError) as info:
+        plan_bindings(bad, ["python", "t.py"], cwd=tmp_path)
+    assert str(info.value) == ("ds.json: train_batch_size = 30 but micro batch x gradient accumulation x world "
+                               "size = 4 x 3 x 2 = 24; set train_batch_size to 24 (or \"auto\") or change the profile")
+    assert (tmp_path / "ds.json").read_bytes() == src.read_bytes()
+    # 5 x 3 x 2 = 30 agrees with the file: planned, the two values written.
+    good = plan_bindings(profile(train={"micro_batch_size": 5, "gradient_accumulation_steps": 3},
                                  launch={"nproc_per_node": 2}, bind={"files": {"ds.json": "deepspeed"}}),
                          ["python", "t.py"], cwd=tmp_path)
-    assert plan.conflicts == ["ds.json: train_batch_size = 30 but micro_batch_size x gradient_accumulation_steps "
-                              "x world size = 4 x 3 x 2 = 24; set train_batch_size to 24 (or \"auto\") or change "
-                              "the profile"]
+    (edit,) = good.file_edits
+    assert edit.changes == [{"key": "train_micro_batch_size_per_gpu", "old": None, "new": 5}]
+
+
+def test_deepspeed_batch_contradiction_in_a_json_the_command_names(tmp_path):
+    src = CONFIGS / "DeepSpeedExamples__Megatron-LM__scripts__ds_zero-offload_10B_config.json"
+    shutil.copy(src, tmp_path / "ds.json")
+    # No binding at all: the file's 30 = micro 5 x its accumulation 3 x world 2; 4 processes do not agree.
+    p = profile(train={"micro_batch_size": 5}, launch={"nproc_per_node": 4})
+    with pytest.raises(ProfileError, match="train_batch_size = 30 but .* = 5 x 3 x 4 = 60"):
+        plan_bindings(p, ["torchrun", "--nproc_per_node=4", "t.py", "--deepspeed", "ds.json"], cwd=tmp_path)
+    p2 = profile(train={"micro_batch_size": 5}, launch={"nproc_per_node": 2})
+    assert plan_bindings(p2, ["torchrun", "--nproc_per_node=2", "t.py", "--deepspeed", "ds.json"],
+                         cwd=tmp_path).file_edits == []
 
 
 def test_hard_coded_value_in_an_unbound_part_of_a_bound_file(tmp_path):
@@ -242,3 +265,131 @@ def test_via_env_names_only_declared_knobs(tmp_path):
     with pytest.raises(ProfileError, match="bind.via_env: 'zero_stag' is not a knob in \\[train\\] "
                                            "\\(did you mean 'zero_stage'\\?\\)"):
         plan_bindings(p, ["python", "train.py"], cwd=tmp_path)
+
+
+# -- explicit bindings: typed, several keys, value maps, Python dict keys ----------------------------
+def _seed_004_config(tmp_path: Path) -> Path:
+    """Seed 004's config_16gb_safe.json, as the guide prints it."""
+    lines = (SEEDS / "004_ad73fba5b2b6b0c2.txt").read_text(encoding="utf-8").splitlines()
+    start = lines.index("Create `config_16gb_safe.json`:") + 2
+    end = lines.index("}", start) + 1
+    path = tmp_path / "config.json"
+    path.write_text("\n".join(lines[start:end]) + "\n")
+    return path
+
+
+SEED_004 = {"micro_batch_size": "vram.batch_size", "gradient_accumulation_steps": "vram.gradient_accumulation_steps",
+            "max_seq_len": ["model.max_seq_len", "vram.max_seq_len"]}
+
+
+def test_a_string_over_a_boolean_is_refused_naming_file_key_old_value_and_knob(tmp_path):
+    cfg = _seed_004_config(tmp_path)
+    before = cfg.read_bytes()
+    p = profile(train={"micro_batch_size": 2, "gradient_accumulation_steps": 8, "max_seq_len": 512,
+                       "precision": "fp16"},
+                bind={"files": {"config.json": {**SEED_004, "precision": "vram.use_fp16"}}})
+    with pytest.raises(ProfileError) as info:
+        plan_bindings(p, ["python", "train.py", "--config", "config.json"], cwd=tmp_path)
+    assert str(info.value) == ('config.json: vram.use_fp16 holds the boolean true; precision = "fp16" is a string, '
+                               'not a boolean; say how with a value map: precision = {key = "vram.use_fp16", '
+                               'map = {fp16 = true, ...}}')
+    assert cfg.read_bytes() == before
+
+
+def test_a_value_map_and_a_list_of_keys_write_the_seed_004_config(tmp_path):
+    cfg = _seed_004_config(tmp_path)
+    before = cfg.read_text()
+    spec = {**SEED_004, "precision": {"key": "vram.use_fp16", "map": {"fp16": True, "bf16": False, "fp32": False}}}
+    p = profile(train={"micro_batch_size": 2, "gradient_accumulation_steps": 8, "max_seq_len": 512,
+                       "precision": "bf16"}, bind={"files": {"config.json": spec}})
+    plan = plan_bindings(p, ["python", "train.py", "--config", "config.json"], cwd=tmp_path)
+    apply_file_edits(plan)
+    assert cfg.read_text() == (before.replace('"max_seq_len": 256', '"max_seq_len": 512')
+                               .replace('"batch_size": 1', '"batch_size": 2')
+                               .replace('"gradient_accumulation_steps": 16', '"gradient_accumulation_steps": 8')
+                               .replace('"use_fp16": true', '"use_fp16": false'))
+    assert plan.said() == ["config.json: vram.batch_size 1 -> 2, vram.gradient_accumulation_steps 16 -> 8, "
+                           "model.max_seq_len 256 -> 512, vram.max_seq_len 256 -> 512, vram.use_fp16 true -> false"]
+    shown = {(b["knob"], b["key"]): (b["old"], b["new"]) for b in plan.bindings}
+    assert shown[("max_seq_len", "model.max_seq_len")] == (256, 512)
+    assert shown[("precision", "vram.use_fp16")] == (True, False)
+
+
+def test_a_misspelt_key_beside_the_real_one_is_refused_not_added(tmp_path):
+    cfg = _seed_004_config(tmp_path)
+    p = profile(train={"micro_batch_size": 2}, bind={"files": {"config.json": {"micro_batch_size": "vram.bach_size"}}})
+    with pytest.raises(ProfileError, match=r"config.json: vram.bach_size is not in the file \(did you mean "
+                                           r"'vram.batch_size'\?\); gpudoc would add it as a new key"):
+        plan_bindings(p, ["python", "train.py"], cwd=tmp_path)
+    assert "bach" not in cfg.read_text()
+
+
+def test_python_config_dict_keys_by_subscript_and_by_dot(tmp_path):
+    text = ('MAX_SEQ_LENGTH = 1536  # Down from 2048\n\nTRAINING_CONFIG = {\n'
+            '    "per_device_train_batch_size": 1,     # Down from 2\n'
+            '    "gradient_accumulation_steps": 16,    # Up from 8\n}\n')
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.py").write_text(text)
+    spec = {"micro_batch_size": 'TRAINING_CONFIG["per_device_train_batch_size"]',
+            "gradient_accumulation_steps": "TRAINING_CONFIG.gradient_accumulation_steps",
+            "max_seq_len": "MAX_SEQ_LENGTH"}
+    p = profile(train={"micro_batch_size": 2, "gradient_accumulation_steps": 8, "max_seq_len": 1024},
+                bind={"files": {"config/config.py": spec}})
+    plan = plan_bindings(p, ["python", "train_baseline.py"], cwd=tmp_path)
+    apply_file_edits(plan)
+    assert (tmp_path / "config" / "config.py").read_text() == (
+        'MAX_SEQ_LENGTH = 1024  # Down from 2048\n\nTRAINING_CONFIG = {\n'
+        '    "per_device_train_batch_size": 2,     # Down from 2\n'
+        '    "gradient_accumulation_steps": 8,    # Up from 8\n}\n')
+    assert plan.said() == ['config/config.py: TRAINING_CONFIG["per_device_train_batch_size"] 1 -> 2, '
+                           "TRAINING_CONFIG.gradient_accumulation_steps 16 -> 8, MAX_SEQ_LENGTH 1536 -> 1024"]
+    # The ladder's "selective" checkpointing is a string: it never lands on a number.
+    p2 = profile(train={"gradient_checkpointing": "selective"},
+                 bind={"files": {"config/config.py": {"gradient_checkpointing": "MAX_SEQ_LENGTH"}}})
+    with pytest.raises(ProfileError, match='MAX_SEQ_LENGTH holds the integer 1024; gradient_checkpointing = '
+                                           '"selective" is a string, not an integer'):
+        plan_bindings(p2, ["python", "train_baseline.py"], cwd=tmp_path)
+
+
+def test_real_yaml_keys_are_type_checked_and_auto_is_free(tmp_path):
+    shutil.copy(CONFIGS / "axolotl__examples__llama-2__qlora.yml", tmp_path / "q.yml")
+    shutil.copy(CONFIGS / "torchtune__recipes__configs__llama3_2__3B_full_single_device.yaml", tmp_path / "tt.yaml")
+    before = (tmp_path / "q.yml").read_text()
+    ok = profile(train={"micro_batch_size": 1, "gradient_checkpointing": True},
+                 bind={"files": {"q.yml": {"micro_batch_size": "micro_batch_size", "gradient_checkpointing": "bf16"}}})
+    plan = plan_bindings(ok, ["accelerate", "launch", "-m", "axolotl.cli.train", "q.yml"], cwd=tmp_path)
+    (edit,) = plan.file_edits
+    assert edit.new_text == before.replace("micro_batch_size: 2", "micro_batch_size: 1").replace("bf16: auto", "bf16: true")
+    bad = profile(train={"micro_batch_size": 1}, bind={"files": {"tt.yaml": {"micro_batch_size": "dtype"}}})
+    with pytest.raises(ProfileError, match='tt.yaml: dtype holds the string "bf16"; micro_batch_size = 1 is an '
+                                           'integer, not a string'):
+        plan_bindings(bad, ["tune", "run", "full_finetune_single_device", "--config", "tt.yaml"], cwd=tmp_path)
+
+
+def test_said_names_each_changed_flag_of_the_command_and_of_a_script(tmp_path):
+    shutil.copy(CONFIGS / "FastChat__scripts__train_vicuna_7b.sh", tmp_path / "train.sh")
+    before = (tmp_path / "train.sh").read_text()
+    p = profile(train={"micro_batch_size": 1, "gradient_accumulation_steps": 32}, launch={"nproc_per_node": 16},
+                bind={"files": {"train.sh": "hf-trainer"}})
+    plan = plan_bindings(p, ["bash", "train.sh"], cwd=tmp_path)
+    (edit,) = plan.file_edits
+    assert edit.new_text == before.replace("--per_device_train_batch_size 2 ", "--per_device_train_batch_size 1 ") \
+        .replace("--gradient_accumulation_steps 16 ", "--gradient_accumulation_steps 32 ")
+    assert plan.said() == ["train.sh: --per_device_train_batch_size 2 -> 1, --gradient_accumulation_steps 16 -> 32"]
+    typed = plan_bindings(profile(train={"micro_batch_size": 8, "precision": "bf16"}, bind={"args": "hf-trainer"}),
+                          ["python", "train.py", "--per_device_train_batch_size=2", "--fp16", "--seed", "1"],
+                          cwd=tmp_path)
+    assert typed.argv == ["python", "train.py", "--per_device_train_batch_size=8", "--seed", "1", "--bf16"]
+    assert typed.said() == ["command: --per_device_train_batch_size 2 -> 8", "command: --fp16 removed",
+                            "command: --bf16 added"]
+
+
+def test_a_misspelt_name_in_a_nanogpt_config_is_refused_a_new_one_appended(tmp_path):
+    shutil.copy(CONFIGS / "nanoGPT__config__train_gpt2.py", tmp_path / "cfg.py")
+    before = (tmp_path / "cfg.py").read_text()
+    typo = profile(train={"micro_batch_size": 6}, bind={"files": {"cfg.py": {"micro_batch_size": "batch_sise"}}})
+    with pytest.raises(ProfileError, match=r"cfg.py: batch_sise is not in the file \(did you mean 'batch_size'\?\)"):
+        plan_bindings(typo, ["python", "train.py", "cfg.py"], cwd=tmp_path)
+    new = profile(train={"n_negatives": 7}, bind={"files": {"cfg.py": {"n_negatives": "n_negatives"}}})
+    (edit,) = plan_bindings(new, ["python", "train.py", "cfg.py"], cwd=tmp_path).file_edits
+    assert edit.new_text == before + "n_negatives = 7\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpudoc.bind.plan import plan_bindings
+from gpudoc.errors import ProfileError
 from gpudoc.job import is_multi_process, job_identity, node_rank, parse_command, process_count, world
 from gpudoc.profiles.model import Profile
 
@@ -35,8 +36,9 @@ def test_the_bindings_read_the_same_world_size(tmp_path):
     assert plan.conflicts == []
     wrong = Profile(name="p", path=tmp_path / "gpudoc.toml", launch={"nproc_per_node": 2, "nnodes": 3},
                     train={"micro_batch_size": 4})
-    [conflict] = plan_bindings(wrong, MIXED, cwd=tmp_path).conflicts
-    assert "runs on 1 node(s) (torchrun)" in conflict
+    with pytest.raises(ProfileError, match=r"the command runs on 1 node\(s\) \(torchrun\) but the profile's "
+                                           r"\[launch\] nnodes = 3"):
+        plan_bindings(wrong, MIXED, cwd=tmp_path)
 
 
 @pytest.mark.parametrize(("argv", "nproc", "nnodes", "count"), [

@@ -248,3 +248,29 @@ def test_a_gpudoc_toml_that_is_not_a_file_is_named(isolated_home):
     (isolated_home / "gpudoc.toml").symlink_to(isolated_home / "nowhere.toml")
     with pytest.raises(ProfileError, match="not a profile file \\(a link to nothing\\)"):
         load_profile(None, cwd=isolated_home)
+
+
+def test_bind_files_are_checked_as_the_profile_loads_against_the_merged_train(isolated_home):
+    write(isolated_home / "base.toml", '[train]\nmicro_batch_size = 2\nprecision = "fp16"\n')
+    child = write(isolated_home / "child.toml", """
+        extends = "./base.toml"
+        [bind.files."config.json"]
+        micro_batch_size = ["vram.batch_size", 'TRAINING_CONFIG["bs"]']
+        precision = {key = "vram.use_fp16", map = {fp16 = true, bf16 = false}}
+    """)
+    loaded = load_profile(str(child))  # the knobs come from the parent: fine; no file is read yet
+    assert loaded.bind["files"]["config.json"]["precision"]["map"] == {"fp16": True, "bf16": False}
+    typo = write(isolated_home / "typo.toml", '[train]\nmicro_batch_size = 2\n[bind.files."c.json"]\n'
+                                             'micro_bach_size = "vram.batch_size"\n')
+    with pytest.raises(ProfileError) as info:
+        load_profile(str(typo))
+    assert str(info.value) == (f'{typo}: [bind.files."c.json"] micro_bach_size: not a knob in [train] '
+                               f"(did you mean 'micro_batch_size'?)")
+    enum = write(isolated_home / "enum.toml", '[train]\nprecision = "fp16"\n[bind.files."c.json"]\n'
+                                             'precision = {key = "use_fp16", map = {fp16 = true, bf61 = false}}\n')
+    with pytest.raises(ProfileError, match=r"map.bf61: precision is never 'bf61' \(did you mean 'bf16'\?\)"):
+        load_profile(str(enum))
+    key = write(isolated_home / "key.toml", '[train]\nmicro_batch_size = 2\n[bind.files."c.py"]\n'
+                                           'micro_batch_size = "CONFIG[\\"bs"\n')
+    with pytest.raises(ProfileError, match=r"micro_batch_size: cannot read the key path"):
+        load_profile(str(key))
