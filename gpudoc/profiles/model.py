@@ -55,6 +55,7 @@ class Profile:
     train: Mapping[str, Any] = field(default_factory=dict)
     launch: Mapping[str, Any] = field(default_factory=dict)
     model: Mapping[str, Any] = field(default_factory=dict)
+    estimate: Mapping[str, Any] = field(default_factory=dict)
     bind: Mapping[str, Any] = field(default_factory=dict)
     ladder: Mapping[str, Any] = field(default_factory=dict)
     run: Mapping[str, Any] = field(default_factory=dict)
@@ -112,6 +113,7 @@ class Profile:
             "knobs": dict(self.train),
             "launch": dict(self.launch),
             "model": dict(self.model),
+            "estimate": dict(self.estimate),
             "bind": dict(self.bind),
             "ladder": dict(self.ladder),
             "run": dict(self.run),
