@@ -75,7 +75,7 @@ def broken():
 
 def test_a_factory_model_is_simulated(tmp_path):
     (tmp_path / "tinymodel.py").write_text(FACTORY)
-    status, doc = _estimate(tmp_path, _profile(model='factory = "tinymodel:make"'))
+    _, doc = _estimate(tmp_path, _profile(model='factory = "tinymodel:make"'))
     assert doc["source"] == "simulation", doc["notes"]
     # Activations grow with the batch: GELU's input and output, 256 floats per token each, at least.
     assert doc["per_sample_bytes"] >= 256 * 256 * 4 * 2
