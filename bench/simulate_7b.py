@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpudoc.estimate.simulate import run_helper  # noqa: E402
+from gpudoc.estimate.simulate import run_helper
 
 TARGET_S = 15.0
 LLAMA_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
