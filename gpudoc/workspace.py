@@ -8,9 +8,10 @@ hand in a fake NVML, a captured console and a temporary directory instead of pat
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -78,20 +79,51 @@ class Workspace:
         kwargs.setdefault("runs", self.store)
         return gather_facts(nvml_backend=self.nvml_backend, **kwargs)
 
-    def estimate(self, profile: Profile, facts: Facts | None) -> Estimate | None:
+    def estimate(self, profile: Profile, facts: Facts | None, *, python: str | None = None,
+                 command: Sequence[str] | None = None) -> Estimate | None:
         """The estimator's figure for the job on these GPUs (measured runs included), or None when
-        the profile does not describe the model. `check`, the run gate and `fix` all weigh this."""
+        the profile does not describe the model. `check`, the run gate and `fix` all weigh this;
+        with ``[estimate] simulate = true`` it is simulated in the job's interpreter (``python``,
+        else the one ``command`` runs)."""
         if not profile.model:
             return None
         from gpudoc.errors import GpudocError
-        from gpudoc.estimate import estimate
 
         totals = [g.memory_total_bytes for g in (facts.gpus if facts is not None else ()) if g.memory_total_bytes]
         try:
-            return estimate(profile, gpu_total_bytes=min(totals) if totals else None,
-                            history=self.history(profile))
+            return self.estimator(profile, python=python, command=command)(
+                profile, gpu_total_bytes=min(totals) if totals else None, history=self.history(profile))
         except GpudocError:
             return None
+
+    def estimator(self, profile: Profile, *, simulate: bool = False, python: str | None = None,
+                  command: Sequence[str] | None = None) -> Callable[..., Estimate]:
+        """``estimate(profile, gpu_total_bytes=, history=)`` for this profile: the formula, or the
+        simulation when asked (``simulate``) or set (``[estimate] simulate = true``)."""
+        from gpudoc.estimate import estimate
+        from gpudoc.estimate.simulated import SimulateOptions, simulate_enabled, simulated_estimate, timeout_of
+
+        if not (simulate or simulate_enabled(profile)):
+            return estimate
+        options = SimulateOptions(python=self.job_python(profile, python=python, command=command),
+                                  environ=self.environ, cwd=self.cwd, timeout_s=timeout_of(profile))
+        return functools.partial(simulated_estimate, options=options)
+
+    def job_python(self, profile: Profile, *, python: str | None = None,
+                   command: Sequence[str] | None = None) -> str:
+        """The interpreter the job runs: ``python``, else the one its command (or the latest run of
+        this profile) would run, else ``python3`` on PATH."""
+        from gpudoc.job.interpreter import target_python
+
+        if python:
+            return python
+        commands = [command] if command else []
+        commands += [r.command for r in reversed(self.history(profile)) if r.command][:1]
+        for argv in commands:
+            found = target_python(list(argv), self.environ)
+            if found:
+                return found
+        return target_python(["python3"], self.environ) or "python3"
 
 
 def _named(profile: Profile) -> str | None:

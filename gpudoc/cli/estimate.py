@@ -13,6 +13,7 @@ class EstimateCommand(Command):
     EXAMPLES = """
 gpudoc estimate -p gpudoc.toml --gpu-memory 24
 gpudoc estimate -p qwen2.5-7b-lora-24gb --micro-batch-size 4 --json
+gpudoc estimate --simulate --python .venv/bin/python
 """
 
     profile = cli.SwitchAttr(["-p", "--profile"], str, argname="PROFILE",
@@ -22,6 +23,11 @@ gpudoc estimate -p qwen2.5-7b-lora-24gb --micro-batch-size 4 --json
                                 help="GPU capacity in GiB (default: [gpu] memory_gib, else the visible GPU)")
     micro_batch_size = cli.SwitchAttr("--micro-batch-size", int, argname="N",
                                       help="estimate for this micro batch instead of the profile's")
+    simulate = cli.Flag("--simulate", help="simulate one training step of the real model code on meta tensors "
+                        "in the job's interpreter (needs torch there; the formula answers, saying why, when it cannot)")
+    python = cli.SwitchAttr("--python", str, argname="PATH",
+                            help="the job's interpreter for --simulate (default: the one the job's command runs, "
+                            "else python3 on PATH)")
 
     def main(self, *args: str) -> int:
         from gpudoc.errors import UsageError
@@ -36,4 +42,6 @@ gpudoc estimate -p qwen2.5-7b-lora-24gb --micro-batch-size 4 --json
             as_json=self.json,
             gpu_memory_gib=self.gpu_memory,
             micro_batch_size=self.micro_batch_size,
+            simulate=self.simulate,
+            python=self.python,
         )

@@ -66,7 +66,7 @@ def check(
         torch_version = installed_torch_version(python)
         alloc_name = alloc_env_name_for(torch_version) if torch_version else None
     findings = run_checks(
-        facts, profile, only=only, skip=skip, gpus=indexes, estimate=ws.estimate(profile, facts),
+        facts, profile, only=only, skip=skip, gpus=indexes, estimate=ws.estimate(profile, facts, python=python),
         alloc_env_name=alloc_name, torch_version=torch_version,
         profile_label=_label(profile),
     )

@@ -30,9 +30,10 @@ def estimate_command(
     as_json: bool = False,
     gpu_memory_gib: float | None = None,
     micro_batch_size: int | None = None,
+    simulate: bool = False,
+    python: str | None = None,
 ) -> int:
     """Exit 0 with an estimate; 1 when the configuration does not fit the known GPU capacity."""
-    from gpudoc.estimate import estimate
     console = ws.console
 
     # The switches take the bounds of the profile keys they stand for.
@@ -62,6 +63,7 @@ def estimate_command(
     else:
         gpu_bytes, gpu_from = _detected_gpu_bytes(ws)
 
-    result = estimate(profile, gpu_total_bytes=gpu_bytes, history=ws.history(profile))
+    estimator = ws.estimator(profile, simulate=simulate or python is not None, python=python)
+    result = estimator(profile, gpu_total_bytes=gpu_bytes, history=ws.history(profile))
     status = ExitStatus.NEGATIVE if result.fits is False else ExitStatus.OK
     return show(EstimateResult(result, profile.name, gpu_from, int(status)), console, as_json=as_json)

@@ -69,10 +69,16 @@ def fix(
         # This machine's facts only describe the job when it ran here.
         facts = _local_facts(ws, record) if record.host == socket.gethostname() else job_torch_facts(record, ws.environ)
     history = ws.history(profile, upto=record)
+    weigh: Any = estimate
+    if estimate is None and profile.model:
+        from gpudoc.estimate.simulated import simulate_enabled
+
+        if simulate_enabled(profile):  # each rung's saving is simulated too (cached per knob set)
+            weigh = ws.estimator(profile, command=record.command if record is not None else None)
     if diag.cause == "ok" and record is not None:
-        ladder = upward_result(profile, record, facts, estimate=estimate, history=history)
+        ladder = upward_result(profile, record, facts, estimate=weigh, history=history)
     else:
-        ladder = suggest(diag, profile, facts, history, allow_semantic=allow_semantic, estimate=estimate)
+        ladder = suggest(diag, profile, facts, history, allow_semantic=allow_semantic, estimate=weigh)
 
     next_job: Profile | None = None
     if profile.job is not None and record is not None and (apply or rerun):

@@ -167,7 +167,7 @@ def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws
     alloc = _alloc_env_name(python)
     # The same figure `gpudoc check` uses, so the gate and the doctor never disagree.
     findings = run_checks(facts, profile, alloc_env_name=alloc, profile_label=profile.name,
-                          estimate=ws.estimate(profile, facts))
+                          estimate=ws.estimate(profile, facts, python=python))
     failed = [f for f in findings if f.severity is Severity.FAIL]
     shown = [f for f in findings if f.severity in (Severity.FAIL, Severity.WARN, Severity.ERROR)]
     if shown:

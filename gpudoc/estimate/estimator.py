@@ -46,6 +46,8 @@ class Estimate:
     micro_batch_size: int
     per_sample_bytes: int
     inputs: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)  # the libraries a simulation ran (empty for the formula)
+    peak_step: str = "steady_state"  # first_step | steady_state: which optimizer step peaks
 
     @property
     def total_bytes(self) -> int:
@@ -70,6 +72,7 @@ class Estimate:
             "micro_batch_size": self.micro_batch_size,
             "phases": dict(self.phases),
             "peak_phase": self.peak_phase,
+            "peak_step": self.peak_step,
             "per_sample_bytes": self.per_sample_bytes,
             "context_bytes": self.context_bytes,
             "slack_bytes": self.slack_bytes,
@@ -81,6 +84,7 @@ class Estimate:
             "source": self.source,
             "notes": list(self.notes),
             "inputs": dict(self.inputs),
+            "versions": dict(self.versions),
         }
 
 
@@ -134,7 +138,7 @@ def estimate_inputs(inputs: Inputs, *, gpu_total_bytes: int | None = None, targe
     notes = list(inputs.notes) + list(phases.notes)
     breakdown = {k: float(phases.breakdown.get(k, 0.0)) for k in BREAKDOWN_KEYS}
     phase_totals = {"forward_backward": phases.fb_total, "optimizer_step": phases.step_total}
-    source = "model"
+    source = "formula"
     if correction is not None:
         source = correction.source
         notes.extend(correction.notes)
@@ -149,6 +153,10 @@ def estimate_inputs(inputs: Inputs, *, gpu_total_bytes: int | None = None, targe
             breakdown["logits"] *= scale
         else:
             breakdown["workspace"] += delta
+    # Before the first optimizer step no optimizer states exist; after it (steady state) they do.
+    phase_totals["first_step"] = max(phase_totals["forward_backward"] - phases.forward_backward.get("optimizer", 0.0),
+                                     phases.step_total)
+    phase_totals["steady_state"] = max(phase_totals["forward_backward"], phases.step_total)
     ints = {k: round(v) for k, v in breakdown.items()}
     peak_int = sum(ints.values())
     context, slack = _overhead(peak_int, inputs)

@@ -17,10 +17,14 @@ _LABELS = {
     "activations": "activations",
     "logits": "logits + loss",
     "workspace": "workspace",
+    "temporaries": "temporaries",
 }
 _WHY = {
     "workspace": "casts, gathered shards, buckets, optimizer temporaries",
+    "temporaries": "the optimizer step's own",
 }
+_STAGES = {"forward_backward": "forward/backward", "forward": "forward", "backward": "backward",
+           "optimizer_step": "optimizer step"}
 
 
 def render_estimate(est: Estimate, console: Console, *, profile_name: str = "", gpu_from: str | None = None) -> None:
@@ -29,17 +33,20 @@ def render_estimate(est: Estimate, console: Console, *, profile_name: str = "", 
     def share(n: int) -> str:
         return f"{100 * n / total:5.1f}%" if total else ""
 
-    phase = "forward/backward" if est.peak_phase == "forward_backward" else "optimizer step"
+    phase = _STAGES.get(est.peak_phase, est.peak_phase)
     inputs = est.inputs
     console.print(console.style(f"Memory estimate for {profile_name}", "bold")
                   + f"  (micro batch {est.micro_batch_size} x {inputs.get('max_seq_len')} tokens, "
                   f"{inputs.get('precision')}, per GPU of {inputs.get('world_size')})")
-    console.print(f"  peak in the {phase} phase; source: {est.source}")
+    step = "first step" if est.peak_step == "first_step" else "steady state"
+    console.print(f"  peak in the {phase} phase of the {step}; source: {est.source}")
+    if est.versions:
+        console.print("  simulated with " + ", ".join(f"{k} {v}" for k, v in est.versions.items() if k != "helper"))
     console.print("")
     width = 20
     console.print(f"  {'component':<{width}} {'size':>10}  {'of GPU':>6}")
     for key, value in est.breakdown.items():
-        if value == 0 and key == "workspace":
+        if value == 0 and key in ("workspace", "temporaries"):
             continue
         label = _LABELS.get(key, key)
         console.print(f"  {label:<{width}} {format_bytes(value):>10}  {share(value):>6}"

@@ -121,6 +121,7 @@ def load_profile_file(path: Path, cwd: Path | None = None) -> Profile:
         train=merged.get("train", {}),
         launch=merged.get("launch", {}),
         model=merged.get("model", {}),
+        estimate=merged.get("estimate", {}),
         bind=merged.get("bind", {}),
         ladder=merged.get("ladder", {}),
         run=merged.get("run", {}),

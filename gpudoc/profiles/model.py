@@ -58,6 +58,7 @@ class Profile:
     train: Mapping[str, Any] = field(default_factory=dict)
     launch: Mapping[str, Any] = field(default_factory=dict)
     model: Mapping[str, Any] = field(default_factory=dict)
+    estimate: Mapping[str, Any] = field(default_factory=dict)
     bind: Mapping[str, Any] = field(default_factory=dict)
     ladder: Mapping[str, Any] = field(default_factory=dict)
     run: Mapping[str, Any] = field(default_factory=dict)
@@ -144,6 +145,7 @@ class Profile:
             **({"source": "command", "framework": self.job.framework} if self.job is not None else {}),
             "launch": dict(self.launch),
             "model": dict(self.model),
+            "estimate": dict(self.estimate),
             "bind": dict(self.bind),
             "ladder": dict(self.ladder),
             "run": dict(self.run),

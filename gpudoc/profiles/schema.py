@@ -45,6 +45,7 @@ TABLES: dict[str, dict[str, tuple]] = {
     },
     "model": {
         "hf_config": STR,
+        "factory": STR,  # "package.module:function" returning (model, batch), for the simulation
         "arch": STR,
         "params": NUMBER,
         "layers": INT,
@@ -57,6 +58,10 @@ TABLES: dict[str, dict[str, tuple]] = {
         "lora_targets": (list,),
         "encoder_layers": INT,
         "decoder_layers": INT,
+    },
+    "estimate": {
+        "simulate": BOOL,  # check, the run gate and fix simulate the training step (estimate --simulate)
+        "timeout_s": NUMBER,  # the simulation's time limit
     },
     "bind": {
         "env": BOOL,
@@ -109,6 +114,7 @@ RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("model", "encoder_layers"): (0, 10**4),
     ("model", "decoder_layers"): (0, 10**4),
     ("runs", "keep"): (1, 10**6),
+    ("estimate", "timeout_s"): (1, 86400),
     ("run", "sample_interval_s"): (0.05, 3600),
     ("run", "oom_grace_s"): (-1, 3600),
     ("run", "notify_after_s"): (0, 10**7),

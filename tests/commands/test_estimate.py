@@ -60,7 +60,7 @@ def test_capacity_from_the_detected_gpu(isolated_home):
     assert doc["max_micro_batch_size"] >= 2
     assert set(doc["breakdown"]) >= {"weights", "gradients", "optimizer", "activations", "logits"}
     assert doc["peak_bytes"] == sum(doc["breakdown"].values())
-    assert doc["source"] == "model"
+    assert doc["source"] == "formula"
 
 
 def test_no_gpu_anywhere_still_estimates(isolated_home):

@@ -41,7 +41,7 @@ def _error(estimate_bytes: float, target_batch: int) -> float:
 def test_one_measured_run_rescales_the_per_sample_part_and_improves_the_estimate():
     target = _inputs(8)
     first = estimate_inputs(target)
-    assert first.source == "model"
+    assert first.source == "formula"
     second = estimate_inputs(target, history=[_record(2, "r1")])
     assert second.source == "model corrected by 1 measured run"
     assert _error(second.peak_bytes, 8) < _error(first.peak_bytes, 8)
@@ -75,7 +75,7 @@ def test_runs_without_a_usable_peak_are_ignored():
     empty = _record(2, "r3", peak_memory_bytes={})
     no_knobs = _record(2, "r4", profile={"name": "p"})
     assert correction_from_history(_inputs(8), [oom, running, empty, no_knobs]) is None
-    assert estimate_inputs(_inputs(8), history=[oom]).source == "model"
+    assert estimate_inputs(_inputs(8), history=[oom]).source == "formula"
 
 
 def test_scales_carry_over_to_changed_knobs():

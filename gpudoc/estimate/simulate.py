@@ -1,0 +1,139 @@
+"""Run the simulation helper (``gpudoc/simhelper``) in the job's interpreter and read its answer.
+
+gpudoc's own process never imports torch: the helper runs by path under ``PYTHON``, reads the spec
+(JSON) on stdin and prints one JSON object, with a time limit, no GPU (``CUDA_VISIBLE_DEVICES=""``)
+and the Hugging Face offline switches. Every way it can fail is a ``SimulationUnavailable`` whose
+message is the reason the formula answers instead. Answers are cached on (spec, library versions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpudoc.atomic import atomic_write_text
+
+HELPER = Path(__file__).resolve().parent.parent / "simhelper" / "run.py"
+DEFAULT_TIMEOUT_S = 300.0
+_VERSIONS_TIMEOUT_S = 30.0
+# Spec keys that decide the answer (the project directory only finds a factory's module).
+_CACHE_EXCLUDES = ("cwd",)
+
+_VERSIONS_CODE = r"""
+import importlib.metadata as m, json, platform
+out = {"python": platform.python_version()}
+for name in ("torch", "transformers", "peft"):
+    try:
+        out[name] = m.version(name)
+    except Exception:
+        pass
+print(json.dumps(out))
+"""
+
+
+class SimulationUnavailable(Exception):
+    """The simulation could not answer; ``str(exc)`` says why, for the estimate's notes."""
+
+
+def helper_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The job's environment with no GPU and no network for the model libraries."""
+    env = dict(environ)
+    env.update({"CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1",
+                "OMP_NUM_THREADS": "1"})
+    return env
+
+
+def cache_dir(environ: Mapping[str, str]) -> Path:
+    """``$XDG_CACHE_HOME/gpudoc/simulate`` (default ``~/.cache/gpudoc/simulate``)."""
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpudoc" / "simulate"
+
+
+def library_versions(python: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """torch/transformers/peft as installed for ``python`` (package metadata; nothing imported)."""
+    try:
+        done = subprocess.run([python, "-c", _VERSIONS_CODE], capture_output=True, text=True,
+                              timeout=_VERSIONS_TIMEOUT_S, env=helper_environment(environ))
+    except FileNotFoundError:
+        raise SimulationUnavailable(f"the job's interpreter {python} does not exist") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SimulationUnavailable(f"the job's interpreter {python} cannot be run: {exc}") from None
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise SimulationUnavailable(f"the job's interpreter {python} did not answer: "
+                                    f"{(done.stderr or '').strip()[-200:] or 'no output'}") from None
+    if "torch" not in found:
+        raise SimulationUnavailable(f"no torch in the job's interpreter ({python})")
+    return {k: str(v) for k, v in found.items()}
+
+
+def _cache_key(spec: Mapping[str, Any], versions: Mapping[str, str]) -> str:
+    kept = {k: v for k, v in spec.items() if k not in _CACHE_EXCLUDES}
+    text = json.dumps({"spec": kept, "versions": dict(versions), "helper": _helper_digest()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _helper_digest() -> str:
+    """The helper's own code is part of the answer: a changed helper never reads an old result."""
+    digest = hashlib.sha256()
+    for path in sorted(HELPER.parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def run_helper(spec: Mapping[str, Any], *, python: str, environ: Mapping[str, str], cwd: Path,
+               timeout_s: float = DEFAULT_TIMEOUT_S, use_cache: bool = True) -> dict:
+    """The helper's result for ``spec`` (``ok`` is true), from the cache when the same spec ran
+    under the same library versions before. Raises ``SimulationUnavailable`` with the reason."""
+    versions = library_versions(python, environ)
+    if spec.get("lora") and "peft" not in versions:
+        raise SimulationUnavailable(f"lora_rank is set but peft is not installed in the job's interpreter ({python})")
+    if spec.get("hf_config") is not None and "transformers" not in versions:
+        raise SimulationUnavailable(f"transformers is not installed in the job's interpreter ({python})")
+    path = cache_dir(environ) / f"{_cache_key(spec, versions)}.json"
+    if use_cache:
+        try:
+            cached = json.loads(path.read_text(encoding="utf-8"))
+            if cached.get("ok"):
+                return {**cached, "cached": True}
+        except (OSError, ValueError):
+            pass
+    try:
+        done = subprocess.run([python, str(HELPER)], input=json.dumps({**spec, "cwd": str(cwd)}),
+                              capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
+                              env=helper_environment(environ))
+    except subprocess.TimeoutExpired:
+        raise SimulationUnavailable(f"the simulation took longer than {timeout_s:g} s "
+                                    "([estimate] timeout_s raises the limit)") from None
+    except OSError as exc:
+        raise SimulationUnavailable(f"cannot run the job's interpreter {python}: {exc}") from None
+    result = _parse(done)
+    if not result.get("ok"):
+        raise SimulationUnavailable(str(result.get("reason") or "the helper gave no reason"))
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(result))
+        except OSError:
+            pass  # a read-only cache only costs the next estimate its time
+    return result
+
+
+def _parse(done: subprocess.CompletedProcess) -> dict:
+    lines = (done.stdout or "").strip().splitlines()
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        tail = (done.stderr or "").strip().splitlines()
+        why = tail[-1] if tail else f"exit status {done.returncode}, no output"
+        raise SimulationUnavailable(f"the simulation helper stopped: {why}")
+    return result

@@ -1,0 +1,187 @@
+"""``estimate --simulate``: the peak from a simulated training step, the formula when it cannot run.
+
+The simulation (``gpudoc.estimate.simulate``) answers for the code the job runs; what it cannot
+see (the CUDA context, the allocator's slack, DDP's gradient buckets) is added as the formula does.
+The largest micro batch that fits takes at most three simulations: two sizes in one helper run
+give the forward/backward peak's slope per sample (activations are linear in the micro batch for a
+fixed code path), the predicted size is simulated to verify it, and once more if it missed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from gpudoc.errors import ProfileError
+from gpudoc.estimate import terms
+from gpudoc.estimate.estimator import MAX_SEARCH_MICRO_BATCH, Estimate, _describe, estimate
+from gpudoc.estimate.inputs import ModelShape, TrainSetup, model_shape, train_setup
+from gpudoc.estimate.sim_spec import simulation_spec, unsupported_reason
+from gpudoc.estimate.simulate import DEFAULT_TIMEOUT_S, SimulationUnavailable, run_helper
+
+_KINDS = ("weights", "gradients", "optimizer", "activations", "temporaries")
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """Where and how the helper runs: the job's interpreter, its environment and directory."""
+
+    python: str
+    environ: Mapping[str, str]
+    cwd: Path
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    use_cache: bool = True
+    runner: Callable[..., dict] = field(default=run_helper)
+
+
+def simulate_enabled(profile: Any) -> bool:
+    """``[estimate] simulate = true``: check, the run gate and fix simulate too."""
+    return bool((getattr(profile, "estimate", None) or {}).get("simulate", False))
+
+
+def timeout_of(profile: Any) -> float:
+    return float((getattr(profile, "estimate", None) or {}).get("timeout_s") or DEFAULT_TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class _Point:
+    """One simulated micro batch size: its forward/backward and optimizer-step peaks."""
+
+    size: int
+    fb: int
+    step: int
+
+    @property
+    def peak(self) -> int:
+        return max(self.fb, self.step)
+
+
+def _point(run: Mapping[str, Any], extra: int) -> _Point:
+    stages = run["steady_state"].get("stage_peaks") or {}
+    fb = max(int(stages.get("forward", 0)), int(stages.get("backward", 0)), int(stages.get("setup", 0)))
+    return _Point(int(run["micro_batch_size"]), fb + extra, int(stages.get("optimizer", 0)) + extra)
+
+
+def simulated_estimate(profile: Any, options: SimulateOptions, *, gpu_total_bytes: int | None = None,
+                       history: Any = ()) -> Estimate:
+    """The simulated estimate of ``profile``; the formula's, with the reason in ``notes``, whenever the
+    simulation is unavailable (``source`` says which answered)."""
+    if gpu_total_bytes is None and getattr(profile, "gpu", None) and profile.gpu.get("memory_gib"):
+        gpu_total_bytes = int(float(profile.gpu["memory_gib"]) * 1024**3)
+    notes: list[str] = []
+    shape: ModelShape | None = None
+    shape_error: ProfileError | None = None
+    try:
+        shape, shape_notes, extras = model_shape(profile)
+    except ProfileError as exc:
+        if not profile.model.get("factory"):
+            raise
+        shape_error, extras, shape_notes = exc, {}, []
+    setup = train_setup(profile, notes, extras)
+    try:
+        reason = unsupported_reason(profile, setup)
+        if reason:
+            raise SimulationUnavailable(reason)
+        return _simulate(profile, options, shape, setup, notes + shape_notes, gpu_total_bytes)
+    except SimulationUnavailable as exc:
+        if shape_error is not None:
+            raise ProfileError(f"{shape_error} (the simulation that needs no shapes is unavailable: {exc})") from None
+        fallback = estimate(profile, gpu_total_bytes=gpu_total_bytes, history=history)
+        return replace(fallback, notes=[f"simulation unavailable, the formula answers: {exc}", *fallback.notes])
+
+
+def _simulate(profile: Any, options: SimulateOptions, shape: ModelShape | None, setup: TrainSetup,
+              notes: list[str], gpu_total_bytes: int | None) -> Estimate:
+    size = setup.micro_batch_size
+
+    def run(sizes: list[int]) -> dict:
+        spec, spec_notes = simulation_spec(profile, shape, setup, sizes)
+        for note in spec_notes:
+            if note not in notes:
+                notes.append(note)
+        return options.runner(spec, python=options.python, environ=options.environ, cwd=options.cwd,
+                              timeout_s=options.timeout_s, use_cache=options.use_cache)
+
+    result = run([size, size + 1])
+    # DDP's reducer keeps a bucket copy of every gradient (the formula's ddp_bucket_bytes term).
+    extra = round(terms.ddp_bucket_bytes(result.get("trainable_bytes", 0))) if setup.world_size > 1 else 0
+    if extra:
+        notes.append(f"DDP over {setup.world_size} GPUs: its gradient buckets are added to the simulated step")
+    notes.extend(n for n in result.get("notes", []) if n not in notes)
+    main, more = result["runs"][0], result["runs"][1]
+    points = {size: _point(main, extra), size + 1: _point(more, extra)}
+    slope = max(0, points[size + 1].fb - points[size].fb)
+    first, steady = int(main["first_step"]["peak_bytes"]) + extra, int(main["steady_state"]["peak_bytes"]) + extra
+    step_name = "steady_state" if steady >= first else "first_step"
+    chosen = main[step_name]
+    breakdown = {k: int(chosen["breakdown"].get(k, 0)) for k in _KINDS}
+    if extra:
+        breakdown["workspace"] = extra
+    peak = sum(breakdown.values())
+    target = float(getattr(profile, "target_utilization", 0.85))
+    largest = None
+    if gpu_total_bytes:
+        largest = _largest_fitting(points, slope, gpu_total_bytes * target, setup, run, extra, notes)
+    context = terms.cuda_context_bytes()
+    slack = round(terms.allocator_slack_bytes(peak, expandable_segments=setup.expandable_segments))
+    stage = {"forward": "forward", "backward": "backward", "optimizer": "optimizer_step"}.get(chosen["stage"],
+                                                                                             chosen["stage"])
+    versions = dict(result.get("versions") or {})
+    return Estimate(
+        peak_bytes=peak, breakdown=breakdown, max_micro_batch_size=largest,
+        phases={"first_step": first, "steady_state": steady}, peak_phase=stage, source="simulation",
+        notes=notes, context_bytes=int(context), slack_bytes=slack,
+        gpu_total_bytes=int(gpu_total_bytes) if gpu_total_bytes else None, target_utilization=target,
+        micro_batch_size=size, per_sample_bytes=slope,
+        inputs=_describe_any(shape, setup), versions=versions, peak_step=step_name,
+    )
+
+
+def _describe_any(shape: ModelShape | None, setup: TrainSetup) -> dict:
+    if shape is None:
+        return {"micro_batch_size": setup.micro_batch_size, "max_seq_len": setup.seq_len,
+                "precision": setup.precision, "world_size": setup.world_size}
+    from gpudoc.estimate.inputs import Inputs
+
+    return _describe(Inputs(shape=shape, setup=setup))
+
+
+def _largest_fitting(points: dict[int, _Point], slope: int, budget: float, setup: TrainSetup,
+                     run: Callable[[list[int]], dict], extra: int, notes: list[str]) -> int:
+    """The largest micro batch whose simulated peak + slack + context stays under ``budget``."""
+
+    def fits(point: _Point) -> bool:
+        slack = terms.allocator_slack_bytes(point.peak, expandable_segments=setup.expandable_segments)
+        return point.peak + slack + terms.cuda_context_bytes() <= budget
+
+    def predicted(base: _Point) -> int:
+        # fb(b) = base.fb + slope * (b - base.size); the step's peak does not grow with b.
+        if not fits(replace(base, fb=0)):
+            return 0
+        if slope <= 0:
+            return MAX_SEARCH_MICRO_BATCH
+        room = budget - terms.cuda_context_bytes()
+        rate = 1 + (0.04 if setup.expandable_segments else 0.10)
+        return max(0, min(MAX_SEARCH_MICRO_BATCH, math.floor(base.size + (room / rate - base.fb) / slope)))
+
+    good = max((p.size for p in points.values() if fits(p)), default=0)
+    bad = min((p.size for p in points.values() if not fits(p)), default=None)
+    guess = predicted(max(points.values(), key=lambda p: p.size))
+    for _ in range(2):  # at most two verifying simulations
+        if guess <= good or (bad is not None and guess >= bad) or guess < 1:
+            break
+        checked = _point(run([guess])["runs"][0], extra)
+        points[guess] = checked
+        if fits(checked):
+            good = guess
+            break
+        bad = guess
+        guess = min(guess - 1, predicted(checked))
+    if bad is not None and good == 0 and bad > 1 and 1 not in points:
+        checked = _point(run([1])["runs"][0], extra)
+        good = 1 if fits(checked) else 0
+    if bad is None and good >= MAX_SEARCH_MICRO_BATCH:
+        notes.append(f"the activations do not grow with the micro batch up to {MAX_SEARCH_MICRO_BATCH}")
+    return good

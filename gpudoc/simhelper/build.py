@@ -1,0 +1,210 @@
+"""The model, its batch and its optimizer, on the meta device, as the spec describes the job."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+class Unsupported(Exception):
+    """The job cannot be simulated faithfully; the message is the reason the formula answers."""
+
+
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+           "bf16-true": torch.bfloat16, "fp16-true": torch.float16}
+_MIXED = {"fp16", "bf16"}
+
+
+def param_dtype(spec: dict) -> Any:
+    """The dtype the weights are created in: fp32 unless training in pure half precision, and the
+    compute dtype for a LoRA base (loaded in bf16/fp16 and frozen)."""
+    precision = spec["precision"]
+    if precision in _MIXED and spec.get("lora"):
+        return _DTYPES[precision]
+    return torch.float32 if precision in _MIXED or precision == "fp32" else _DTYPES[precision]
+
+
+def autocast_dtype(spec: dict) -> Any:
+    return _DTYPES[spec["precision"]] if spec["precision"] in _MIXED else None
+
+
+@dataclass
+class Job:
+    model: Any
+    make_batch: Callable[[int], Any]  # micro batch size -> the forward's inputs (a dict, tuple or tensor)
+    notes: list[str]
+
+
+def build(spec: dict) -> Job:
+    notes: list[str] = []
+    if spec.get("factory"):
+        job = _from_factory(spec, notes)
+    else:
+        job = _from_config(spec, notes)
+    model = job.model
+    if type(model).__name__ == "OptimizedModule" or hasattr(model, "_orig_mod"):
+        raise Unsupported("the model is torch.compile'd: compiled graphs save other tensors than eager mode")
+    if spec.get("lora"):
+        model = _lora(model, spec["lora"], notes)
+    if spec["gradient_checkpointing"] != "none":
+        _checkpointing(model, spec, notes)
+    model.train()
+    return Job(model, job.make_batch, notes)
+
+
+# -- Hugging Face config.json ----------------------------------------------------------------------
+
+def _from_config(spec: dict, notes: list[str]) -> Job:
+    try:
+        import transformers
+    except ImportError:
+        raise Unsupported("transformers is not installed in the job's interpreter (needed to build the "
+                          "model from config.json)") from None
+    data = dict(spec["hf_config"])
+    if data.get("quantization_config"):
+        raise Unsupported("the checkpoint is quantized (config.json has quantization_config): its kernels "
+                          "have no meta implementation")
+    model_type = data.pop("model_type", None)
+    if not model_type:
+        raise Unsupported("config.json has no model_type, so transformers cannot pick the model class")
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **data)
+    except (ValueError, KeyError) as exc:
+        raise Unsupported(f"transformers {transformers.__version__} cannot read this config.json: {exc}") from None
+    auto = {"decoder": transformers.AutoModelForCausalLM, "encoder": transformers.AutoModelForMaskedLM,
+            "encoder-decoder": transformers.AutoModelForSeq2SeqLM}[spec.get("arch") or "decoder"]
+    attn = "eager" if spec.get("attention") == "eager" else "sdpa"
+    with torch.device("meta"):
+        try:
+            model = auto.from_config(config, attn_implementation=attn, dtype=param_dtype(spec))
+        except ValueError as exc:
+            if attn == "eager":
+                raise Unsupported(f"transformers cannot build {model_type}: {exc}") from None
+            model = auto.from_config(config, attn_implementation="eager", dtype=param_dtype(spec))
+            notes.append(f"{type(model).__name__} has no SDPA attention in transformers: simulated with eager")
+    vocab = int(getattr(config, "vocab_size", 0) or 2)
+    seq = int(spec["seq_len"])
+    target = int(spec.get("target_len") or seq)
+    encdec = spec.get("arch") == "encoder-decoder"
+
+    def make_batch(batch: int) -> dict:
+        ids = torch.randint(0, vocab, (batch, seq), device="meta")
+        labels = torch.randint(0, vocab, (batch, target if encdec else seq), device="meta")
+        return {"input_ids": ids, "labels": labels}
+
+    return Job(model, make_batch, notes)
+
+
+# -- the user's own factory ------------------------------------------------------------------------
+
+def _from_factory(spec: dict, notes: list[str]) -> Job:
+    target = spec["factory"]
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise Unsupported(f"[model] factory = \"{target}\": expected \"package.module:function\"")
+    if spec.get("cwd") and spec["cwd"] not in sys.path:
+        sys.path.insert(0, spec["cwd"])  # the project's own modules, as `python train.py` finds them
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:  # any import-time failure of the user's code is a reason, not a crash
+        raise Unsupported(f"[model] factory = \"{target}\" cannot be imported: {type(exc).__name__}: {exc}") from None
+    try:
+        wanted = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        wanted = {}  # type: ignore[assignment]
+    knobs = {"max_seq_len": spec["seq_len"], "precision": spec["precision"]}
+
+    def call(batch: int) -> tuple[Any, Any]:
+        given = {k: v for k, v in {**knobs, "micro_batch_size": batch}.items() if k in wanted}
+        with torch.device("meta"):
+            try:
+                made = factory(**given)
+            except Exception as exc:
+                raise Unsupported(f"[model] factory = \"{target}\" failed: {type(exc).__name__}: {exc}") from None
+        if not (isinstance(made, tuple) and len(made) == 2):
+            raise Unsupported(f"[model] factory = \"{target}\" must return (model, batch), got {type(made).__name__}")
+        return made
+
+    model, first_batch = call(int(spec["micro_batch_sizes"][0]))
+    if spec["precision"] in ("bf16-true", "fp16-true"):
+        model = model.to(_DTYPES[spec["precision"]])
+    if "micro_batch_size" not in wanted:
+        notes.append(f"[model] factory = \"{target}\" takes no micro_batch_size: its batch is used as it is")
+    first = (int(spec["micro_batch_sizes"][0]), first_batch)
+
+    def make_batch(batch: int) -> Any:
+        if batch == first[0] or "micro_batch_size" not in wanted:
+            return first[1]
+        return call(batch)[1]
+
+    return Job(model, make_batch, notes)
+
+
+# -- LoRA and checkpointing ------------------------------------------------------------------------
+
+def _lora(model: Any, lora: dict, notes: list[str]) -> Any:
+    try:
+        import peft
+    except ImportError:
+        raise Unsupported("peft is not installed in the job's interpreter (needed for lora_rank)") from None
+    leaf_names = {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                  if isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D"}
+    targets = None
+    if lora.get("target_names"):
+        targets = sorted(leaf_names & set(lora["target_names"]))
+        if not targets:
+            raise Unsupported(f"none of the LoRA targets ({', '.join(lora['target_names'])}) is a linear layer "
+                              f"of this model ({', '.join(sorted(leaf_names))})")
+    rank = int(lora["rank"])
+    config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=float(lora.get("dropout") or 0.0),
+                             target_modules=targets)
+    try:
+        model = peft.get_peft_model(model, config)
+    except ValueError as exc:
+        raise Unsupported(f"peft cannot wrap this model: {exc}") from None
+    wrapped = sorted({n.rsplit(".", 2)[-2] for n, _ in model.named_parameters() if "lora_A" in n})
+    notes.append(f"LoRA rank {rank} on {', '.join(wrapped) or 'no layer'}")
+    return model
+
+
+def _checkpointing(model: Any, spec: dict, notes: list[str]) -> None:
+    if spec["gradient_checkpointing"] == "selective":
+        raise Unsupported("selective checkpointing has no switch in transformers: the policy is the job's own")
+    enable = getattr(model, "gradient_checkpointing_enable", None)
+    if enable is None:
+        raise Unsupported("gradient_checkpointing is on but the model has no gradient_checkpointing_enable(): "
+                          "how the job checkpoints is its own code")
+    enable()
+    if spec.get("lora") and hasattr(model, "enable_input_require_grads"):
+        # Frozen embeddings: checkpointed blocks need an input that requires grad (the HF Trainer and
+        # peft's prepare_model_for_kbit_training do this).
+        model.enable_input_require_grads()
+
+
+# -- the optimizer -----------------------------------------------------------------------------------
+
+def optimizer(spec: dict, params: list) -> tuple[Any, str]:
+    """The optimizer and how its step runs: foreach (torch's CUDA default: whole-list temporaries),
+    forloop, or fused (no temporaries: simulated as forloop with temporaries not counted)."""
+    name, impl = spec["optimizer"], spec.get("optimizer_impl") or "foreach"
+    foreach = impl == "foreach"
+    if name in ("adamw", "adam"):
+        cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+        return cls(params, lr=1e-4, foreach=foreach), impl
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-2, momentum=float(spec.get("momentum", 0.9)), foreach=foreach), impl
+    if name == "adafactor":
+        try:
+            from transformers.optimization import Adafactor
+        except ImportError:
+            return torch.optim.Adafactor(params, lr=1e-3, foreach=foreach), impl
+        # The HF Trainer's `--optim adafactor`.
+        return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False), "forloop"
+    raise Unsupported(f"optimizer = \"{name}\" keeps its states in custom CUDA kernels (bitsandbytes and "
+                      "friends have no meta implementation)")

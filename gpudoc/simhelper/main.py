@@ -1,0 +1,81 @@
+"""The helper's entry: a JSON spec on stdin, one JSON object on stdout.
+
+Result: ``{"ok": true, "versions": {...}, "runs": [{"micro_batch_size", "first_step"?, "steady_state"}],
+"notes": [...], "emulation": {...}, "seconds": float}`` with each step ``{"peak_bytes", "stage",
+"breakdown", "start_bytes"}``; or ``{"ok": false, "reason": "...", "versions": {...}}``. The exit
+status is 0 either way: a reason is an answer, not a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+import traceback
+from typing import Any
+
+PROTOCOL = 1
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version(), "helper": str(PROTOCOL)}
+    for name in ("torch", "transformers", "peft"):
+        module = sys.modules.get(name)
+        if module is not None:
+            found[name] = str(getattr(module, "__version__", "?"))
+    return found
+
+
+def simulate(spec: dict) -> dict:
+    import torch
+
+    from .build import autocast_dtype, build
+    from .emulate import Emulation
+    from .step import Simulation
+    from .tracker import LiveBytes
+
+    torch.set_num_threads(1)  # meta tensors compute nothing; leave the cores to the job
+    job = build(spec)
+    switches = spec.get("emulate") or {}
+    emulation = Emulation(dropout=switches.get("dropout", True), attention=switches.get("attention", True),
+                          autocast_dtype=autocast_dtype(spec) if switches.get("autocast", True) else None)
+    tracker = LiveBytes()
+    with tracker, emulation.installed():
+        simulation = Simulation(spec, job, emulation, tracker)
+        runs = simulation.run([int(b) for b in spec["micro_batch_sizes"]])
+    notes = list(job.notes)
+    if tracker.scalar_reads:
+        notes.append(f"{tracker.scalar_reads} data-dependent read(s) (.item(), `if tensor:`) answered as for a "
+                     "batch without padding")
+    return {"runs": runs, "notes": notes, "optimizer_impl": simulation.impl,
+            "trainable_bytes": simulation.trainable_bytes,
+            "emulation": {"sdpa_kernels": emulation.sdpa_kernels, "scalar_reads": tracker.scalar_reads}}
+
+
+def _reason(exc: BaseException) -> str:
+    """Why the simulation stopped, with the place in the model's code where it did."""
+    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename]
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    lowered = str(exc).lower()
+    if "meta" in lowered and ("could not run" in lowered or "not implemented" in lowered or "no kernel" in lowered):
+        return f"an op of the model has no meta implementation (a custom CUDA kernel?): {text}{where}"
+    return f"the simulated step failed: {text}{where}"
+
+
+def main() -> int:
+    started = time.monotonic()
+    result: dict[str, Any]
+    try:
+        spec = json.loads(sys.stdin.read())
+        result = {"ok": True, **simulate(spec)}
+    except Exception as exc:
+        from .build import Unsupported
+
+        reason = str(exc) if isinstance(exc, Unsupported) else _reason(exc)
+        result = {"ok": False, "reason": reason}
+    result["versions"] = versions()
+    result["seconds"] = round(time.monotonic() - started, 3)
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0

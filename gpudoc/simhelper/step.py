@@ -1,0 +1,117 @@
+"""The training step, simulated: forward, backward and ``optimizer.step()``, twice (the first step,
+before the optimizer's states exist, and the steady state), under the tracker and the emulations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_leaves
+
+from .build import Job, Unsupported, optimizer
+from .emulate import Emulation
+from .tracker import LiveBytes, Window, classify
+
+
+def _loss(out: Any) -> Any:
+    """The scalar the job calls backward() on: ``out.loss`` (transformers), the output itself when it
+    is a scalar, else the sum of the first tensor (a stand-in with the same graph)."""
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, dict):
+        loss = out.get("loss")
+    if loss is None:
+        first = next((t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad), None)
+        if first is None:
+            raise Unsupported("the model's output has no loss and no tensor that needs a gradient")
+        loss = first if first.dim() == 0 else first.sum()
+    return loss
+
+
+def _forward(model: Any, batch: Any) -> Any:
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+class Simulation:
+    """One model, its optimizer and the counters, for one or more micro batch sizes."""
+
+    def __init__(self, spec: dict, job: Job, emulation: Emulation, tracker: LiveBytes) -> None:
+        self.spec, self.job, self.emulation, self.tracker = spec, job, emulation, tracker
+        self.params = [p for p in job.model.parameters() if p.requires_grad]
+        if not self.params:
+            raise Unsupported("no parameter of the model requires a gradient: nothing trains")
+        self.optimizer, self.impl = optimizer(spec, self.params)
+        self.accumulation = max(1, min(2, int(spec.get("gradient_accumulation_steps") or 1)))
+        self.weights: set[int] = set()
+        for tensor in (*job.model.parameters(), *job.model.buffers()):
+            serial = tracker.track(tensor)
+            if serial is not None:
+                self.weights.add(serial)
+        self.states: set[int] = set()
+        self.trainable_bytes = sum(-(-p.untyped_storage().nbytes() // 512) * 512 for p in self.params)
+
+    def _batch(self, size: int) -> Any:
+        with _disable_current_modes():  # a factory may build a whole model to make its batch
+            batch = self.job.make_batch(size)
+        for leaf in tree_leaves(batch):
+            self.tracker.track(leaf)
+        return batch
+
+    def step(self, size: int) -> dict:
+        """One optimizer step at micro batch ``size`` (two micro batches under accumulation, so that
+        the gradients of the first are live through the second): its peak and what made it up."""
+        tracker, emulation = self.tracker, self.emulation
+        gradients: set[int] = set()
+        tracker.begin()
+        for _ in range(self.accumulation):
+            batch = self._batch(size)
+            tracker.stage = "forward"
+            emulation.forward_begins()
+            out = _forward(self.job.model, batch)
+            loss = _loss(out)
+            emulation.forward_ends()
+            tracker.stage = "backward"
+            # The outputs stay referenced through backward, as in `out = model(**batch);
+            # out.loss.backward()`: the logits are live at the backward's peak.
+            loss.backward()
+            del out, loss, batch
+            gradients |= {s for s in (tracker.serial_of(p.grad) for p in self.params) if s is not None}
+        emulation.step_ends()
+        tracker.stage = "optimizer"
+        fused = self.impl == "fused"
+        tracker.counting = not fused
+        self.optimizer.step()
+        tracker.counting = True
+        for state in self.optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor) and value.device.type == "meta":
+                    if fused:
+                        tracker.recount(value)
+                    serial = tracker.serial_of(value)
+                    if serial is not None:
+                        self.states.add(serial)
+        self.optimizer.zero_grad(set_to_none=True)
+        tracker.stage = "setup"
+        window = tracker.end()
+        return _describe(window, classify(window, weights=self.weights, gradients=gradients, states=self.states))
+
+    def run(self, sizes: list[int]) -> list[dict]:
+        """The first size gets a first step and a steady-state step; the others one step each
+        (the optimizer's states exist by then: steady state)."""
+        runs = []
+        for index, size in enumerate(sizes):
+            entry: dict[str, Any] = {"micro_batch_size": size}
+            if index == 0:
+                entry["first_step"] = self.step(size)
+            entry["steady_state"] = self.step(size)
+            runs.append(entry)
+        return runs
+
+
+def _describe(window: Window, breakdown: dict[str, int]) -> dict:
+    return {"peak_bytes": window.peak_bytes, "stage": window.peak_stage, "breakdown": breakdown,
+            "start_bytes": window.start_bytes, "stage_peaks": dict(window.stage_peaks)}

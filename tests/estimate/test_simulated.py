@@ -1,0 +1,124 @@
+"""`gpudoc estimate --simulate`: the helper in a real interpreter with real torch/transformers/peft on
+a tiny model, and every fallback to the formula saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from gpudoc.commands.estimate import estimate_command
+from gpudoc.estimate.simulate import cache_dir
+from tests.conftest import captured_workspace
+
+pytest.importorskip("transformers")
+
+CONFIG = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}
+
+
+def _estimate(tmp_path, profile: str, **kw) -> tuple[int, dict]:
+    (tmp_path / "gpudoc.toml").write_text(profile)
+    ws = captured_workspace(tmp_path)
+    status = estimate_command(ws, as_json=True, **{"simulate": True, "python": sys.executable, **kw})
+    return status, json.loads(ws.console.out.getvalue())
+
+
+def _profile(train: str = "", model: str = 'hf_config = "config.json"', extra: str = "") -> str:
+    return (f"[gpu]\nmemory_gib = 2\n[train]\nmicro_batch_size = 2\nmax_seq_len = 256\n{train}\n"
+            f"[model]\n{model}\n{extra}")
+
+
+def test_a_config_json_model_is_simulated_and_cached(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    profile = _profile('precision = "bf16"\nlora_rank = 8\ngradient_checkpointing = true')
+    status, doc = _estimate(tmp_path, profile)
+    assert status == 0 and doc["source"] == "simulation", doc["notes"]
+    assert set(doc["phases"]) == {"first_step", "steady_state"}
+    assert doc["peak_bytes"] == max(doc["phases"].values()) == sum(doc["breakdown"].values())
+    assert set(doc["breakdown"]) >= {"weights", "gradients", "optimizer", "activations", "temporaries"}
+    assert doc["peak_step"] in doc["phases"]
+    assert {"torch", "transformers", "peft"} <= set(doc["versions"])
+    assert doc["per_sample_bytes"] > 0 and doc["max_micro_batch_size"] > 2
+    assert any("LoRA rank 8" in n for n in doc["notes"])
+    # The adapters train, the frozen base does not: optimizer states are a sliver of the weights.
+    assert 0 < doc["breakdown"]["optimizer"] < 0.2 * doc["breakdown"]["weights"]
+    assert list(cache_dir(os.environ).glob("*.json"))  # under the isolated home
+
+    started = time.monotonic()
+    again = _estimate(tmp_path, profile)[1]
+    assert again["peak_bytes"] == doc["peak_bytes"] and time.monotonic() - started < 3  # from the cache
+
+
+FACTORY = '''
+import torch
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 64)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+
+    def forward(self, ids):
+        return self.mlp(self.emb(ids)).pow(2).mean()
+
+def make(micro_batch_size, max_seq_len):
+    return Tiny(), torch.zeros(micro_batch_size, max_seq_len, dtype=torch.long)
+
+def broken():
+    raise RuntimeError("boom")
+'''
+
+
+def test_a_factory_model_is_simulated(tmp_path):
+    (tmp_path / "tinymodel.py").write_text(FACTORY)
+    _, doc = _estimate(tmp_path, _profile(model='factory = "tinymodel:make"'))
+    assert doc["source"] == "simulation", doc["notes"]
+    # Activations grow with the batch: GELU's input and output, 256 floats per token each, at least.
+    assert doc["per_sample_bytes"] >= 256 * 256 * 4 * 2
+
+
+def test_a_failing_factory_falls_back_and_says_why(tmp_path):
+    (tmp_path / "tinymodel.py").write_text(FACTORY)
+    _, doc = _estimate(tmp_path, _profile(model='factory = "tinymodel:broken"\nlayers = 2\nhidden = 64\n'
+                                                 'heads = 4\nvocab = 100'))
+    assert doc["source"] == "formula"
+    assert "factory = \"tinymodel:broken\" failed: RuntimeError: boom" in doc["notes"][0]
+
+
+@pytest.mark.parametrize("train, why", [
+    ('quantization = "nf4"\nlora_rank = 8', "quantization"),
+    ('zero_stage = 3\n[launch]\nnproc_per_node = 4', "ZeRO-3"),
+    ('optimizer = "adamw_8bit"', "custom CUDA kernels"),
+])
+def test_what_meta_tensors_cannot_run_falls_back_with_the_reason(tmp_path, train, why):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    _, doc = _estimate(tmp_path, _profile(train))
+    assert doc["source"] == "formula" and why in doc["notes"][0] and doc["notes"][0].startswith("simulation unavailable")
+
+
+def _fake_python(tmp_path, body: str):
+    path = tmp_path / "fakepython"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_an_interpreter_without_torch_falls_back(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    python = _fake_python(tmp_path, "echo '{\"python\": \"3.11.7\"}'\n")
+    _, doc = _estimate(tmp_path, _profile(), python=python)
+    assert doc["source"] == "formula" and "no torch in the job's interpreter" in doc["notes"][0]
+
+
+def test_a_helper_past_its_time_limit_falls_back(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    python = _fake_python(tmp_path, 'if [ "$1" = "-c" ]; then echo \'{"torch": "2.13.0", "transformers": "5"}\'; '
+                                    "else exec sleep 30; fi\n")
+    started = time.monotonic()
+    _, doc = _estimate(tmp_path, _profile(extra="[estimate]\ntimeout_s = 1"), python=python)
+    assert doc["source"] == "formula" and "longer than 1 s" in doc["notes"][0]
+    assert time.monotonic() - started < 10
