@@ -48,7 +48,8 @@ def test_missing_key_is_one_line_and_exit_2(isolated_home):
     result = gpudoc_cli("estimate", cwd=isolated_home)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        'gpudoc: [model] hidden is missing: set it or hf_config = "config.json"']
+        'gpudoc: [model] hidden is missing: set [model] hf_config = "ORG/NAME" (a config.json, its directory, '
+        'or a model id in the local Hugging Face cache) or hidden = N']
 
 
 def test_usage_error(isolated_home):
