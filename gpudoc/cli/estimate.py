@@ -8,11 +8,16 @@ from gpudoc.cli.base import Command
 
 
 class EstimateCommand(Command):
-    """Peak GPU memory per GPU for the profile's model and knobs, and the largest micro batch that fits"""
+    """Peak GPU memory per GPU for the profile's model and knobs, and the largest micro batch that fits.
+With no [model], the model the job names (-- COMMAND, else the profile's last run: --model_name_or_path,
+model.name_or_path=, base_model in its YAML, ...) is read from its config.json: a local directory or
+the local Hugging Face cache ($HF_HOME/hub), never the network"""
 
+    USAGE = "    gpudoc estimate [SWITCHES] [-- COMMAND [ARGS...]]\n"
     EXAMPLES = """
 gpudoc estimate -p gpudoc.toml --gpu-memory 24
 gpudoc estimate -p qwen2.5-7b-lora-24gb --micro-batch-size 4 --json
+gpudoc estimate -p gpu-24gb -- python train.py --model_name_or_path Qwen/Qwen2.5-7B --max_seq_length 2048
 """
 
     profile = cli.SwitchAttr(["-p", "--profile"], str, argname="PROFILE",
@@ -23,11 +28,7 @@ gpudoc estimate -p qwen2.5-7b-lora-24gb --micro-batch-size 4 --json
     micro_batch_size = cli.SwitchAttr("--micro-batch-size", int, argname="N",
                                       help="estimate for this micro batch instead of the profile's")
 
-    def main(self, *args: str) -> int:
-        from gpudoc.errors import UsageError
-
-        if args:
-            raise UsageError(f"gpudoc estimate: unexpected argument '{args[0]}'")
+    def main(self, *command: str) -> int:
         from gpudoc.commands.estimate import estimate_command
 
         return estimate_command(
@@ -36,4 +37,5 @@ gpudoc estimate -p qwen2.5-7b-lora-24gb --micro-batch-size 4 --json
             as_json=self.json,
             gpu_memory_gib=self.gpu_memory,
             micro_batch_size=self.micro_batch_size,
+            command=list(command),
         )
