@@ -73,6 +73,7 @@ def _moe(config: Mapping[str, Any], out: dict[str, Any]) -> None:
     tied = out.get("tied_embeddings", False)
     out["params"] = blocks + out["vocab"] * h * (1 if tied else 2) + h
     out["ffn"] = top_k * expert_ffn + shared_ffn
+    out["_idle_expert_params"] = moe_layers * (experts - top_k) * 3 * h * expert_ffn
     out["_gated"] = True
     out["_note"] = (f"[model] mixture of experts: {experts} experts, {top_k} per token: weights, gradients and "
                     f"optimizer states count every expert; activations the {top_k} a token passes through"

@@ -60,6 +60,9 @@ class ModelShape:
     encoder_layers: int = 0
     decoder_layers: int = 0
     attention_head_dim: int = 0  # when heads x head_dim is not hidden (Gemma, Qwen3, Mistral-Nemo, T5-3B)
+    # Mixture of experts: the weights of the experts a token does not pass through (``ffn`` is the
+    # width it does pass through): counted in ``params``, quantized with the blocks.
+    idle_expert_params: float = 0.0
 
     @property
     def head_dim(self) -> int:
@@ -255,6 +258,7 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
         "encoder_layers": int(model.get("encoder_layers") or 0),
         "decoder_layers": int(model.get("decoder_layers") or 0),
         "attention_head_dim": head_dim,
+        "idle_expert_params": float(model.get("_idle_expert_params") or 0.0),
     }
     if arch == "encoder-decoder" and not (base["encoder_layers"] and base["decoder_layers"]):
         base["decoder_layers"] = base["layers"] // 2

@@ -203,7 +203,7 @@ def compute_phases(inputs: Inputs) -> Phases:
     block_linear = min(block_linear, total)
 
     # --- what trains -------------------------------------------------------------------------
-    quantized = block_linear if setup.quantization != "none" else 0.0
+    quantized = min(total, block_linear + shape.idle_expert_params) if setup.quantization != "none" else 0.0
     if setup.lora_rank:
         targeted = [mats[r] for r in setup.lora_targets if r in mats]
         trainable = float(plain + cross) * terms.lora_params(targeted, setup.lora_rank)

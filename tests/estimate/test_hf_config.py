@@ -122,3 +122,13 @@ def test_mixture_of_experts_counts_every_expert_and_activates_top_k(tmp_path, mo
     # Weights, gradients and AdamW states of all 46.7B Mixtral parameters: far beyond the active 13B.
     result = estimate(_profile(tmp_path / model_id.replace("/", "--")))
     assert result.breakdown["weights"] >= 2 * inputs.shape.params * 0.99
+
+
+def test_qlora_quantizes_every_expert(tmp_path):
+    # Mixtral-8x7B in NF4: ~0.52 B for each of its ~46B block parameters, not only the 2 experts of 8
+    # a token passes through (which would leave 34B idle expert weights in bf16: 68 GB more).
+    profile = Profile(name="p", model={"hf_config": str(_write(tmp_path, "mistralai/Mixtral-8x7B-v0.1"))},
+                      train={**TRAIN, "quantization": "nf4", "lora_rank": 16})
+    weights = estimate(profile).breakdown["weights"]
+    params = inputs_from_profile(profile).shape.params
+    assert 0.5 * params < weights < 0.56 * params + 2 * 32000 * 4096 * 2
