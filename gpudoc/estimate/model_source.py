@@ -96,12 +96,15 @@ def model_name_from_job(script_args: Sequence[str],
     Looked at: ``--model_name_or_path`` and its kin (``--model_name``, ``--model``, ``--base_model``,
     ``--pretrained_model_name_or_path``), ``model.name_or_path=`` and the other dotted spellings,
     ``--model.init_args.model_name_or_path``, ``checkpoint_dir=`` / ``checkpointer.checkpoint_dir``
-    (torchtune), ``init_from`` (nanoGPT, ``scratch``/``resume`` name no model). Pure: reads no file.
+    (torchtune), ``init_from`` (nanoGPT, ``scratch``/``resume`` name no model). Hydra's bare
+    ``model=NAME`` picks a config group, not a model, and is not read. Pure: reads no file.
     """
     args = _arg_values(script_args)
     for key in _ARG_KEYS:
         value, where = args.get(key, (None, ""))
         name = _usable(value)
+        if key == "model" and not where.startswith("argv:--"):
+            continue  # Hydra's `model=llama3` picks a config group, not a model
         if name:
             return NamedModel(name, where)
     files = [("config", config_data)] if isinstance(config_data, Mapping) else list(config_data)

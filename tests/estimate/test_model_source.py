@@ -142,6 +142,8 @@ def test_the_resolver_never_imports_a_hub_client(tmp_path, hub):
     (["config/train_shakespeare.py", "--init_from=gpt2-medium"], NamedModel("gpt2-medium", "argv:--init_from")),
     (["config/train_shakespeare.py", "--init_from=scratch"], None),
     (["model.name_or_path=${oc.env:MODEL}"], None),
+    (["model=llama3_8b", "trainer.max_epochs=1"], None),
+    (["--model", "gpt2", "--epochs", "1"], NamedModel("gpt2", "argv:--model")),
     (["--per_device_train_batch_size", "8", "--bf16"], None),
 ])
 def test_the_model_named_on_the_command_line(args, named):
