@@ -55,7 +55,7 @@ def _moe(config: Mapping[str, Any], out: dict[str, Any]) -> None:
     """Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): every expert has weights, gradients and
     optimizer states, but a token passes only through its top-k (and the shared expert): ``ffn``
     becomes that per-token width and ``params`` counts all experts."""
-    experts = _number(config, "num_local_experts", "num_experts", "n_routed_experts")
+    experts = _number(config, "num_local_experts", "num_experts")
     top_k = _number(config, "num_experts_per_tok", "moe_top_k")
     if not experts or not top_k or experts <= 1:
         return

@@ -10,6 +10,7 @@ functions fall back to the network.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -188,7 +189,7 @@ def cached_config(model_id: str, hub: Path) -> Path | None:
         return None
     repos = [hub / ("models--" + model_id.replace("/", "--"))]
     if "/" not in model_id and hub.is_dir():
-        owned = sorted(hub.glob(f"models--*--{model_id}"))
+        owned = sorted(hub.glob(f"models--*--{glob.escape(model_id)}"))
         if len(owned) == 1:  # two organisations' NAME: not guessed
             repos += owned
     for repo in repos:
