@@ -84,6 +84,8 @@ def test_family_defaults_the_config_leaves_out():
     assert (bloom["hidden"], bloom["heads"], bloom["ffn"], bloom["tied_embeddings"]) == (1024, 16, 4096, True)
     falcon = model_from_hf_config(CONFIGS["tiiuae/falcon-7b"])  # multi-query: one K/V head
     assert (falcon["heads"], falcon["kv_heads"], falcon["ffn"], falcon["tied_embeddings"]) == (71, 1, 18176, True)
+    falcon40 = model_from_hf_config(CONFIGS["tiiuae/falcon-40b"])  # the new decoder: grouped K/V heads
+    assert (falcon40["heads"], falcon40["kv_heads"]) == (128, 8)
     neox = model_from_hf_config(CONFIGS["EleutherAI/pythia-160m"])
     assert neox["tied_embeddings"] is False and neox["_norm"] == "layernorm"
     llama = model_from_hf_config({k: v for k, v in CONFIGS["mistralai/Mistral-7B-v0.1"].items()
