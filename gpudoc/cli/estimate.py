@@ -8,12 +8,17 @@ from gpudoc.cli.base import Command
 
 
 class EstimateCommand(Command):
-    """Peak GPU memory per GPU for the profile's model and knobs, and the largest micro batch that fits"""
+    """Peak GPU memory per GPU for the profile's model and knobs, and the largest micro batch that fits.
+With no [model], the model the job names (-- COMMAND, else the profile's last run: --model_name_or_path,
+model.name_or_path=, base_model in its YAML, ...) is read from its config.json: a local directory or
+the local Hugging Face cache ($HF_HOME/hub), never the network"""
 
+    USAGE = "    gpudoc estimate [SWITCHES] [-- COMMAND [ARGS...]]\n"
     EXAMPLES = """
 gpudoc estimate -p gpudoc.toml --gpu-memory 24
 gpudoc estimate -p qwen2.5-7b-lora-24gb --micro-batch-size 4 --json
 gpudoc estimate --simulate --python .venv/bin/python
+gpudoc estimate -p gpu-24gb -- python train.py --model_name_or_path Qwen/Qwen2.5-7B --max_seq_length 2048
 """
 
     profile = cli.SwitchAttr(["-p", "--profile"], str, argname="PROFILE",
@@ -29,11 +34,7 @@ gpudoc estimate --simulate --python .venv/bin/python
                             help="the job's interpreter for --simulate (default: the one the job's command runs, "
                             "else python3 on PATH)")
 
-    def main(self, *args: str) -> int:
-        from gpudoc.errors import UsageError
-
-        if args:
-            raise UsageError(f"gpudoc estimate: unexpected argument '{args[0]}'")
+    def main(self, *command: str) -> int:
         from gpudoc.commands.estimate import estimate_command
 
         return estimate_command(
@@ -44,4 +45,5 @@ gpudoc estimate --simulate --python .venv/bin/python
             micro_batch_size=self.micro_batch_size,
             simulate=self.simulate,
             python=self.python,
+            command=list(command),
         )

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpudoc.errors import ExitStatus, ProfileError, UsageError
+from gpudoc.estimate.inputs import HF_CONFIG_HINT
+from gpudoc.profiles.model import Profile
 from gpudoc.profiles.schema import RANGES
 from gpudoc.render.show import show
 from gpudoc.results import EstimateResult
@@ -23,6 +27,29 @@ def _detected_gpu_bytes(ws: Workspace) -> tuple[int | None, str | None]:
     return int(smallest.memory_total_bytes or 0), f"GPU {smallest.index} ({smallest.name or 'unknown'})"
 
 
+def _job_model(ws: Workspace, profile: Profile, command: list[str]) -> tuple[Profile, str | None]:
+    """The profile with the model its job names, when its [model] does not describe one: the job
+    given on this command line, else the command of the profile's newest recorded run. A profile
+    left without any [model] is one line saying what to set."""
+    from gpudoc.estimate.model_source import needs_model, with_job_model
+
+    if not needs_model(profile.model):
+        return profile, None
+    cwd, source = ws.cwd, "the job's command"
+    if not command:
+        runs = ws.history(profile)
+        if runs:
+            command, cwd, source = list(runs[-1].command), Path(runs[-1].cwd), f"the command of run {runs[-1].id}"
+    profile, note = with_job_model(profile, command, cwd, ws.environ)
+    if not profile.model:
+        where = profile.path or "the profile"
+        asked = (f"{source} names no model (--model_name_or_path, model.name_or_path=, ...)" if command
+                 else "no job command to read one from (gpudoc estimate -- COMMAND)")
+        raise ProfileError(f"{where}: no [model], and {asked}: set {HF_CONFIG_HINT} or hidden, layers, heads, vocab",
+                           file=str(profile.path) if profile.path else None, key="model")
+    return profile, note
+
+
 def estimate_command(
     ws: Workspace,
     *,
@@ -32,8 +59,12 @@ def estimate_command(
     micro_batch_size: int | None = None,
     simulate: bool = False,
     python: str | None = None,
+    command: list[str] | None = None,
 ) -> int:
-    """Exit 0 with an estimate; 1 when the configuration does not fit the known GPU capacity."""
+    """Exit 0 with an estimate; 1 when the configuration does not fit the known GPU capacity.
+    ``command``: the job's command line, read for its model when the profile has no [model]."""
+    from dataclasses import replace
+
     console = ws.console
 
     # The switches take the bounds of the profile keys they stand for.
@@ -45,12 +76,7 @@ def estimate_command(
     if micro_batch_size is not None and not low <= micro_batch_size <= high:
         raise UsageError(f"gpudoc estimate: --micro-batch-size {micro_batch_size}: expected {low:g} to {high:g}")
     profile = ws.load_profile(profile_name)
-    if not profile.model:
-        where = profile.path or "the profile"
-        raise ProfileError(
-            f"{where}: no [model] table: set hidden, layers, heads, vocab (or hf_config = \"config.json\") "
-            "so gpudoc can estimate memory"
-        )
+    profile, model_note = _job_model(ws, profile, command or [])
     if micro_batch_size is not None:
         profile = profile.with_train({"micro_batch_size": micro_batch_size})
 
@@ -63,7 +89,9 @@ def estimate_command(
     else:
         gpu_bytes, gpu_from = _detected_gpu_bytes(ws)
 
-    estimator = ws.estimator(profile, simulate=simulate or python is not None, python=python)
+    estimator = ws.estimator(profile, simulate=simulate or python is not None, python=python, command=command)
     result = estimator(profile, gpu_total_bytes=gpu_bytes, history=ws.history(profile))
+    if model_note:
+        result = replace(result, notes=[model_note, *result.notes])
     status = ExitStatus.NEGATIVE if result.fits is False else ExitStatus.OK
     return show(EstimateResult(result, profile.name, gpu_from, int(status)), console, as_json=as_json)

@@ -148,8 +148,8 @@ gradient_accumulation_steps = 8
 [launch]
 nproc_per_node = 1
 
-# [model]                                # for `gpudoc estimate`; or hf_config = "config.json"
-# hf_config = "config.json"
+# [model]                                # for `gpudoc estimate` (or the job's --model_name_or_path)
+# hf_config = "ORG/NAME"                 # a config.json, its directory, or a model id in the local HF cache
 
 [bind]
 env = true                               # the job sees GPUDOC_MICRO_BATCH_SIZE, ...

@@ -59,10 +59,19 @@ class ModelShape:
     arch: str = "decoder"
     encoder_layers: int = 0
     decoder_layers: int = 0
+    attention_head_dim: int = 0  # when heads x head_dim is not hidden (Gemma, Qwen3, Mistral-Nemo, T5-3B)
+    # Mixture of experts: the weights of the experts a token does not pass through (``ffn`` is the
+    # width it does pass through): counted in ``params``, quantized with the blocks.
+    idle_expert_params: float = 0.0
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.attention_head_dim or self.hidden // self.heads
+
+    @property
+    def attention_width(self) -> int:
+        """Width of the queries and of the attention output: heads x head_dim."""
+        return self.heads * self.head_dim
 
 
 @dataclass(frozen=True)
@@ -118,14 +127,14 @@ class Inputs:
 
 def layer_matrix_shapes(shape: ModelShape, *, cross_attention: bool = False) -> dict[str, tuple[int, int]]:
     """(in_features, out_features) of each linear layer in one transformer block."""
-    h, kv_dim = shape.hidden, shape.kv_heads * shape.head_dim
-    mats = {"q": (h, h), "k": (h, kv_dim), "v": (h, kv_dim), "o": (h, h)}
+    h, a, kv_dim = shape.hidden, shape.attention_width, shape.kv_heads * shape.head_dim
+    mats = {"q": (h, a), "k": (h, kv_dim), "v": (h, kv_dim), "o": (a, h)}
     if shape.gated_mlp:
         mats.update({"gate": (h, shape.ffn), "up": (h, shape.ffn), "down": (shape.ffn, h)})
     else:
         mats.update({"up": (h, shape.ffn), "down": (shape.ffn, h)})
     if cross_attention:
-        mats.update({"xq": (h, h), "xk": (h, h), "xv": (h, h), "xo": (h, h)})
+        mats.update({"xq": (h, a), "xk": (h, a), "xv": (h, a), "xo": (a, h)})
     return mats
 
 
@@ -157,9 +166,13 @@ def params_from_shapes(shape: ModelShape) -> int:
 
 # --- profile -> Inputs ---------------------------------------------------------------------------
 
+HF_CONFIG_HINT = ("[model] hf_config = \"ORG/NAME\" (a config.json, its directory, or a model id in the local "
+                  "Hugging Face cache)")
+
+
 def _missing(table: str, key: str) -> ProfileError:
     if table == "model":
-        return ProfileError(f"[model] {key} is missing: set it or hf_config = \"config.json\"")
+        return ProfileError(f"[model] {key} is missing: set {HF_CONFIG_HINT} or {key} = N", key=f"model.{key}")
     return ProfileError(f"[{table}] {key} is missing: set it in the profile")
 
 
@@ -211,6 +224,11 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
     if hf_name:
         model.update(model_from_hf_config(read_hf_config(profile, str(hf_name))))
     model.update({k: v for k, v in profile.model.items() if k != "hf_config"})
+    if model.get("arch") == "state-space":
+        source = f"hf_config = \"{hf_name}\"" if "_state_space" in model else "arch = \"state-space\""
+        raise ProfileError(f"[model] {source}: {model.get('_state_space', 'a state-space model')}: the estimate's "
+                           "formula covers transformer blocks (attention + MLP), not selective scans; run and fix "
+                           "go by measured peaks", key="model.arch")
     if not model.get("layers") and model.get("encoder_layers") and model.get("decoder_layers"):
         model["layers"] = int(model["encoder_layers"]) + int(model["decoder_layers"])
     for key in ("hidden", "layers", "heads", "vocab"):
@@ -218,7 +236,8 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
             raise _missing("model", key)
     hidden = _positive_int("model", "hidden", model["hidden"])
     heads = _positive_int("model", "heads", model["heads"])
-    if hidden % heads:
+    head_dim = _positive_int("model", "head_dim", model["head_dim"]) if model.get("head_dim") else 0
+    if hidden % heads and not head_dim:
         raise ProfileError(f"[model] hidden = {hidden} is not a multiple of heads = {heads}")
     kv_heads = _positive_int("model", "kv_heads", model.get("kv_heads") or heads) or heads
     ffn = model.get("ffn")
@@ -238,6 +257,8 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
         "arch": arch,
         "encoder_layers": int(model.get("encoder_layers") or 0),
         "decoder_layers": int(model.get("decoder_layers") or 0),
+        "attention_head_dim": head_dim,
+        "idle_expert_params": float(model.get("_idle_expert_params") or 0.0),
     }
     if arch == "encoder-decoder" and not (base["encoder_layers"] and base["decoder_layers"]):
         base["decoder_layers"] = base["layers"] // 2
@@ -245,10 +266,12 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
     gated, tied = _gated_guess(model, base)
     norm = model.get("_norm") or ("rmsnorm" if gated else "layernorm")
     shape = ModelShape(**{**base, "gated_mlp": gated, "tied_embeddings": tied, "norm": norm})
+    if model.get("_note"):
+        notes.append(model["_note"])
     if model.get("params"):
         shape = replace(shape, params=float(model["params"]))
         derived = params_from_shapes(shape)
-        if abs(derived - shape.params) > 0.15 * shape.params:
+        if abs(derived - shape.params) > 0.15 * shape.params and not model.get("_note"):
             notes.append(
                 f"[model] params = {shape.params:.3g} but the shapes give {derived:.3g}: "
                 "the given count is used for weights, gradients and optimizer states"

@@ -74,6 +74,7 @@ def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: floa
     for op-level selective checkpointing). Per-term derivation in ``terms``; Korthikanti's
     34sbh + 5as^2b is the special case fp16, GELU, ffn = 4h, dropout, eager, full fine-tune."""
     h, f, s = shape.hidden, shape.ffn, setup.seq_len
+    a = shape.attention_width  # h, unless heads x head_dim differs from it (Gemma, Qwen3)
     e = 4.0 if setup.precision == "fp32" else 2.0
     amp = terms.uses_autocast(setup.precision, _sharded_engine(setup))
     residual = 4.0 if (amp or setup.precision == "fp32") else e
@@ -91,14 +92,14 @@ def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: floa
         if roles & {"q", "k", "v"}:
             total += tokens * h * e
         sbh, s2 = terms.attention_saved_bytes(
-            tokens=tokens, batch=batch, seq=s, hidden=h, heads=shape.heads, kv_heads=shape.kv_heads,
+            tokens=tokens, batch=batch, seq=s, hidden=a, heads=shape.heads, kv_heads=shape.kv_heads,
             act_bytes=e, attention=setup.attention, dropout=setup.dropout, score_bytes=score, amp_cast=amp)
         total += sbh + s2
         scores += s2
         if "o" in roles and setup.attention == "eager":
             # SDPA/flash return (b, s, heads, head_dim) memory, so the projection's input after
             # transpose(1, 2).contiguous() is the attention output itself; eager needs a copy.
-            total += tokens * h * e
+            total += tokens * a * e
         if setup.dropout > 0:
             total += terms.dropout_mask_bytes(tokens, h)
     total += norm
@@ -118,7 +119,7 @@ def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: floa
             if setup.lora_dropout > 0:
                 total += tokens * fan_in * (1 + e)  # each adapter's own dropout mask and output
     kv = shape.kv_heads / shape.heads
-    mm_outputs = tokens * e * (h * (2 + 2 * kv) + (2 * f if shape.gated_mlp else f) + h)
+    mm_outputs = tokens * e * (a * (2 + 2 * kv) + (2 * f if shape.gated_mlp else f) + h)
     return total, scores, mm_outputs
 
 
@@ -202,7 +203,7 @@ def compute_phases(inputs: Inputs) -> Phases:
     block_linear = min(block_linear, total)
 
     # --- what trains -------------------------------------------------------------------------
-    quantized = block_linear if setup.quantization != "none" else 0.0
+    quantized = min(total, block_linear + shape.idle_expert_params) if setup.quantization != "none" else 0.0
     if setup.lora_rank:
         targeted = [mats[r] for r in setup.lora_targets if r in mats]
         trainable = float(plain + cross) * terms.lora_params(targeted, setup.lora_rank)

@@ -52,6 +52,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "hidden": INT,
         "heads": INT,
         "kv_heads": INT,
+        "head_dim": INT,  # when heads x head_dim is not hidden (Gemma, Qwen3)
         "ffn": INT,
         "vocab": INT,
         "tied_embeddings": BOOL,
@@ -109,6 +110,7 @@ RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("model", "hidden"): (1, 10**6),
     ("model", "heads"): (1, 10**5),
     ("model", "kv_heads"): (1, 10**5),
+    ("model", "head_dim"): (1, 10**5),
     ("model", "ffn"): (1, 10**7),
     ("model", "vocab"): (1, 10**8),
     ("model", "encoder_layers"): (0, 10**4),
@@ -128,7 +130,7 @@ ENUMS = {
     ("train", "optimizer"): ("adamw", "adam", "adamw_8bit", "adafactor", "sgd", "lion"),
     ("train", "quantization"): ("none", "nf4", "int8", "int4"),
     ("train", "attention"): ("sdpa", "flash", "eager"),
-    ("model", "arch"): ("decoder", "encoder", "encoder-decoder"),
+    ("model", "arch"): ("decoder", "encoder", "encoder-decoder", "state-space"),
     ("run", "tmux_keep"): ("failure", "always", "never"),
 }
 

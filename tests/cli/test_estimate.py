@@ -48,7 +48,8 @@ def test_missing_key_is_one_line_and_exit_2(isolated_home):
     result = gpudoc_cli("estimate", cwd=isolated_home)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        'gpudoc: [model] hidden is missing: set it or hf_config = "config.json"']
+        'gpudoc: [model] hidden is missing: set [model] hf_config = "ORG/NAME" (a config.json, its directory, '
+        'or a model id in the local Hugging Face cache) or hidden = N']
 
 
 def test_usage_error(isolated_home):
@@ -80,3 +81,21 @@ def test_switch_values_out_of_bounds_are_usage_errors(isolated_home):
     _one_line_error(gpudoc_cli("estimate", "--micro-batch-size", "99999999999", cwd=isolated_home),
                     "--micro-batch-size 99999999999")
     assert gpudoc_cli("estimate", "--gpu-memory", "80", cwd=isolated_home).returncode in (0, 1)
+
+
+def test_the_jobs_command_after_dashes_names_the_model(isolated_home, tmp_path):
+    from tests.estimate.hf_configs import CONFIGS
+    from tests.estimate.test_model_source import cache_model
+
+    (isolated_home / "gpudoc.toml").write_text("[gpu]\nmemory_gib = 24\n[train]\nmax_seq_len = 1024\nlora_rank = 16\n")
+    env = {"HF_HOME": str(tmp_path / "hf")}
+    cache_model(tmp_path / "hf" / "hub", "google/gemma-2-2b", CONFIGS["google/gemma-2-2b"])
+    result = gpudoc_cli("estimate", "--json", "--", "torchrun", "--nproc_per_node", "2", "train.py",
+                        "--model_name_or_path", "google/gemma-2-2b", cwd=isolated_home, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "--model_name_or_path = google/gemma-2-2b" in json.loads(result.stdout)["notes"][0]
+    _one_line_error(gpudoc_cli("estimate", "--", "python", "train.py", "--model", "google/gemma-7b",
+                               cwd=isolated_home, env=env),
+                    "the job's --model = \"google/gemma-7b\"", "Hugging Face cache", "huggingface-cli download")
+    usage = gpudoc_cli("estimate", "--help", cwd=isolated_home)
+    assert "-- COMMAND" in usage.stdout and "never the network" in usage.stdout

@@ -1,4 +1,5 @@
-"""`gpudoc estimate` as a function: capacity sources, history, exit status."""
+"""`gpudoc estimate` as a function: capacity sources, history, exit status; the model the job names
+when the profile has none, and every shipped profile either estimated or told the one fact it lacks."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import pytest
 
 from gpudoc.commands.estimate import estimate_command
 from gpudoc.errors import ProfileError, UsageError
+from gpudoc.profiles import shipped_profiles_dir
 from gpudoc.runs.store import RunRecord, RunStore
 from gpudoc.workspace import Workspace
-from tests.conftest import captured_workspace
+from tests.conftest import captured_workspace, gpudoc_cli
+from tests.estimate.hf_configs import CONFIGS
+from tests.estimate.test_model_source import cache_model
 
 PROFILE = """
 [train]
@@ -102,7 +106,95 @@ def test_history_of_the_same_profile_corrects_the_estimate(isolated_home):
 
 def test_bad_switches_and_profiles_without_a_model(isolated_home):
     (isolated_home / "gpudoc.toml").write_text("[train]\nmax_seq_len = 1024\n")
-    with pytest.raises(ProfileError, match="no \\[model\\] table"):
+    with pytest.raises(ProfileError, match="no \\[model\\], and no job command to read one from"):
         _run()
     with pytest.raises(UsageError, match="--gpu-memory"):
         _run(gpu_memory_gib=-1.0)
+
+
+JOB_PROFILE = """
+[gpu]
+memory_gib = 24
+
+[train]
+micro_batch_size = 1
+max_seq_len = 2048
+precision = "bf16"
+gradient_checkpointing = true
+"""
+HINT = ('set [model] hf_config = "ORG/NAME" (a config.json, its directory, or a model id in the local Hugging Face '
+        'cache)')
+# What each shipped profile's estimate says: a figure, or the one fact it lacks and the key that gives it.
+SHIPPED = {
+    "llama3.2-1b-4xa10g": None,
+    "qwen2.5-7b-lora-24gb": None,
+    "pretrain-512m-4x44gb": f"[model] hidden is missing: {HINT} or hidden = N",
+    "mamba-16gb": '[model] arch = "state-space": a state-space model: the estimate\'s formula covers transformer '
+                  "blocks (attention + MLP), not selective scans",
+    "contrastive-24gb": "no [model], and no job command to read one from (gpudoc estimate -- COMMAND): "
+                        f"{HINT} or hidden, layers, heads, vocab",
+}
+
+
+def _json(ws) -> dict:
+    return json.loads(ws.console.out.getvalue())
+
+
+def test_the_model_on_the_jobs_command_line_comes_from_the_hf_cache(isolated_home, tmp_path):
+    (isolated_home / "gpudoc.toml").write_text(JOB_PROFILE)
+    hub = tmp_path / "hf" / "hub"
+    config = cache_model(hub, "Qwen/Qwen2.5-7B", CONFIGS["Qwen/Qwen2.5-7B"])
+    ws = captured_workspace(isolated_home, environ={"HF_HOME": str(hub.parent)})
+    command = ["accelerate", "launch", "train.py", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--bf16"]
+    assert estimate_command(ws, as_json=True, command=command) == 1  # 7.6B parameters in 24 GiB: no
+    data = _json(ws)
+    assert data["notes"][0] == f"[model] from the job's --model_name_or_path = Qwen/Qwen2.5-7B: {config}"
+    # The same figure as a profile that names the model itself.
+    (isolated_home / "named.toml").write_text(JOB_PROFILE + f'\n[model]\nhf_config = "{config.parent}"\n')
+    named = captured_workspace(isolated_home)
+    estimate_command(named, profile_name="named.toml", as_json=True)
+    assert _json(named)["peak_bytes"] == data["peak_bytes"] > 7.6e9 * 2
+
+
+def test_without_a_command_the_profiles_last_run_names_the_model(isolated_home, tmp_path):
+    (isolated_home / "gpudoc.toml").write_text(JOB_PROFILE)
+    (isolated_home / "train.py").write_text("")
+    hub = tmp_path / "hf" / "hub"
+    env = {"HF_HOME": str(hub.parent)}
+    cache_model(hub, "meta-llama/Llama-3.2-1B", CONFIGS["meta-llama/Llama-3.2-1B"])
+    ran = gpudoc_cli("run", "--no-check", "--", "python", "train.py", "--model_name_or_path",
+                     "meta-llama/Llama-3.2-1B", cwd=isolated_home, env=env)
+    assert ran.returncode == 0, ran.stderr
+    ws = captured_workspace(isolated_home, environ=env)
+    assert estimate_command(ws, as_json=True, gpu_memory_gib=80.0) == 0
+    assert "--model_name_or_path = meta-llama/Llama-3.2-1B" in _json(ws)["notes"][0]
+    assert _json(ws)["inputs"]["params"] == 1_235_814_400
+
+
+def test_a_job_that_names_no_model_is_said_so(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(JOB_PROFILE)
+    with pytest.raises(ProfileError, match=r"no \[model\], and the job's command names no model \(--model_name_or_path"):
+        estimate_command(captured_workspace(isolated_home), command=["python", "train.py", "--bf16"])
+
+
+def test_a_named_model_missing_from_the_cache_is_one_line(isolated_home, tmp_path):
+    (isolated_home / "gpudoc.toml").write_text(JOB_PROFILE)
+    ws = captured_workspace(isolated_home, environ={"HF_HOME": str(tmp_path / "hf")})
+    with pytest.raises(ProfileError) as caught:
+        estimate_command(ws, command=["torchrun", "--nproc_per_node=2", "train.py", "model.name_or_path=org/absent"])
+    assert str(caught.value).startswith('the job\'s model.name_or_path = "org/absent": no such file beside ')
+    assert f'no model "org/absent" in the Hugging Face cache {tmp_path / "hf" / "hub"}' in str(caught.value)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in shipped_profiles_dir().glob("*.toml")))
+def test_every_shipped_profile_is_estimated_or_names_what_it_lacks(isolated_home, name):
+    ws = captured_workspace(isolated_home)
+    expected = SHIPPED.get(name, f"no [model], and no job command to read one from (gpudoc estimate -- COMMAND): "
+                                 f"{HINT}")  # the GPU tiers
+    if expected is None:
+        assert estimate_command(ws, profile_name=name, as_json=True) in (0, 1)
+        assert _json(ws)["peak_bytes"] > 0
+        return
+    with pytest.raises(ProfileError) as caught:
+        estimate_command(ws, profile_name=name)
+    assert expected in str(caught.value) and "\n" not in str(caught.value)

@@ -56,7 +56,8 @@ def test_gpt2_config_is_plain_mlp_tied_with_dropout():
 def test_missing_model_key_names_key_and_table(tmp_path, missing):
     model = {"hidden": 4096, "layers": 32, "heads": 32, "vocab": 32000}
     del model[missing]
-    with pytest.raises(ProfileError, match=rf"\[model\] {missing} is missing: set it or hf_config"):
+    with pytest.raises(ProfileError, match=rf"\[model\] {missing} is missing: set \[model\] hf_config = \"ORG/NAME\" "
+                       rf"\(a config.json, its directory, or a model id in the local Hugging Face cache\) or {missing} = N"):
         inputs_from_profile(_profile(tmp_path, model))
 
 
@@ -66,7 +67,7 @@ def test_missing_seq_len_and_bad_values_are_profile_errors(tmp_path):
         inputs_from_profile(_profile(tmp_path, model, {"micro_batch_size": 1}))
     with pytest.raises(ProfileError, match="hidden = 4096 is not a multiple of heads = 30"):
         inputs_from_profile(_profile(tmp_path, {**model, "heads": 30}))
-    with pytest.raises(ProfileError, match="hf_config.*not found"):
+    with pytest.raises(ProfileError, match="hf_config = \"nope.json\": no such file beside"):
         inputs_from_profile(_profile(tmp_path, {"hf_config": "nope.json"}))
     with pytest.raises(ProfileError, match="lora_targets: unknown layer 'qq'"):
         inputs_from_profile(_profile(tmp_path, {**model, "lora_targets": ["qq"]}, {**TRAIN, "lora_rank": 8}))

@@ -45,25 +45,27 @@ class RMSNorm(nn.Module):
 
 
 class LlamaBlock(nn.Module):
-    def __init__(self, h, a, kv, f):
+    """A Llama block; ``hd``: a head size of its own (Gemma, Qwen3), the queries then heads x hd wide."""
+
+    def __init__(self, h, a, kv, f, hd=None):
         super().__init__()
         self.a, self.kv = a, kv
-        hd = h // a
+        self.hd = hd = hd or h // a
         self.n1, self.n2 = RMSNorm(h), RMSNorm(h)
-        self.q, self.o = nn.Linear(h, h, bias=False), nn.Linear(h, h, bias=False)
+        self.q, self.o = nn.Linear(h, a * hd, bias=False), nn.Linear(a * hd, h, bias=False)
         self.k, self.v = nn.Linear(h, kv * hd, bias=False), nn.Linear(h, kv * hd, bias=False)
         self.gate, self.up = nn.Linear(h, f, bias=False), nn.Linear(h, f, bias=False)
         self.down = nn.Linear(f, h, bias=False)
 
     def forward(self, x):
-        b, t, h = x.shape
-        hd = h // self.a
+        b, t, _ = x.shape
+        hd = self.hd
         y = self.n1(x)
         q = self.q(y).view(b, t, self.a, hd).transpose(1, 2)
         k = self.k(y).view(b, t, self.kv, hd).transpose(1, 2)
         v = self.v(y).view(b, t, self.kv, hd).transpose(1, 2)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        x = x + self.o(out.transpose(1, 2).contiguous().view(b, t, h))
+        x = x + self.o(out.transpose(1, 2).contiguous().view(b, t, self.a * hd))
         y = self.n2(x)
         return x + self.down(F.silu(self.gate(y)) * self.up(y))
 
@@ -106,6 +108,16 @@ def test_llama_block_full_finetune_bf16_matches_autograd():
     block = LlamaBlock(256, 8, 2, 688).to(torch.bfloat16)
     x = torch.randn(B, T, 256, dtype=torch.bfloat16, requires_grad=True)
     assert _predict(LLAMA, precision="bf16-true", attention="sdpa") == saved_bytes(block, x)
+
+
+def test_a_head_size_of_its_own_widens_what_attention_saves():
+    # Qwen3-0.6B's proportions: 16 heads of 128 over a hidden size of 1024, here 8 x 64 over 256.
+    block = LlamaBlock(256, 8, 2, 688, hd=64).to(torch.bfloat16)
+    x = torch.randn(B, T, 256, dtype=torch.bfloat16, requires_grad=True)
+    wide = replace(LLAMA, attention_head_dim=64)
+    assert _predict(wide, precision="bf16-true", attention="sdpa") == saved_bytes(block, x)
+    assert _predict(wide, precision="bf16-true", attention="sdpa") > _predict(LLAMA, precision="bf16-true",
+                                                                              attention="sdpa")
 
 
 def test_llama_block_frozen_base_saves_only_what_backward_through_it_needs():
