@@ -179,7 +179,7 @@ def _profile(ws: Workspace, name: str | None, record: RunRecord | None) -> Profi
     if record is not None and record.profile_path is None:
         from gpudoc.profiles.from_job import recorded_job_profile
 
-        job = recorded_job_profile(record)
+        job = recorded_job_profile(record, ws.environ)
         if job is not None:
             return job
     if record is not None and record.profile_path:

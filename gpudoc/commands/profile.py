@@ -87,7 +87,7 @@ def _from_run(ws: Workspace, name: str, run_id: str) -> str:
     from gpudoc.profiles.from_job import recorded_job_profile
 
     record = ws.store.named_or_latest(run_id or None)
-    profile = recorded_job_profile(record)
+    profile = recorded_job_profile(record, ws.environ)
     if profile is None or profile.job is None:
         raise UsageError(f"--from-run: run {record.id} ran with the profile {record.profile_path or '(none)'}, "
                          "not from its command line; use that profile")

@@ -44,9 +44,11 @@ def run(options: RunOptions, ws: Workspace) -> int:
 
     profile = refusing(lambda: ws.load_profile(options.profile))
     if profile.path is None:  # no profile: the job's own command line and configs describe it
-        from gpudoc.profiles.from_job import job_profile
+        from gpudoc.profiles.from_job import describe, job_profile
 
-        profile = refusing(lambda: job_profile(options.command, ws.cwd))
+        profile = refusing(lambda: job_profile(options.command, ws.cwd, ws.environ))
+        for line in describe(profile):
+            ws.console.error(f"gpudoc: {line}")
     status, last = _attempts(options, profile, ws)
     if last is not None:
         _keep_history_bounded(ws, profile)
