@@ -12,10 +12,11 @@ stderr, with sizes derived from the knobs (FAKE_GPU_TOTAL_GIB, default 24), and 
 
 import os
 import sys
+from pathlib import Path
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/fake_gpu.py
+from fake_gpu import budget as fake_budget  # noqa: E402
+from fake_gpu import check_memory  # noqa: E402
 
 def env_int(name, default):
     return int(os.environ.get(name, default))
@@ -23,60 +24,6 @@ def env_int(name, default):
 
 def env_bool(name, default=False):
     return os.environ.get(name, str(default)).strip().lower() in ("true", "1", "yes")
-
-
-def format_size(n):
-    """PyTorch's CUDACachingAllocator format_size."""
-    if n <= 1024:
-        return f"{n} bytes"
-    if n <= 1048576:
-        return f"{n / 1024:.2f} KiB"
-    if n <= 1073741824:
-        return f"{n / 1048576:.2f} MiB"
-    return f"{n / 1073741824:.2f} GiB"
-
-
-class OutOfMemoryError(RuntimeError):
-    pass
-
-
-# The uncaught traceback then ends in "torch.OutOfMemoryError: CUDA out of memory. ...", as a real one does.
-OutOfMemoryError.__module__ = "torch"
-
-
-def simulated_load(knobs):
-    load = knobs["micro_batch_size"] * (knobs["max_seq_len"] or 1)
-    if knobs["gradient_checkpointing"]:
-        load /= 2
-    if knobs["precision"] in ("bf16", "fp16", "bf16-true", "fp16-true"):
-        load /= 2
-    return load
-
-
-def oom_message(knobs, budget, device=0):
-    total = int(float(os.environ.get("FAKE_GPU_TOTAL_GIB", "24")) * GIB)
-    per_unit = int(total * 0.9 / budget)
-    requested = max(int((simulated_load(knobs) - budget) * per_unit), 2 * MIB)
-    alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get("PYTORCH_ALLOC_CONF", "")
-    fragmented = "expandable_segments:true" not in alloc_conf.replace(" ", "").lower()
-    reserved_unallocated = min(requested // 4, int(total * 0.02)) if fragmented else min(requested // 16, 20 * MIB)
-    free = min(requested // 2, int(total * 0.02))
-    in_use = total - free
-    non_pytorch = 512 * MIB  # CUDA context and friends
-    allocated = in_use - non_pytorch - reserved_unallocated
-    return (f"CUDA out of memory. Tried to allocate {format_size(requested)}. GPU {device} has a total capacity of "
-            f"{format_size(total)} of which {format_size(free)} is free. Including non-PyTorch memory, this process "
-            f"has {format_size(in_use)} memory in use. Of the allocated memory {format_size(allocated)} is allocated "
-            f"by PyTorch, and {format_size(reserved_unallocated)} is reserved by PyTorch but unallocated. If reserved "
-            f"but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
-            f"fragmentation.  See documentation for Memory Management  "
-            f"(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
-
-
-def check_memory(knobs, budget, rank):
-    """The simulated allocator: over budget, the activations of this micro batch do not fit."""
-    if budget is not None and simulated_load(knobs) > budget:
-        raise OutOfMemoryError(oom_message(knobs, budget, device=int(os.environ.get("LOCAL_RANK", rank))))
 
 
 def main():
@@ -87,7 +34,7 @@ def main():
         "gradient_checkpointing": env_bool("GPUDOC_GRADIENT_CHECKPOINTING"),
         "precision": os.environ.get("GPUDOC_PRECISION", "fp32"),
     }
-    budget = float(os.environ["FAKE_GPU_BUDGET"]) if os.environ.get("FAKE_GPU_BUDGET") else None
+    budget = fake_budget()
     rank = env_int("RANK", 0)
     if rank == 0:
         print("knobs: " + " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in knobs.items()),

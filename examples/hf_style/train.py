@@ -4,16 +4,23 @@ Reads its knobs the way `transformers.TrainingArguments` scripts do:
     --per_device_train_batch_size N  --gradient_accumulation_steps N
     --gradient_checkpointing [True|False]  --bf16 [True|False]  --fp16 [True|False]
     --max_seq_length N  [--deepspeed ds_config.json]
-so `[bind] args = "hf-trainer"` drives it. Works under torchrun (gloo on CPU).
+so gpudoc reads them from the command line with no profile at all, and edits them there. Works
+under torchrun (gloo on CPU). FAKE_GPU_BUDGET simulates a small GPU (see ../fake_gpu.py): the
+budget is in sample-tokens, micro batch x --max_seq_length, halved by checkpointing or 16-bit.
 """
 
 import argparse
 import json
 import os
+import sys
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/fake_gpu.py
+from fake_gpu import budget, check_memory  # noqa: E402
 
 
 def str2bool(text):
@@ -79,6 +86,8 @@ def main(argv=None):
               f"gradient_checkpointing={str(args.gradient_checkpointing).lower()} precision={precision} "
               f"max_seq_len={args.max_seq_length} world_size={world}"
               + (f" zero_stage={ds.get('zero_optimization', {}).get('stage')}" if ds else ""), flush=True)
+    check_memory({"micro_batch_size": args.per_device_train_batch_size, "max_seq_len": args.max_seq_length,
+                  "gradient_checkpointing": args.gradient_checkpointing, "precision": precision}, budget(), rank)
     for step in range(args.max_steps):
         for _ in range(args.gradient_accumulation_steps):
             tokens = torch.randint(0, 128, (args.per_device_train_batch_size, args.max_seq_length + 1))

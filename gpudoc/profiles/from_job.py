@@ -43,8 +43,11 @@ def describe(profile: Profile) -> list[str]:
         return []
     lines = []
     if profile.train:
+        from gpudoc.bind.values import format_value
+
         places = profile.job.places
-        knobs = ", ".join(f"{knob} = {value} ({places.get(knob, 'default')})" for knob, value in profile.train.items())
+        knobs = ", ".join(f"{knob} = {format_value(value)} ({places.get(knob, 'default')})"
+                          for knob, value in profile.train.items())
         lines.append(f"read from the command ({profile.job.framework}): {knobs}")
     return lines + [f"note: {note}" for note in profile.job.notes]
 

@@ -13,6 +13,7 @@ import pytest
 
 from gpudoc.bind import apply_file_edits, plan_bindings
 from gpudoc.diagnose.text import diagnose_text
+from gpudoc.profiles.from_job import job_profile
 from gpudoc.profiles.loader import load_profile_file
 from gpudoc.units import parse_size
 from tests.conftest import REPO
@@ -23,6 +24,7 @@ EXAMPLES = REPO / "examples"
 def _copy(name: str, dest: Path) -> Path:
     target = dest / name
     shutil.copytree(EXAMPLES / name, target)
+    shutil.copy(EXAMPLES / "fake_gpu.py", dest / "fake_gpu.py")  # the examples' simulated GPU, beside them
     return target
 
 
@@ -38,11 +40,17 @@ def _knobs_line(stdout: str) -> dict:
     return dict(pair.split("=", 1) for pair in line[len("knobs: "):].split())
 
 
-def test_hf_style_example_gets_its_knobs_through_flags(isolated_home):
+def test_hf_style_example_gets_its_knobs_through_flags_with_no_profile(isolated_home):
     work = _copy("hf_style", isolated_home)
-    profile = load_profile_file(work / "gpudoc.toml")
-    command = ["python", "train.py", "--max_seq_length", "64", "--max_steps", "2", "--fp16"]
-    plan = plan_bindings(profile, command, cwd=work)
+    assert not (work / "gpudoc.toml").exists()  # the README's first session: a plain command
+    command = ["python", "train.py", "--max_seq_length", "16", "--max_steps", "2", "--fp16",
+               "--per_device_train_batch_size", "8"]
+    profile = job_profile(command, work)
+    assert profile.train == {"micro_batch_size": 8, "gradient_accumulation_steps": 1,
+                             "gradient_checkpointing": False, "precision": "fp16", "max_seq_len": 16}
+    changed = profile.with_changes({"micro_batch_size": 4, "gradient_accumulation_steps": 2,
+                                    "gradient_checkpointing": True, "precision": "bf16"}, {})
+    plan = plan_bindings(changed.for_planning(), command, cwd=work)
     assert plan.argv == ["python", "train.py", "--max_seq_length", "16", "--max_steps", "2",
                          "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
                          "--gradient_checkpointing", "--bf16"]
@@ -52,6 +60,25 @@ def test_hf_style_example_gets_its_knobs_through_flags(isolated_home):
                                           "gradient_checkpointing": "true", "precision": "bf16",
                                           "max_seq_len": "16", "world_size": "1"}
     assert "step 2/2" in result.stdout and result.stdout.rstrip().endswith("done")
+
+
+def test_hf_style_first_session_of_the_readme(isolated_home):
+    """The README's first session, as typed: an OOM on the simulated GPU, then --retry-oom fits it."""
+    work = _copy("hf_style", isolated_home)
+    command = ["python", "train.py", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "2",
+               "--max_steps", "1"]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "FAKE_GPU_BUDGET=128 gpudoc run --retry-oom 3 -- python train.py --per_device_train_batch_size 16 " \
+           "--gradient_accumulation_steps 2" in readme
+    done = _run([sys.executable, "-m", "gpudoc", "run", "--no-check", "--retry-oom", "3", "--", *command], work,
+                {"FAKE_GPU_BUDGET": "128", "PYTHONPATH": str(REPO)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "gpudoc: read from the command (hf-trainer): micro_batch_size = 16" in done.stderr
+    assert "--retry-oom 1/3: expandable-segments+halve-micro-batch" in done.stderr
+    assert "--retry-oom 2/3: halve-micro-batch (micro_batch_size 8 -> 4, gradient_accumulation_steps 4 -> 8)" \
+        in done.stderr
+    assert "knobs: micro_batch_size=4 gradient_accumulation_steps=8" in done.stdout
+    assert not (work / "gpudoc.toml").exists()
 
 
 def test_deepspeed_json_example_gets_its_knobs_through_the_file(isolated_home):
