@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/fake_gpu.py
-from fake_gpu import budget as fake_budget  # noqa: E402
-from fake_gpu import check_memory  # noqa: E402
+from fake_gpu import budget as fake_budget
+from fake_gpu import check_memory
+
 
 def env_int(name, default):
     return int(os.environ.get(name, default))

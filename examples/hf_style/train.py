@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/fake_gpu.py
-from fake_gpu import budget, check_memory  # noqa: E402
+from fake_gpu import budget, check_memory
 
 
 def str2bool(text):
