@@ -99,7 +99,7 @@ def fix(
         profile_path=str(profile.path) if profile.path else None, profile_env=dict(profile.env),
         knob_places=profile.job.places if profile.job is not None else {},
         target_path=str(target_path(profile, cwd)), exit_code=answer, applied=applied,
-        notes=(*ladder.notes, *notes),
+        notes=(*_arrival_notes(record), *ladder.notes, *notes),
         rerun={"command": ["gpudoc", *relaunch.to_argv()], "parent": record.id, "cwd": record.cwd}
         if relaunch and record else None,
         nodes=_nodes(sources, diagnoses, chosen_index) if len(sources) > 1 else (),
@@ -154,6 +154,13 @@ def _changed_since(record: RunRecord | None, target: Path, cwd: Path) -> list[st
         for key, old, new in changes(then.get(table) or {}, current):
             found.append(f"{name}.{key}: {'unset' if old is None else old} -> {'unset' if new is None else new}")
     return found
+
+
+def _arrival_notes(record: RunRecord | None) -> list[str]:
+    """A relaunch whose changes did not reach the job: the next rung of the same knob would not either."""
+    missing = ((record.arrival or {}).get("missing") or {}) if record is not None else {}
+    return [f"{knob} did not reach the job in this run ({why}): bind it where the job reads it before "
+            "trying another rung of it" for knob, why in missing.items()]
 
 
 def _covers(suggestion: Suggestion, ladder: LadderResult) -> bool:

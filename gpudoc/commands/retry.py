@@ -21,6 +21,7 @@ from gpudoc.runs.store import RunStore
 if TYPE_CHECKING:
     from gpudoc.estimate import Estimate
     from gpudoc.facts.model import Facts
+    from gpudoc.ladder.arrival import Arrival
     from gpudoc.workspace import Workspace
 
 
@@ -72,3 +73,41 @@ def job_torch_facts(record: RunRecord, environ: Mapping[str, str]) -> Facts | No
         return None
     return Facts(collected_at=now_iso(), source="none",
                  torch=TorchFacts(python=python or "", ok=True, alloc_env_name=name))
+
+
+LOG_HEAD_BYTES = 1 << 20  # frameworks print their settings at the start: the banner is in the first MiB
+
+
+def verify_arrival(before: RunRecord, after: RunRecord, store: RunStore) -> Arrival | None:
+    """Whether ``after``'s knob changes (against ``before``, its parent) reached the job; kept in
+    ``after``'s record. None when no knob changed (an environment-only rung)."""
+    from gpudoc.diagnose.echo import settings_seen
+    from gpudoc.ladder.arrival import check_arrival
+
+    old = before.knobs
+    changes = {k: (old.get(k), v) for k, v in after.knobs.items() if old.get(k) != v}
+    if not changes:
+        return None
+    try:
+        with open(store.log_path(after.id), "rb") as log:
+            head = log.read(LOG_HEAD_BYTES).decode("utf-8", "replace")
+    except OSError:
+        head = ""
+    arrival = check_arrival(changes, settings_seen(head), record_diagnosis(before, store),
+                            record_diagnosis(after, store))
+    after.arrival = arrival.to_dict()
+    try:
+        store.save(after)
+    except OSError:
+        pass  # the record is a convenience; the verdict is said on the terminal either way
+    return arrival
+
+
+def how_to_bind(profile: Profile, knob: str) -> str:
+    """Where a knob that did not arrive should be put, for this kind of profile."""
+    if profile.job is not None:
+        where = profile.job.places.get(knob, "the command")
+        return (f"gpudoc wrote it to {where} and the job did not use it: make the job read it there, or describe "
+                f"where it does with a profile (`gpudoc profile new NAME --from-run`, then its [bind])")
+    return (f"bind {knob} where the job reads it: [bind] args = PRESET for its flags, [bind.files] for its "
+            f"config file, a {{{knob}}} placeholder in the command, or read GPUDOC_{knob.upper()} in the job")

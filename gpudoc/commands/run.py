@@ -68,6 +68,8 @@ def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int
         status, record = launch_once(options, profile, ws, parent=parent)
         if record is None or options.dry_run:
             return status, None if options.dry_run else last
+        if last is not None and _changes_lost(last, record, profile, ws):
+            return status or 1, record  # the ladder stops: another rung of the same would change nothing
         last = record
         if record.cause != "gpu_oom" or attempt >= options.retry_oom or record.status == "interrupted":
             return status, record  # fits, not a GPU OOM, no retries left, or the user stopped it
@@ -80,6 +82,24 @@ def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int
         console.error(f"gpudoc: --retry-oom {attempt}/{options.retry_oom}: {_describe_rung(rung)}; "
                       "relaunching")
         profile, parent = new_profile, record.id
+
+
+def _changes_lost(before: RunRecord, after: RunRecord, profile: Profile, ws: Workspace) -> bool:
+    """Say which changed knobs did not reach the job; True when the ladder must stop (the job
+    failed again). A job that fits despite them is told, and its run stands."""
+    from gpudoc.commands.retry import how_to_bind, verify_arrival
+
+    arrival = verify_arrival(before, after, ws.store)
+    if arrival is None or not arrival.missing:
+        return False
+    for knob, why in arrival.missing.items():
+        value = after.knobs.get(knob)
+        ws.console.error(f"gpudoc: {knob} = {str(value).lower() if isinstance(value, bool) else value} did not "
+                         f"reach the job: {why}; {how_to_bind(profile, knob)}")
+    if after.succeeded:
+        return False
+    ws.console.error("gpudoc: --retry-oom stopped: the next rung would change a setting the job does not read")
+    return True
 
 
 def _keep_history_bounded(ws: Workspace, profile: Profile) -> None:

@@ -66,6 +66,8 @@ class RunRecord:
     worker_ranks: dict[str, int] = field(default_factory=dict)  # PID -> RANK its environment gave it
     rank_logs: dict[str, list[str]] = field(default_factory=dict)  # local rank -> torchrun's --log-dir files
     survivors: list[int] = field(default_factory=list)  # PIDs that outlived even SIGKILL
+    # Did this relaunch's knob changes reach the job (``gpudoc.ladder.arrival``)? {"missing", "confirmed"}
+    arrival: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)

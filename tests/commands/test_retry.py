@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import sys
 
 from gpudoc.commands.retry import job_torch_facts, next_attempt, record_diagnosis
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.profiles.loader import load_profile_file
 from gpudoc.runs.store import RunRecord, RunStore
-from tests.conftest import captured_workspace
+from tests.conftest import captured_workspace, gpudoc_cli
 
 OOM_WITH_STRAY = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
@@ -83,3 +85,51 @@ def test_the_jobs_torch_is_found_on_the_jobs_own_path(tmp_path):
     assert facts.torch.python == sys.executable
     assert facts.torch.alloc_env_name == "PYTORCH_ALLOC_CONF"  # the venv's torch 2.13
     assert job_torch_facts(record, {"PATH": os.defpath}).torch.python == ""  # not on that PATH: unknown
+
+
+IGNORES_KNOBS = """\
+import sys
+print("knobs: micro_batch_size=8", flush=True)  # the job's own value, whatever gpudoc exports
+sys.stderr.write({oom!r})
+sys.exit(1)
+"""
+SILENT_SAME_OOM = """\
+import sys
+sys.stderr.write({oom!r})
+sys.exit(1)
+"""
+
+
+def _ignoring_job(tmp_path, script: str):
+    (tmp_path / "train.py").write_text(script.format(oom=OOM_WITH_STRAY))
+    (tmp_path / "gpudoc.toml").write_text("[train]\nmicro_batch_size = 8\ngradient_accumulation_steps = 2\n"
+                                          "[bind]\nenv = true\n")
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "4", "--", sys.executable, "train.py", cwd=tmp_path)
+    records = sorted(RunStore(tmp_path / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    return done, records
+
+
+def test_a_job_that_prints_its_old_value_stops_the_ladder_after_one_relaunch(tmp_path):
+    done, records = _ignoring_job(tmp_path, IGNORES_KNOBS)
+    assert done.returncode == 1
+    assert len(records) == 2  # not five tries of changes that change nothing
+    assert ("gpudoc: micro_batch_size = 4 did not reach the job: the job printed micro_batch_size = 8 again, "
+            "not 4; bind micro_batch_size where the job reads it") in done.stderr
+    assert "--retry-oom stopped" in done.stderr and "--retry-oom 2/4" not in done.stderr
+    assert records[1].arrival == {"missing": {"micro_batch_size": "the job printed micro_batch_size = 8 again, not 4"},
+                                  "confirmed": []}
+
+
+def test_a_silent_job_whose_oom_did_not_move_stops_the_ladder(tmp_path):
+    done, records = _ignoring_job(tmp_path, SILENT_SAME_OOM)
+    assert done.returncode == 1 and len(records) == 2
+    assert ("micro_batch_size = 4 did not reach the job: the out-of-memory error is the same as before the change "
+            "(asked for 2.0 GiB with 15.2 GiB allocated)") in done.stderr
+
+
+def test_fix_on_a_run_whose_change_did_not_arrive_says_so(tmp_path):
+    _ignoring_job(tmp_path, IGNORES_KNOBS)
+    shown = gpudoc_cli("fix", "--json", cwd=tmp_path)
+    notes = json.loads(shown.stdout)["notes"]
+    assert notes[0] == ("micro_batch_size did not reach the job in this run (the job printed micro_batch_size = 8 "
+                        "again, not 4): bind it where the job reads it before trying another rung of it")

@@ -47,9 +47,9 @@ def _job_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _retry(tmp_path: Path, command: list[str], *, oom_above: int, retries: int = 2):
+def _retry(tmp_path: Path, command: list[str], *, oom_above: int, retries: int = 2, **env: str):
     done = gpudoc_cli("run", "--no-check", "--retry-oom", str(retries), "--", *command, cwd=tmp_path,
-                      env={"OOM_ABOVE": str(oom_above), "OMP_NUM_THREADS": "1"}, timeout=300)
+                      env={"OOM_ABOVE": str(oom_above), "OMP_NUM_THREADS": "1", **env}, timeout=300)
     records = sorted(RunStore(tmp_path / ".gpudoc").records(), key=lambda r: r.started_at or "")
     return done, records
 
@@ -77,6 +77,19 @@ def test_hf_trainer_flags_are_halved_on_the_command_line(tmp_path, nproc):
     assert re.search(r"Gradient Accumulation steps = 4\b", log)
     assert re.search(rf"Total train batch size \(w\. parallel, distributed & accumulation\) = {16 * nproc}\b", log)
     assert not (cwd / "gpudoc.toml").exists()  # nothing written that the user did not ask for
+
+
+def test_hf_trainer_that_ignores_its_flag_is_stopped_after_one_relaunch(tmp_path):
+    cwd = _job_dir(tmp_path)
+    done, records = _retry(cwd, _launch(1, "hf_trainer.py", *HF_FLAGS), oom_above=4, retries=3, HARD_CODED_BATCH="8")
+    assert done.returncode == 1
+    assert len(records) == 2
+    assert ("gpudoc: micro_batch_size = 4 did not reach the job: the job printed micro_batch_size = 8 again, not 4; "
+            "gpudoc wrote it to argv:--per_device_train_batch_size and the job did not use it") in done.stderr
+    assert "--retry-oom 2/3" not in done.stderr
+    # The accumulation did arrive (the Trainer printed 4): only the batch is named.
+    assert records[1].arrival == {"missing": {"micro_batch_size": "the job printed micro_batch_size = 8 again, not 4"},
+                                  "confirmed": ["gradient_accumulation_steps"]}
 
 
 @pytest.mark.parametrize("nproc", [1, 2])

@@ -1,5 +1,7 @@
 """A real HF Trainer job: a tiny GPT-2 built from a config, the Trainer's own flags (HfArgumentParser)."""
 
+import os
+
 import torch
 from oom import guard
 from transformers import GPT2Config, GPT2LMHeadModel, HfArgumentParser, Trainer, TrainingArguments
@@ -16,6 +18,8 @@ class Tokens(torch.utils.data.Dataset):
 
 def main():
     (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+    if os.environ.get("HARD_CODED_BATCH"):  # a script that overrides its own flag, as seed users' scripts do
+        args.per_device_train_batch_size = int(os.environ["HARD_CODED_BATCH"])
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
     guard(model)

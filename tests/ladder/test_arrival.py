@@ -1,0 +1,44 @@
+"""Did a relaunch's change reach the job: the job's own print first, then the OOM's figures."""
+
+from __future__ import annotations
+
+from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.ladder.arrival import check_arrival
+
+GIB = 1 << 30
+
+
+def _oom(requested: float, allocated: float) -> Diagnosis:
+    return Diagnosis(cause="gpu_oom", summary="oom", requested_bytes=int(requested * GIB),
+                     allocated_bytes=int(allocated * GIB))
+
+
+HALVE = {"micro_batch_size": (8, 4), "gradient_accumulation_steps": (2, 4)}
+
+
+def test_the_old_value_printed_again_is_a_change_that_did_not_arrive():
+    arrival = check_arrival(HALVE, {"micro_batch_size": [8], "gradient_accumulation_steps": [2]},
+                            _oom(4, 21), _oom(2, 21))
+    assert set(arrival.missing) == {"micro_batch_size", "gradient_accumulation_steps"}
+    assert arrival.missing["micro_batch_size"] == "the job printed micro_batch_size = 8 again, not 4"
+
+
+def test_the_new_value_printed_confirms_it():
+    arrival = check_arrival(HALVE, {"micro_batch_size": [4, 4], "gradient_accumulation_steps": [4]},
+                            _oom(4, 21), _oom(4, 21))
+    assert arrival.missing == {} and arrival.confirmed == ("micro_batch_size", "gradient_accumulation_steps")
+
+
+def test_silent_job_with_the_same_oom_lost_the_knobs_that_move_memory():
+    arrival = check_arrival(HALVE, {}, _oom(4, 21.12), _oom(4, 21.12))
+    # Accumulation does not move the memory an OOM reports: the figures cannot speak for it.
+    assert list(arrival.missing) == ["micro_batch_size"]
+    assert arrival.missing["micro_batch_size"] == ("the out-of-memory error is the same as before the change "
+                                                   "(asked for 4.0 GiB with 21.1 GiB allocated)")
+
+
+def test_silent_job_whose_oom_moved_or_has_no_figures_is_not_accused():
+    assert check_arrival(HALVE, {}, _oom(4, 21), _oom(2, 21)).missing == {}
+    unknown = Diagnosis(cause="gpu_oom", summary="oom")
+    assert check_arrival(HALVE, {}, unknown, unknown).missing == {}
+    assert check_arrival(HALVE, {}, _oom(4, 21), Diagnosis(cause="error", summary="boom")).missing == {}
