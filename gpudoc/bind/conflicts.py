@@ -101,10 +101,13 @@ def require_expressed(profile: Profile, knobs: Mapping[str, Any], results: list[
         if not reasons and is_neutral(knob, knobs[knob]):
             continue
         names = ", ".join(name for name, _ in results)
-        why = "; ".join(reasons) if reasons else f"none of the bindings ({names}) has a place for it"
+        why = ("; ".join(reasons) if reasons else f"none of the bindings ({names}) has a place for it" if names
+               else "no binding carries it and [bind] env = false exports no GPUDOC_* variable")
         problems.append(f"{knob} = {format_value(knobs[knob])} ({why})")
     if problems:
         where = f"{profile.path}: " if getattr(profile, "path", None) else ""
+        env_way = ("[bind] via_env = [\"<knob>\"] when the job reads GPUDOC_<KNOB> itself" if profile.bind_env
+                   else "[bind] env = true when the job reads GPUDOC_<KNOB> itself")
         raise ProfileError(f"{where}[bind] cannot pass " + "; ".join(problems) +
-                           ". Bind it another way ([bind.files], a {knob} placeholder, or [bind] via_env = [\"<knob>\"] when "
-                           "the job reads GPUDOC_<KNOB> itself) or remove it from [train]")
+                           f". Bind it another way ([bind] args = PRESET for its flags, [bind.files], a {{knob}} "
+                           f"placeholder in the command, or {env_way}) or remove it from [train]")

@@ -228,8 +228,9 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     for _, res in results:
         notes.extend(res.notes)
         conflicts.extend(res.conflicts)
-    if results:
-        # Knobs the user says the job reads from GPUDOC_<KNOB> reach it through the environment.
+    if results or not profile.bind_env:
+        # With presets, or with no GPUDOC_* variables at all, every declared ladder knob needs a place
+        # in the job; knobs the user says the job reads from GPUDOC_<KNOB> reach it through the environment.
         via_env = set(bind.get("via_env", ())) if profile.bind_env else set()
         for knob in sorted(via_env - set(knobs)):
             close = difflib.get_close_matches(knob, list(knobs), n=1)

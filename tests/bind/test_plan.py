@@ -35,8 +35,16 @@ def test_env_exports_every_knob_with_documented_spelling(tmp_path):
     assert plan.argv == ["python", "t.py"] and plan.file_edits == [] and plan.conflicts == []
 
 
-def test_env_off(tmp_path):
-    assert plan_bindings(profile(bind={"env": False}), ["python", "t.py"], cwd=tmp_path).env == {}
+def test_env_off_exports_nothing_and_every_declared_knob_needs_a_place(tmp_path):
+    placed = ["python", "t.py", "--bs={micro_batch_size}", "--acc={gradient_accumulation_steps}",
+              "--gc={gradient_checkpointing}", "--p={precision}"]
+    assert plan_bindings(profile(bind={"env": False}), placed, cwd=tmp_path).env == {}
+    with pytest.raises(ProfileError) as err:
+        plan_bindings(profile(bind={"env": False}), ["python", "t.py", "--bs={micro_batch_size}"], cwd=tmp_path)
+    message = str(err.value)
+    assert "micro_batch_size" not in message.split(". Bind")[0]  # carried by its placeholder
+    assert "precision = bf16 (no binding carries it and [bind] env = false exports no GPUDOC_* variable)" in message
+    assert "[bind] env = true when the job reads GPUDOC_<KNOB> itself" in message
 
 
 def test_placeholders_replaced_literal_braces_untouched(tmp_path):
