@@ -50,6 +50,18 @@ def _job_model(ws: Workspace, profile: Profile, command: list[str]) -> tuple[Pro
     return profile, note
 
 
+LOGITS_NOTE = ("the logits dominate: a chunked or fused cross-entropy never holds them whole (HF Trainer: "
+               "--use_liger_kernel with liger-kernel installed; torchtune: loss._component_ = "
+               "torchtune.modules.loss.CEWithChunkedOutputLoss; Lightning or your own loop: Liger's "
+               "LigerFusedLinearCrossEntropyLoss)")
+
+
+def _logits_dominate(breakdown: dict[str, int]) -> bool:
+    """The logits (and their loss) are the largest term and at least a quarter of the peak."""
+    logits = breakdown.get("logits", 0)
+    return logits > 0 and logits == max(breakdown.values()) and logits >= sum(breakdown.values()) / 4
+
+
 def estimate_command(
     ws: Workspace,
     *,
@@ -93,5 +105,8 @@ def estimate_command(
     result = estimator(profile, gpu_total_bytes=gpu_bytes, history=ws.history(profile))
     if model_note:
         result = replace(result, notes=[model_note, *result.notes])
-    status = ExitStatus.NEGATIVE if result.fits is False else ExitStatus.OK
+    if _logits_dominate(result.breakdown):
+        result = replace(result, notes=[*result.notes, LOGITS_NOTE])
+    # Above the target utilisation is a warning; only more than the card holds is a negative answer.
+    status = ExitStatus.NEGATIVE if result.fit == "does_not_fit" else ExitStatus.OK
     return show(EstimateResult(result, profile.name, gpu_from, int(status)), console, as_json=as_json)

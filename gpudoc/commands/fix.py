@@ -129,6 +129,10 @@ def _apply(ladder: LadderResult, diag: Diagnosis, profile: Profile, cwd: Path, *
     try:
         with edit_lock(target.parent):
             changed = _changed_since(since, target, cwd)
+            if changed and since is not None and _holds(chosen, target, cwd):
+                # `fix --apply` twice on one failed run: the rung is written, only not yet tried.
+                return None, [f"nothing written: {chosen.rung} is already in {target} and not yet tried; "
+                              f"`gpudoc fix --rerun {since.id}` launches it"], target
             if changed and since is not None:
                 what = f"{target} changed since run {since.id} ({'; '.join(changed[:3])})"
                 if rerun:
@@ -156,6 +160,13 @@ def _changed_since(record: RunRecord | None, target: Path, cwd: Path) -> list[st
     return found
 
 
+def _holds(chosen: Suggestion, target: Path, cwd: Path) -> bool:
+    """Does the profile at ``target`` already carry every change of ``chosen``?"""
+    now = load_profile_file(target, cwd=cwd)
+    return (all(now.train.get(knob) == new for knob, (_old, new) in chosen.changes.items())
+            and all(now.env.get(var) == value for var, value in chosen.env.items()))
+
+
 def _arrival_notes(record: RunRecord | None) -> list[str]:
     """A relaunch whose changes did not reach the job: the next rung of the same knob would not either."""
     missing = ((record.arrival or {}).get("missing") or {}) if record is not None else {}
@@ -180,7 +191,9 @@ def _nodes(sources: list[Source], diagnoses: list[Diagnosis], chosen: int) -> tu
 
 
 def _profile(ws: Workspace, name: str | None, record: RunRecord | None) -> Profile:
-    """``-p``, else the profile the run was launched with, else ``./gpudoc.toml``."""
+    """``-p``, else the profile the run was launched with (its knobs and environment as they were
+    in that run: the ladder climbs from what was tried, not from an edit not yet tried), else
+    ``./gpudoc.toml``."""
     if name:
         return ws.load_profile(name)
     if record is not None and record.profile_path is None:
@@ -194,7 +207,9 @@ def _profile(ws: Workspace, name: str | None, record: RunRecord | None) -> Profi
         if not candidate.is_absolute():
             candidate = Path(record.cwd) / candidate
         if candidate.is_file():
-            return load_profile_file(candidate, cwd=ws.cwd)
+            ran = record.profile or {}
+            return replace(load_profile_file(candidate, cwd=ws.cwd), train=record.knobs or {},
+                           env={str(k): str(v) for k, v in dict(ran.get("env") or {}).items()})
     return load_profile(None, cwd=ws.cwd)
 
 

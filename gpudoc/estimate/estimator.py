@@ -60,9 +60,20 @@ class Estimate:
 
     @property
     def fits(self) -> bool | None:
+        """Within the target utilisation (the headroom fragmentation and spikes need)."""
         if not self.gpu_total_bytes:
             return None
         return self.total_bytes <= self.gpu_total_bytes * self.target_utilization
+
+    @property
+    def fit(self) -> str | None:
+        """``fits`` (within the target), ``above_target`` (fits the card, with less headroom than the
+        target leaves) or ``does_not_fit`` (more than the card holds); None with no known card."""
+        if not self.gpu_total_bytes:
+            return None
+        if self.fits:
+            return "fits"
+        return "above_target" if self.total_bytes <= self.gpu_total_bytes else "does_not_fit"
 
     def to_dict(self) -> dict:
         return {
@@ -81,6 +92,7 @@ class Estimate:
             "share": None if self.share is None else round(self.share, 4),
             "target_utilization": self.target_utilization,
             "fits": self.fits,
+            "fit": self.fit,
             "source": self.source,
             "notes": list(self.notes),
             "inputs": dict(self.inputs),

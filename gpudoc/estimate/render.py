@@ -65,13 +65,35 @@ def render_estimate(est: Estimate, console: Console, *, profile_name: str = "", 
         console.print(f"  GPU: {format_bytes(total)} ({gpu_from or 'given'}), target utilisation "
                       f"{est.target_utilization:.0%} = {format_bytes(budget)}")
         if est.max_micro_batch_size:
-            console.print(f"  largest micro_batch_size that fits: {est.max_micro_batch_size}")
+            console.print(f"  largest micro_batch_size within the target: {est.max_micro_batch_size}")
         else:
-            console.print(console.style("  even micro_batch_size = 1 does not fit: try gradient checkpointing, "
-                                        "a ZeRO stage, LoRA or a shorter max_seq_len (`gpudoc fix`)", "red"))
-        if est.fits is False:
-            console.print(console.style(f"  the current micro_batch_size = {est.micro_batch_size} does not fit", "red"))
+            console.print(console.style(f"  even micro_batch_size = 1 is above the target: {_levers(est)}", "red"))
+        current = f"the current micro_batch_size = {est.micro_batch_size}"
+        if est.fit == "above_target":
+            console.print(console.style(
+                f"  {current} fits the card ({format_bytes(est.total_bytes)} of {format_bytes(total)}) but is above "
+                f"the target utilisation ({format_bytes(budget)}): little headroom for fragmentation and spikes",
+                "yellow"))
+        elif est.fit == "does_not_fit":
+            console.print(console.style(f"  {current} does not fit the card: it needs {format_bytes(est.total_bytes)} "
+                                        f"of {format_bytes(total)}", "red"))
     else:
         console.print("  GPU capacity unknown: pass --gpu-memory GIB or set [gpu] memory_gib for the largest micro batch")
     for note in est.notes:
         console.print(console.style(f"  note: {note}", "dim"))
+
+
+def _levers(est: Estimate) -> str:
+    """What is left to try, leaving out what the job already does (and ZeRO on one GPU)."""
+    knobs = est.inputs
+    levers = []
+    if knobs.get("gradient_checkpointing") in (None, False, "none"):
+        levers.append("gradient checkpointing")
+    if int(knobs.get("world_size") or 1) > 1 and not knobs.get("zero_stage"):
+        levers.append("a ZeRO stage")
+    if not knobs.get("lora_rank"):
+        levers.append("LoRA")
+    if str(knobs.get("precision") or "fp32") == "fp32":
+        levers.append("16-bit precision")
+    levers.append("a shorter max_seq_len")
+    return "try " + ", ".join(levers) + " (`gpudoc fix`)"

@@ -39,7 +39,8 @@ def _fix(result: FixResult, console: Console) -> None:
         console.print(style("Next, in order:", "bold"))
         for number, suggestion in enumerate(ladder.suggestions, start=1):
             tag = " (semantic)" if suggestion.semantic else ""
-            console.print(f"{number}. {style(suggestion.rung, 'bold')}{tag}  — {saving_text(suggestion)}")
+            console.print(f"{number}. {style(suggestion.rung, 'bold')}{tag}  — {saving_text(suggestion)}"
+                          f"{fit_text(suggestion, ladder.shortfall_bytes)}")
             for line in knob_diff_lines(suggestion, current_env=result.profile_env):
                 console.print(f"     {line}")
             console.print(style(f"     {suggestion.why}", "dim"))
@@ -53,6 +54,8 @@ def _fix(result: FixResult, console: Console) -> None:
             files = result.applied.get("files") or []
             written = f" to {', '.join(files)}" if files and result.rerun is None else ""
             console.print(style(f"Applied {result.applied['rung']}{written}.", "green"))
+        elif result.rerun is not None or any(note.startswith("nothing written") for note in result.notes):
+            pass  # the relaunch, or why nothing was written, is said below
         elif ladder.first_profile_change() is not None and result.knob_places:
             console.print("Apply the first change with `gpudoc fix --apply` (edits the job's config files and "
                           "gives the new command), or `gpudoc fix --rerun` to apply and relaunch.")
@@ -129,6 +132,16 @@ def saving_text(suggestion: Suggestion) -> str:
     if saving < 0:
         return f"uses about {format_bytes(-saving)} more per GPU"
     return f"expected to free about {format_bytes(saving)} per GPU"
+
+
+def fit_text(suggestion: Suggestion, shortfall: int | None) -> str:
+    """Whether the rung is expected to make the job fit, against the OOM's own shortfall."""
+    saving = suggestion.expected_saving_bytes
+    if saving is None or saving < 0 or shortfall is None:
+        return ""
+    if saving >= shortfall:
+        return f"; expected to fit (more than the {format_bytes(shortfall)} short)"
+    return f"; not expected to fit alone (the OOM was {format_bytes(shortfall)} short)"
 
 
 def _value(value: object) -> str:

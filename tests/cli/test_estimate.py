@@ -31,7 +31,7 @@ def test_table_and_json(isolated_home):
     text = gpudoc_cli("estimate", cwd=isolated_home)
     assert text.returncode == 0, text.stderr
     for row in ("weights", "gradients", "optimizer states", "activations", "logits + loss", "overhead",
-                "total on the GPU", "largest micro_batch_size that fits"):
+                "total on the GPU", "largest micro_batch_size within the target"):
         assert row in text.stdout
     doc = gpudoc_cli("estimate", "--json", "--micro-batch-size", "2", "--gpu-memory", "48", cwd=isolated_home)
     assert doc.returncode == 0, doc.stderr

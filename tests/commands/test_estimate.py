@@ -85,6 +85,45 @@ def test_does_not_fit_is_exit_1(isolated_home):
     assert "does not fit" in out
 
 
+def test_above_the_target_but_on_the_card_is_a_warning_not_a_no(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(PROFILE)
+    _, out = _run(as_json=True, gpu_memory_gib=80.0, micro_batch_size=2)
+    total = json.loads(out)["total_bytes"]
+    card_gib = total / 0.92 / 1024**3  # the job takes 92% of this card: above the 85% target, below 100%
+    status, out = _run(as_json=True, gpu_memory_gib=card_gib, micro_batch_size=2)
+    doc = json.loads(out)
+    assert status == 0 and doc["fit"] == "above_target" and doc["fits"] is False
+    status, text = _run(gpu_memory_gib=card_gib, micro_batch_size=2)
+    assert status == 0
+    assert "the current micro_batch_size = 2 fits the card" in text and "above the target utilisation" in text
+    assert "does not fit" not in text
+    status, out = _run(as_json=True, gpu_memory_gib=card_gib * 0.9, micro_batch_size=2)
+    assert status == 1 and json.loads(out)["fit"] == "does_not_fit"
+
+
+def test_levers_already_pulled_are_not_suggested(isolated_home):
+    # Checkpointing and LoRA are on, one GPU (no ZeRO): what is left is a shorter sequence.
+    (isolated_home / "gpudoc.toml").write_text(PROFILE)
+    status, text = _run(gpu_memory_gib=4.0, micro_batch_size=2)
+    assert status == 1
+    [line] = [ln for ln in text.splitlines() if "even micro_batch_size = 1" in ln]
+    assert line.strip() == "even micro_batch_size = 1 is above the target: try a shorter max_seq_len (`gpudoc fix`)"
+
+
+def test_a_big_vocabulary_names_the_chunked_cross_entropy(isolated_home):
+    # A 1B model with a 256k vocabulary at micro batch 16 x 4096: the logits outweigh the rest.
+    big_vocab = PROFILE.replace("layers = 32", "layers = 4").replace("vocab = 32000", "vocab = 256000") \
+        .replace("micro_batch_size = 2", "micro_batch_size = 16").replace("max_seq_len = 2048", "max_seq_len = 4096")
+    (isolated_home / "gpudoc.toml").write_text(big_vocab)
+    _, out = _run(as_json=True, gpu_memory_gib=80.0)
+    doc = json.loads(out)
+    assert doc["breakdown"]["logits"] == max(doc["breakdown"].values())
+    assert any("chunked or fused cross-entropy" in note and "--use_liger_kernel" in note for note in doc["notes"])
+    (isolated_home / "gpudoc.toml").write_text(PROFILE)
+    _, out = _run(as_json=True, gpu_memory_gib=80.0)
+    assert not any("cross-entropy" in note for note in json.loads(out)["notes"])
+
+
 def test_history_of_the_same_profile_corrects_the_estimate(isolated_home):
     path = isolated_home / "gpudoc.toml"
     path.write_text(PROFILE)

@@ -129,7 +129,7 @@ def test_fix_rerun_exits_with_the_relaunch_status(tmp_path):
     assert chain[1].parent == chain[0].id
 
 
-def test_a_second_apply_on_one_failed_run_is_refused_and_rerun_then_launches_as_is(tmp_path):
+def test_a_second_apply_on_one_failed_run_writes_nothing_and_rerun_then_launches_it(tmp_path):
     shutil.copy(JOB, tmp_path / "train.py")
     (tmp_path / "gpudoc.toml").write_text(PROFILE + "\n[env]\nPYTORCH_CUDA_ALLOC_CONF = \"expandable_segments:True\"\n")
     assert gpudoc_cli("run", "--no-check", "--", sys.executable, "train.py", cwd=tmp_path).returncode == 1
@@ -137,17 +137,33 @@ def test_a_second_apply_on_one_failed_run_is_refused_and_rerun_then_launches_as_
     assert first.returncode == 0, first.stderr
     after_first = (tmp_path / "gpudoc.toml").read_text()
     assert "micro_batch_size = 8" in after_first
-    # The same failed run again: halving again would stack a rung nobody has tried.
-    second = gpudoc_cli("fix", "--apply", cwd=tmp_path)
-    assert second.returncode == 2 and "Traceback" not in second.stderr
-    assert len(second.stderr.strip().splitlines()) == 1
-    assert f"{tmp_path / 'gpudoc.toml'} changed since run" in second.stderr
-    assert "train.micro_batch_size: 16 -> 8" in second.stderr
+    # The same failed run again: the rung is written, only not tried; halving again would stack a
+    # rung nobody has tried.
+    second = gpudoc_cli("fix", "--apply", "--json", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    body = json.loads(second.stdout)
+    assert body["applied"] is None
+    assert any(n.startswith("nothing written: halve-micro-batch is already in") and
+               "not yet tried; `gpudoc fix --rerun" in n for n in body["notes"])
     assert (tmp_path / "gpudoc.toml").read_text() == after_first
     assert (tmp_path / "gpudoc.toml.gpudoc.bak").read_text().count("micro_batch_size = 16") == 1
     # --rerun after --apply relaunches what is there, without a second rung.
     rerun = gpudoc_cli("fix", "--rerun", cwd=tmp_path)
-    assert "relaunching with it as it is" in rerun.stdout, rerun.stdout + rerun.stderr
+    assert "Relaunching in" in rerun.stdout, rerun.stdout + rerun.stderr
     assert (tmp_path / "gpudoc.toml").read_text() == after_first
-    knobs = [r.profile["knobs"]["micro_batch_size"] for r in RunStore(tmp_path / ".gpudoc").records()]
-    assert knobs == [16, 8]
+    knobs = sorted(r.profile["knobs"]["micro_batch_size"] for r in RunStore(tmp_path / ".gpudoc").records())
+    assert knobs == [8, 16]
+
+
+def test_apply_after_a_hand_edit_not_yet_run_is_refused(tmp_path):
+    shutil.copy(JOB, tmp_path / "train.py")
+    (tmp_path / "gpudoc.toml").write_text(PROFILE)
+    assert gpudoc_cli("run", "--no-check", "--", sys.executable, "train.py", cwd=tmp_path).returncode == 1
+    edited = PROFILE.replace("micro_batch_size = 16", "micro_batch_size = 12")
+    (tmp_path / "gpudoc.toml").write_text(edited)
+    refused = gpudoc_cli("fix", "--apply", cwd=tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert f"{tmp_path / 'gpudoc.toml'} changed since run" in refused.stderr
+    assert "train.micro_batch_size: 16 -> 12" in refused.stderr
+    assert (tmp_path / "gpudoc.toml").read_text() == edited
