@@ -157,6 +157,16 @@ class Context:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def needed_bytes(self) -> int | None:
+        """What one relaunch should free: the shortfall, plus the headroom the target utilisation
+        keeps on the card (the failing allocation is rarely the step's last)."""
+        if self.shortfall_bytes is None:
+            return None
+        if not self.capacity_bytes:
+            return self.shortfall_bytes
+        return self.shortfall_bytes + int(self.capacity_bytes * (1 - self.profile.target_utilization))
+
+    @property
     def knobs(self) -> Mapping[str, Any]:
         return self.profile.knobs
 

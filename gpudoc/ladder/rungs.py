@@ -132,11 +132,10 @@ def halve_micro_batch(ctx: Context) -> Outcome:
     new_micro, new_accum, new_global = plan(micro // 2)
     saving = ctx.saving(_micro_changes(new_micro, new_accum))
     halvings = 1
-    # One relaunch should fit: keep halving while the expected saving cannot cover the shortfall.
-    while (
-        ctx.shortfall_bytes is not None and saving is not None and saving < ctx.shortfall_bytes
-        and new_micro > 1
-    ):
+    # One relaunch should fit: keep halving while the expected saving cannot cover the shortfall
+    # with the target's headroom (8 -> 2 in one relaunch, not 8 -> 4 -> 2).
+    needed = ctx.needed_bytes
+    while needed is not None and saving is not None and saving < needed and new_micro > 1:
         candidate = plan(new_micro // 2)
         candidate_saving = ctx.saving(_micro_changes(candidate[0], candidate[1]))
         if candidate_saving is None:
@@ -171,7 +170,7 @@ def halve_micro_batch(ctx: Context) -> Outcome:
             "unless the job compensates"
         )
     if halvings > 1:
-        why += f" (halved {halvings} times so that the expected saving covers the shortfall)"
+        why += f" (halved {halvings} times so that the expected saving covers the shortfall and the target's headroom)"
     return Suggestion(rung, changes, {}, False, saving, why)
 
 

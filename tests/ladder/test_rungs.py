@@ -134,16 +134,22 @@ def test_halve_micro_batch_with_declared_global_batch_lets_job_derive_accumulati
 
 
 def test_halve_micro_batch_halves_again_when_one_halving_cannot_cover_the_shortfall():
-    # fake_estimate: 0.5 GiB of activations per sample (bf16, no checkpointing), shortfall 3 GiB.
+    # fake_estimate: 0.5 GiB of activations per sample (bf16, no checkpointing). A 40 GiB card at a 95%
+    # target keeps 2 GiB of headroom: one relaunch must free the shortfall plus those 2 GiB.
     train = {"micro_batch_size": 16, "gradient_accumulation_steps": 2, "precision": "bf16"}
+    target = {"target_utilization": 0.95}
+    diag = oom(requested=2 * GIB, free=1 * GIB, allocated=30 * GIB, total=40 * GIB)
+    s = by_rung(run(train, diag, estimate=fake_estimate, ladder=target))["halve-micro-batch"]
+    assert s.changes["micro_batch_size"] == [16, 8]  # saving 4 GiB >= 1 + 2 GiB: one halving is enough
     diag = oom(requested=4 * GIB, free=1 * GIB, allocated=30 * GIB, total=40 * GIB)
-    s = by_rung(run(train, diag, estimate=fake_estimate))["halve-micro-batch"]
-    assert s.changes["micro_batch_size"] == [16, 8]  # saving 4 GiB >= 3 GiB: one halving is enough
-    diag = oom(requested=7 * GIB, free=1 * GIB, allocated=30 * GIB, total=40 * GIB)
-    s = by_rung(run(train, diag, estimate=fake_estimate))["halve-micro-batch"]
+    s = by_rung(run(train, diag, estimate=fake_estimate, ladder=target))["halve-micro-batch"]
     assert s.changes == {"micro_batch_size": [16, 4], "gradient_accumulation_steps": [2, 8]}
-    assert s.expected_saving_bytes == 6 * GIB
-    assert "halved 2 times" in s.why
+    assert s.expected_saving_bytes == 6 * GIB  # 3 GiB short + 2 GiB headroom: 4 GiB would not do
+    assert "halved 2 times" in s.why and "the target's headroom" in s.why
+    # The default 85% target keeps 6 GiB of this card: 9 GiB to free, more than the 8 GiB of
+    # activations hold, so the rung goes all the way to 1 (and the next rungs take the rest).
+    s = by_rung(run(train, diag, estimate=fake_estimate))["halve-micro-batch"]
+    assert s.changes["micro_batch_size"] == [16, 1] and s.expected_saving_bytes == int(7.5 * GIB)
 
 
 # -- knob-declared rule -----------------------------------------------------------------------
