@@ -87,6 +87,21 @@ def test_llama_factory_yaml_on_the_command_line_is_edited_at_its_own_key(tmp_pat
     assert "-gradient_accumulation_steps: 2\n+gradient_accumulation_steps: 4\n" in edit.diff
 
 
+def test_axolotl_yaml_under_accelerate_launch(tmp_path):
+    shutil.copy(CONFIGS / "axolotl__examples__llama-2__qlora.yml", tmp_path / "qlora.yml")
+    command = ["accelerate", "launch", "--num_processes", "2", "-m", "axolotl.cli.train", "qlora.yml"]
+    reading = read_job(command, tmp_path)
+    assert reading.values["micro_batch_size"] == 2 and reading.values["gradient_accumulation_steps"] == 4
+    assert reading.values["max_seq_len"] == 4096 and reading.values["gradient_checkpointing"] is True
+    assert reading.places["micro_batch_size"] == "file:qlora.yml"
+    assert reading.launch == {"nproc_per_node": 2, "nnodes": 1}
+    plan = _plan(command, tmp_path, micro_batch_size=1, gradient_accumulation_steps=8)
+    [edit] = plan.file_edits
+    assert {c["key"]: (c["old"], c["new"]) for c in edit.changes} == {
+        "micro_batch_size": (2, 1), "gradient_accumulation_steps": (4, 8)}
+    assert plan.argv == command
+
+
 LIGHTNING_CFG = "trainer:\n  accumulate_grad_batches: 3\n  precision: bf16-mixed\ndata:\n  batch_size: 32  # per GPU\n"
 
 
