@@ -85,12 +85,12 @@ def test_estimate_learns_from_the_profiles_measured_runs(tmp_path):
     profile = load_profile_file(path)
     ws = captured_workspace(tmp_path)
     plain = ws.estimate(profile, None)
-    assert plain is not None and plain.source == "model"
+    assert plain is not None and plain.source == "formula"
     ws.store.create(RunRecord(id="20250101-000000-aaaaaa", command=["x"], cwd=str(tmp_path), status="ok", exit_code=0,
                               profile={"name": "gpudoc", "path": str(path), "knobs": profile.knobs},
                               peak_memory_bytes={"0": 70 * 1024**3}))
     corrected = ws.estimate(profile, None)
-    assert corrected.source == "model corrected by 1 measured run"
+    assert corrected.source == "formula corrected by 1 measured run"
     assert corrected.peak_bytes > plain.peak_bytes
     assert ws.estimate(load_profile_file(_without_model(tmp_path)), None) is None
 

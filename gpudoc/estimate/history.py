@@ -63,7 +63,7 @@ class Correction:
 
     @property
     def source(self) -> str:
-        return f"model corrected by {self.runs} measured run{'s' if self.runs != 1 else ''}"
+        return f"formula corrected by {self.runs} measured run{'s' if self.runs != 1 else ''}"
 
     def apply(self, inputs: Inputs, phases: Phases) -> float:
         static, per_sample = linear_parts(inputs)

@@ -139,7 +139,7 @@ def test_history_of_the_same_profile_corrects_the_estimate(isolated_home):
     _, plain = _run(as_json=True, gpu_memory_gib=80.0, home=isolated_home / "empty")
     _, corrected = _run(as_json=True, gpu_memory_gib=80.0)
     plain, corrected = json.loads(plain), json.loads(corrected)
-    assert corrected["source"] == "model corrected by 1 measured run"
+    assert corrected["source"] == "formula corrected by 1 measured run"
     assert corrected["peak_bytes"] > plain["peak_bytes"]
 
 

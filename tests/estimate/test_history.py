@@ -43,7 +43,7 @@ def test_one_measured_run_rescales_the_per_sample_part_and_improves_the_estimate
     first = estimate_inputs(target)
     assert first.source == "formula"
     second = estimate_inputs(target, history=[_record(2, "r1")])
-    assert second.source == "model corrected by 1 measured run"
+    assert second.source == "formula corrected by 1 measured run"
     assert _error(second.peak_bytes, 8) < _error(first.peak_bytes, 8)
     correction = correction_from_history(target, [_record(2, "r1")])
     assert correction.static_scale == 1.0 and correction.per_sample_scale > 1.5
@@ -55,7 +55,7 @@ def test_two_batch_sizes_recover_both_scales_by_least_squares():
     assert abs(correction.static_scale - 0.9) < 0.01
     assert abs(correction.per_sample_scale - 1.6) < 0.01
     third = estimate_inputs(_inputs(8), history=history)
-    assert third.source == "model corrected by 3 measured runs"
+    assert third.source == "formula corrected by 3 measured runs"
     assert _error(third.peak_bytes, 8) < 0.01
     one_run = estimate_inputs(_inputs(8), history=history[:1])
     assert _error(third.peak_bytes, 8) <= _error(one_run.peak_bytes, 8)

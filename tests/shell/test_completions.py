@@ -70,7 +70,7 @@ def test_switches_of_a_subcommand(shell, project):
     show, new = complete(shell, ["gpudoc profile show --", "gpudoc profile new --f"], project)
     assert {"--json", "--help"} <= show
     assert "--from-gpu" not in show  # a switch of a sibling command
-    assert new == {"--from-gpu", "--force"}
+    assert new == {"--from-gpu", "--from-run", "--force"}
 
 
 @pytest.mark.parametrize("shell", SHELLS)
