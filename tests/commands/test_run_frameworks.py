@@ -2,7 +2,8 @@
 files. Each job builds a tiny model from a config and raises CUDA's OOM error (as torch words it)
 above a per-device batch threshold; `gpudoc run --retry-oom` must make it fit by editing the place
 the framework reads, and the framework itself prints the batch, accumulation and world size it ran
-with. Single process and under `torchrun --nproc_per_node=2` (gloo)."""
+with. Single process and under `torchrun --nproc_per_node=2` (gloo); torchtune through its own
+`tune run`."""
 
 from __future__ import annotations
 
@@ -125,6 +126,28 @@ def test_hydra_override_is_edited_not_the_file_it_beats(tmp_path, nproc):
     assert "  accumulate_grad_batches: 15\n" in (cwd / "conf" / "config.yaml").read_text()
     log = _last_log(cwd, records)
     assert f"hydra: batch_size=15 accumulate_grad_batches=15 world_size={nproc} global_batch={225 * nproc}" in log
+
+
+TORCHTUNE_CFG = "batch_size: 8\ngradient_accumulation_steps: 2  # per optimizer step\ndtype: fp32\n"
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_torchtune_override_is_edited_and_the_config_file_where_it_holds_the_knob(tmp_path, nproc):
+    cwd = _job_dir(tmp_path)
+    (cwd / "cfg.yaml").write_text(TORCHTUNE_CFG)
+    launcher = ["tune", "run", *(["--nproc_per_node", str(nproc)] if nproc > 1 else [])]
+    command = [*launcher, "torchtune_recipe.py", "--config", "cfg.yaml", "batch_size=8"]
+    done, records = _retry(cwd, command, oom_above=4)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r.cause for r in records] == ["gpu_oom", "ok"]
+    assert records[0].knob_places["micro_batch_size"] == "argv:batch_size"
+    assert records[-1].argv[-1] == "batch_size=4"
+    assert (cwd / "cfg.yaml").read_text() == TORCHTUNE_CFG.replace("accumulation_steps: 2", "accumulation_steps: 4")
+    log = _last_log(cwd, records)
+    assert f"torchtune: batch_size=4 gradient_accumulation_steps=4 world_size={nproc}" in log
+    # torchtune's own resolved-config dump confirms both changes arrived.
+    assert records[-1].arrival["missing"] == {}
+    assert sorted(records[-1].arrival["confirmed"]) == ["gradient_accumulation_steps", "micro_batch_size"]
 
 
 def test_fix_with_no_profile_offers_the_flags_and_writes_no_profile(tmp_path):
