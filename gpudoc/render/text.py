@@ -19,24 +19,22 @@ from gpudoc.results import CatalogueResult, CheckResult, ErrorResult, EstimateRe
 @singledispatch
 def text(result: Any, console: Console) -> None:
     """The human rendering of a result."""
-    if _import_renderers():
-        text(result, console)  # registered now
+    renderer = _RENDERERS.get(type(result).__module__)
+    if renderer is not None and renderer not in sys.modules:
+        importlib.import_module(renderer)  # registers its renderers
+        text(result, console)
         return
     raise NotImplementedError(f"no text rendering for {type(result).__name__}")
 
 
-# The other commands' renderers, beside their results' modules, registered when imported: the
-# first result of theirs to be shown imports them. `gpudoc check` starts often and shows only the
-# results here, so it pays for neither those renderers nor those result types (~10 ms).
-_RENDERERS = ("gpudoc.render.runs_text", "gpudoc.render.profile_text", "gpudoc.render.fix_text")
-
-
-def _import_renderers() -> bool:
-    """Import the renderers not imported yet; False when there were none left."""
-    missing = [name for name in _RENDERERS if name not in sys.modules]
-    for name in missing:
-        importlib.import_module(name)
-    return bool(missing)
+# The other commands' renderers, by the results module whose types they show: registered when
+# imported, the first time one of those results is shown. `gpudoc check` starts often and shows
+# only the results here, so it pays for neither the other renderers nor their types (~10 ms).
+_RENDERERS = {
+    "gpudoc.results.runs": "gpudoc.render.runs_text",
+    "gpudoc.results.profile": "gpudoc.render.profile_text",
+    "gpudoc.results.fix": "gpudoc.render.fix_text",
+}
 
 
 @text.register
