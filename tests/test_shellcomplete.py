@@ -9,7 +9,8 @@ from pathlib import Path
 
 from gpudoc import shellcomplete
 from gpudoc.profiles import loader
-from gpudoc.runs.store import RunRecord, RunStore
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RunStore
 from tests.conftest import REPO
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from gpudoc.cli.main import run_cli
 from gpudoc.profiles.loader import load_profile_file
 from gpudoc.profiles.model import EMPTY
-from gpudoc.runs.store import RunRecord, RunStore
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RunStore
 from tests.conftest import captured_workspace
 
 PROFILE = """

@@ -8,7 +8,6 @@ loaded), which is why a typo is a ``fail`` here.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable
 
@@ -177,6 +176,8 @@ def check_alloc_conf(facts: Facts, profile: Profile, ctx: CheckContext) -> list[
         check = OPTIONS.get(opt.key)
         if check is None:
             bad = True
+            import difflib  # only on a mistake
+
             close = difflib.get_close_matches(opt.key, OPTIONS, n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             out.append(Finding(

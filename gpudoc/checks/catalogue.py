@@ -6,8 +6,6 @@ catalogue in order; a check that raises becomes an ``error`` finding and the oth
 
 from __future__ import annotations
 
-import difflib
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -79,6 +77,8 @@ def _expand(names: Iterable[str], switch: str) -> set[str]:
             elif name in GROUPS:
                 out.update(c.id for c in CATALOGUE if c.group == name)
             else:
+                import difflib  # only on a mistake
+
                 close = difflib.get_close_matches(name, [*IDS, *GROUPS], n=1, cutoff=0.5)
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
                 raise UsageError(f"{switch}: unknown check '{name}'{hint}; `gpudoc check --list-checks` lists them")
@@ -127,6 +127,8 @@ def run_checks(facts: Facts, profile: Profile | None, *, only: Iterable[str] = (
         try:
             produced = _as_list(check.func(facts, profile, ctx))
         except Exception as exc:  # one broken check must not hide the others
+            import traceback
+
             where = traceback.extract_tb(exc.__traceback__)[-1]
             findings.append(Finding(
                 check.id, Severity.ERROR, f"{check.title}: the check crashed",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoc.cli.lazy import defer_unused_imports
 
@@ -15,6 +15,9 @@ from plumbum.cli.application import ShowCompletion, ShowHelp, ShowHelpAll, ShowV
 from gpudoc.cli import context  # noqa: E402
 from gpudoc.errors import UsageError  # noqa: E402
 from gpudoc.workspace import Workspace  # noqa: E402
+
+if TYPE_CHECKING:
+    from gpudoc.commands.switches import Switch
 
 _META = (ShowHelp, ShowHelpAll, ShowVersion, ShowCompletion)
 
@@ -74,6 +77,21 @@ class Command(cli.Application):
 # plumbum's built-in `--completions {bash,fish}` prints a generic script that knows only the
 # top-level switches; `gpudoc completions bash|zsh|fish` prints the real one (completions/).
 Command.unbind_switches("completions")
+
+
+def switch_attributes(switches: tuple[Switch, ...], *, max_count: int = 0) -> dict[str, Any]:
+    """The plumbum switch attributes of a plain switch table (``gpudoc.commands.switches``), for
+    the command class built from it."""
+    attrs: dict[str, Any] = {}
+    for names, attr, kind, argname, help_text in switches:
+        if kind is None:
+            attrs[attr] = cli.Flag(list(names), help=help_text)
+        elif kind == "count":
+            attrs[attr] = cli.SwitchAttr(list(names), cli.Range(0, max_count), default=0, argname=argname,
+                                         help=help_text)
+        else:
+            attrs[attr] = cli.SwitchAttr(list(names), str, list=kind == "list", argname=argname, help=help_text)
+    return attrs
 
 
 _TYPE_WORDS = {"<class 'float'>": "a number", "<class 'int'>": "an integer", "<class 'str'>": "a string"}

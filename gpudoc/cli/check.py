@@ -1,51 +1,91 @@
-"""`gpudoc check`: switches only; the work is in ``gpudoc.commands.check``."""
+"""`gpudoc check`: switches only; the work is in ``gpudoc.commands.check``.
+
+`gpudoc check` runs before every launch and in scripts, so its start-up counts: its usual command
+lines are parsed without importing plumbum (``gpudoc.commands.switches``, ~40 ms), and the plumbum
+command (``CheckCommand``, built here from the same switch table) takes over for help, errors and
+anything unusual.
+"""
 
 from __future__ import annotations
 
-from plumbum import cli
+from typing import TYPE_CHECKING, Any
 
-from gpudoc.cli.base import Command
+from gpudoc.commands.switches import Switch, defaults, parse_switches
 
+if TYPE_CHECKING:
+    from gpudoc.workspace import Workspace
 
-class CheckCommand(Command):
-    """Pre-flight: is this machine ready for the training job, and if not, what exactly to do"""
+_DOC = "Pre-flight: is this machine ready for the training job, and if not, what exactly to do"
 
-    EXAMPLES = """
+EXAMPLES = """
 gpudoc check -p a10g-24gb --gpus 0-3
 gpudoc check --snapshot nvidia-smi-q.xml --snapshot apps.csv --json
 """
 
-    profile = cli.SwitchAttr(["-p", "--profile"], str, argname="PROFILE",
-                             help="profile name or file (default: ./gpudoc.toml or $GPUDOC_PROFILE)")
-    json = cli.Flag("--json", help="emit one JSON document (facts, findings, summary)")
-    strict = cli.Flag("--strict", help="exit 1 on warnings too")
-    only = cli.SwitchAttr("--only", str, list=True, argname="IDS",
-                          help="run only these checks (comma-separated ids or groups: driver gpu proc env host)")
-    skip = cli.SwitchAttr("--skip", str, list=True, argname="IDS", help="skip these checks (ids or groups)")
-    gpus = cli.SwitchAttr("--gpus", str, argname="LIST", help="GPU indexes to check, e.g. 0,1 or 0-3 (default: the job's)")
-    snapshot = cli.SwitchAttr("--snapshot", str, list=True, argname="FILE",
-                              help="read GPU facts from a saved nvidia-smi output or gpudoc --json")
-    deep = cli.Flag("--deep", help="also start the job's Python to probe torch (slow)")
-    list_checks = cli.Flag("--list-checks", help="list check ids and titles, then exit")
-    python = cli.SwitchAttr("--python", str, argname="PATH", help="the job's interpreter (default: python3 on PATH)")
+SWITCHES: tuple[Switch, ...] = (
+    (("-p", "--profile"), "profile", "str", "PROFILE", "profile name or file (default: ./gpudoc.toml or $GPUDOC_PROFILE)"),
+    (("--json",), "json", None, "", "emit one JSON document (facts, findings, summary)"),
+    (("--strict",), "strict", None, "", "exit 1 on warnings too"),
+    (("--only",), "only", "list", "IDS",
+     "run only these checks (comma-separated ids or groups: driver gpu proc env host)"),
+    (("--skip",), "skip", "list", "IDS", "skip these checks (ids or groups)"),
+    (("--gpus",), "gpus", "str", "LIST", "GPU indexes to check, e.g. 0,1 or 0-3 (default: the job's)"),
+    (("--snapshot",), "snapshot", "list", "FILE", "read GPU facts from a saved nvidia-smi output or gpudoc --json"),
+    (("--deep",), "deep", None, "", "also start the job's Python to probe torch (slow)"),
+    (("--list-checks",), "list_checks", None, "", "list check ids and titles, then exit"),
+    (("--python",), "python", "str", "PATH", "the job's interpreter (default: python3 on PATH)"),
+)
 
-    def main(self, *args: str) -> int:
+
+def fast_main(args: list[str], workspace: Workspace) -> int | None:
+    """`gpudoc check ARGS` without plumbum; None: let the full parser handle these arguments."""
+    parsed = parse_switches(args, SWITCHES)
+    if parsed is None or parsed[1]:
+        return None
+    return _check({**defaults(SWITCHES), **parsed[0]}, workspace)
+
+
+def _check(values: dict[str, Any], workspace: Workspace) -> int:
+    from gpudoc.commands.check import check
+
+    return check(
+        workspace,
+        profile_name=values["profile"],
+        as_json=values["json"],
+        strict=values["strict"],
+        only=values["only"],
+        skip=values["skip"],
+        gpus=values["gpus"],
+        snapshots=values["snapshot"],
+        deep=values["deep"],
+        list_checks=values["list_checks"],
+        python=values["python"],
+    )
+
+
+def _build_command_class() -> type:
+    from gpudoc.cli.base import Command, switch_attributes
+
+    # plumbum converts positionals by main's annotations, `self` included: it stays unannotated.
+    def main(self, *args: str) -> int:  # type: ignore[no-untyped-def]
         from gpudoc.errors import UsageError
 
         if args:
             raise UsageError(f"gpudoc check: unexpected argument '{args[0]}'")
-        from gpudoc.commands.check import check
+        return _check({attr: getattr(self, attr) for _, attr, _, _, _ in SWITCHES}, self.workspace)
 
-        return check(
-            self.workspace,
-            profile_name=self.profile,
-            as_json=self.json,
-            strict=self.strict,
-            only=self.only,
-            skip=self.skip,
-            gpus=self.gpus,
-            snapshots=self.snapshot,
-            deep=self.deep,
-            list_checks=self.list_checks,
-            python=self.python,
-        )
+    attrs: dict[str, Any] = {"__doc__": _DOC, "__module__": __name__, "EXAMPLES": EXAMPLES, "main": main,
+                             **switch_attributes(SWITCHES)}
+    return type("CheckCommand", (Command,), attrs)
+
+
+_cache: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    # `gpudoc.cli.app` names "gpudoc.cli.check.CheckCommand": built (and plumbum imported) on demand.
+    if name == "CheckCommand":
+        if name not in _cache:
+            _cache[name] = _build_command_class()
+        return _cache[name]
+    raise AttributeError(name)

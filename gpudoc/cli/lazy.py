@@ -1,7 +1,8 @@
 """Start-up: modules plumbum imports at the top but uses only in code gpudoc never calls.
 
 ``plumbum.path`` imports ``urllib.request`` (for ``Path.as_uri``), which pulls in http.client,
-email and ssl: a third of `gpudoc check`'s start-up. A stand-in takes its place in
+email and ssl: a third of plumbum's import; its SSH machine imports ``socket`` and its daemons
+``pickle`` (~3 ms together), for code gpudoc never runs either. A stand-in takes its place in
 ``sys.modules`` until someone touches one of its attributes; then the real module is imported and
 the stand-in takes on all of it, so nothing changes for code that uses it. (The stdlib's
 ``LazyLoader`` does not help here: an ``import`` statement reads the module's ``__spec__``,
@@ -15,7 +16,7 @@ import importlib.util
 import sys
 import types
 
-DEFERRED = ("urllib.request",)
+DEFERRED = ("urllib.request", "socket", "pickle")  # plumbum imports them but touches none while importing
 
 
 def defer_unused_imports() -> None:

@@ -5,9 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import tempfile
-import time
-import traceback
 from typing import TextIO
 
 from gpudoc.cli import context
@@ -28,16 +25,11 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
     err = ws.console.err
     try:
         with context.using(ws):
-            if argv[1:2] == ["run"]:
-                # The launch path skips plumbum's import when it can (see gpudoc.commands.run_options).
-                from gpudoc.cli.run import fast_main
+            status = _fast_main(argv, ws)
+            if status is None:
+                from gpudoc.cli.app import Gpudoc
 
-                status = fast_main(argv[2:], ws)
-                if status is not None:
-                    return int(status)
-            from gpudoc.cli.app import Gpudoc
-
-            _, status = Gpudoc.run(argv, exit=False)
+                _, status = Gpudoc.run(argv, exit=False)
             _flush_stdout()
             _say_foreign_records(ws)
             return int(status or 0)
@@ -68,6 +60,18 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
             f"A crash report ready to paste into an issue is in {report}\n"
         )
         return _error_envelope(ws, argv, ExitStatus.INTERNAL, message, file=report)
+
+
+def _fast_main(argv: list[str], ws: Workspace) -> int | None:
+    """`run` and `check` (the commands that start most often) parse their usual command lines
+    without importing plumbum (see ``gpudoc.commands.switches``); None: plumbum's turn."""
+    if argv[1:2] == ["run"]:
+        from gpudoc.cli.run import fast_main
+    elif argv[1:2] == ["check"]:
+        from gpudoc.cli.check import fast_main
+    else:
+        return None
+    return fast_main(argv[2:], ws)
 
 
 # The file system said no: nothing gpudoc could do differently, so no crash report either.
@@ -136,6 +140,10 @@ def _silence_stdout() -> None:
 
 
 def _write_crash_report(argv: list[str], err: TextIO) -> str:
+    import tempfile
+    import time
+    import traceback
+
     from gpudoc import __version__
 
     lines = [

@@ -39,9 +39,7 @@ def _run(options: RunOptions, workspace: Workspace) -> int:
 
 
 def _build_command_class() -> type:
-    from plumbum import cli
-
-    from gpudoc.cli.base import Command
+    from gpudoc.cli.base import Command, switch_attributes
 
     def _parse_args(self: Any, argv: list[str]) -> Any:
         try:
@@ -59,16 +57,8 @@ def _build_command_class() -> type:
     attrs: dict[str, Any] = {
         "__doc__": _DOC, "__module__": __name__, "PROGNAME": "gpudoc run",
         "USAGE": "    gpudoc run [SWITCHES] -- COMMAND [ARGS...]\n", "EXAMPLES": EXAMPLES,
-        "_parse_args": _parse_args, "main": main,
+        "_parse_args": _parse_args, "main": main, **switch_attributes(SWITCHES, max_count=MAX_RETRIES),
     }
-    for names, attr, kind, argname, help_text in SWITCHES:
-        if kind is None:
-            attrs[attr] = cli.Flag(list(names), help=help_text)
-        elif kind == "count":
-            attrs[attr] = cli.SwitchAttr(list(names), cli.Range(0, MAX_RETRIES), default=0, argname=argname,
-                                         help=help_text)
-        else:
-            attrs[attr] = cli.SwitchAttr(list(names), str, default=None, argname=argname, help=help_text)
     return type("RunCommand", (Command,), attrs)
 
 

@@ -10,7 +10,7 @@ from gpudoc.output import Console
 from gpudoc.procs.clean import Target
 from gpudoc.render.show import show
 from gpudoc.render.text import text
-from gpudoc.results import CleanPlan, CleanResult
+from gpudoc.results.fix import CleanPlan, CleanResult
 from gpudoc.units import format_bytes
 from gpudoc.workspace import Workspace
 

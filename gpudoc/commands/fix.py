@@ -26,7 +26,7 @@ from gpudoc.profiles.edit import apply_changes, target_path
 from gpudoc.profiles.loader import load_profile, load_profile_file
 from gpudoc.profiles.model import Profile
 from gpudoc.render.show import show
-from gpudoc.results import FixResult, NodeView
+from gpudoc.results.fix import FixResult, NodeView
 from gpudoc.runs.record import RunRecord, changes
 from gpudoc.workspace import Workspace
 

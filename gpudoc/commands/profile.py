@@ -8,7 +8,7 @@ from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import ExitStatus, GpudocError, UsageError
 from gpudoc.profiles.loader import list_profile_names, load_profile, search_dirs, shipped_profiles_dir
 from gpudoc.render.show import show
-from gpudoc.results import ProfileListResult, ProfileNewResult, ProfileShowResult
+from gpudoc.results.profile import ProfileListResult, ProfileNewResult, ProfileShowResult
 from gpudoc.units import GIB
 from gpudoc.workspace import Workspace
 

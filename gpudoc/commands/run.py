@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gpudoc.ladder.model import Suggestion
     from gpudoc.launch.command import ResolvedCommand
     from gpudoc.profiles.model import Profile
-    from gpudoc.results import DryRunResult
+    from gpudoc.results.runs import DryRunResult
 
 __all__ = ["RunOptions", "launch_once", "run"]
 
@@ -172,7 +172,7 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
 
 
 def _dry_run_result(resolved: ResolvedCommand) -> DryRunResult:
-    from gpudoc.results import DryRunResult
+    from gpudoc.results.runs import DryRunResult
 
     doc = resolved.to_dict()
     return DryRunResult(argv=tuple(doc["command"]), env_set=doc["env_set"], file_edits=tuple(doc["file_edits"]),

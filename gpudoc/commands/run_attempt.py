@@ -202,7 +202,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     keep(record)
     # The result layer is imported once the job has ended: the launch path stays short.
     from gpudoc.render.show import show
-    from gpudoc.results import RunResult
+    from gpudoc.results.runs import RunResult
 
     result = RunResult(record=record, exit_code=outcome.status, log_path=str(log_path),
                        killed_by=outcome.signal, interrupted_by=outcome.interrupted_by)

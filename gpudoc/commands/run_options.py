@@ -9,12 +9,13 @@ errors, anything unusual) from the same table, so the two cannot drift apart.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from gpudoc.commands import switches
+from gpudoc.commands.switches import Switch
 from gpudoc.errors import InputError
 
-# (names, attribute, value kind: None = flag | "str" | "count", argname, help)
-SWITCHES: tuple[tuple[tuple[str, ...], str, str | None, str, str], ...] = (
+# The table both parsers are built from (see gpudoc.commands.switches).
+SWITCHES: tuple[Switch, ...] = (
     (("-p", "--profile"), "profile", "str", "VALUE",
      "Profile name or path (default: ./gpudoc.toml or $GPUDOC_PROFILE)"),
     (("--no-check",), "no_check", None, "", "Skip the pre-flight checks"),
@@ -105,48 +106,17 @@ def split_command(argv: list[str], takes_value: dict[str, bool]) -> list[str]:
 
 
 def takes_value() -> dict[str, bool]:
-    return {name.lstrip("-"): kind is not None for names, _, kind, _, _ in SWITCHES for name in names}
+    return switches.takes_value(SWITCHES)
 
 
 def parse_fast(args: list[str]) -> RunOptions | None:
     """Our switches and the command, or None for anything the full parser should handle
     (help, version, an unknown switch, a bad value, a repeated switch)."""
-    by_name = {name: (attr, kind) for names, attr, kind, _, _ in SWITCHES for name in names}
-    values: dict[str, Any] = {}
-    argv = split_command(list(args), takes_value())
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return RunOptions(command=argv[i + 1:], **values)
-        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg[:2], "", arg[2:])
-        if arg.startswith("-") and not arg.startswith("--") and inline:
-            eq = "="
-        if name not in by_name:
-            return None
-        attr, kind = by_name[name]
-        if attr in values:
-            return None
-        if kind is None:
-            if eq:
-                return None
-            values[attr] = True
-        else:
-            if eq:
-                value = inline
-            elif i + 1 < len(argv) and argv[i + 1] != "--":
-                value = argv[i + 1]
-                i += 1
-            else:
-                return None
-            if kind == "count":
-                if not value.isdigit() or int(value) > MAX_RETRIES:
-                    return None
-                values[attr] = int(value)
-            else:
-                values[attr] = value
-        i += 1
-    return RunOptions(command=[], **values)
+    parsed = switches.parse_switches(split_command(list(args), takes_value()), SWITCHES, max_count=MAX_RETRIES)
+    if parsed is None:
+        return None
+    values, command = parsed
+    return RunOptions(command=command, **values)
 
 
 def relaunch_switches(run_id: str, switches: list[str], argv: list[str]) -> RunOptions:

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpudoc.errors import UsageError
 from gpudoc.render.show import show
-from gpudoc.results import AllRunsResult, PruneResult, RunsDiffResult, RunShowResult, RunsResult
+from gpudoc.results.runs import AllRunsResult, PruneResult, RunsDiffResult, RunShowResult, RunsResult
 from gpudoc.runs.record import RunRecord, changes, live_status
 from gpudoc.runs.store import RunStore
 from gpudoc.workspace import Workspace

@@ -18,7 +18,7 @@ from pathlib import Path
 from gpudoc.launch.watch import PROCESSES
 from gpudoc.output import printable
 from gpudoc.profiles.model import DEFAULT_TARGET_UTILIZATION
-from gpudoc.render.text import sparkline
+from gpudoc.render.runs_text import sparkline
 from gpudoc.runs.record import RUNNING, RunRecord, live_status, parse_iso
 from gpudoc.runs.samples import newest_samples
 from gpudoc.runs.store import read_tail

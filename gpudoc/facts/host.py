@@ -10,25 +10,23 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import socket
 from pathlib import Path
 
 from gpudoc.facts.model import HostFacts
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF_CGROUP = Path("/proc/self/cgroup")
+PROC_MEMINFO = Path("/proc/meminfo")
 
 
 def host_facts(runs_dir: Path | str, *, cgroup_root: Path = CGROUP_ROOT,
-               proc_cgroup: Path = PROC_SELF_CGROUP, shm: Path = Path("/dev/shm")) -> HostFacts:
+               proc_cgroup: Path = PROC_SELF_CGROUP, shm: Path = Path("/dev/shm"),
+               meminfo: Path = PROC_MEMINFO) -> HostFacts:
     """Never raises: what cannot be read is None with a reason in ``unavailable``."""
     unavailable: dict[str, str] = {}
     values: dict = {}
 
-    try:
-        values["hostname"] = socket.gethostname()
-    except OSError as exc:
-        unavailable["hostname"] = str(exc)
+    values["hostname"] = os.uname().nodename  # what socket.gethostname() returns, without importing socket
     values["uid"] = os.getuid()
     values["user"] = _user()
 
@@ -36,10 +34,7 @@ def host_facts(runs_dir: Path | str, *, cgroup_root: Path = CGROUP_ROOT,
     values["cpu_count"] = _usable_cpus(cgroup_root, cgroup_dirs)
 
     try:
-        import psutil  # imported where used, keeps `gpudoc --help` fast
-
-        memory = psutil.virtual_memory()
-        total, available = memory.total, memory.available
+        total, available = _meminfo(meminfo)
         limit, current = _cgroup_memory(cgroup_root, cgroup_dirs)
         if limit is not None and limit < total:
             total = limit
@@ -47,7 +42,7 @@ def host_facts(runs_dir: Path | str, *, cgroup_root: Path = CGROUP_ROOT,
                 available = max(0, min(available, limit - current))
         values["ram_total_bytes"] = total
         values["ram_available_bytes"] = available
-    except Exception as exc:  # psutil missing or /proc unreadable
+    except (OSError, KeyError, ValueError) as exc:  # /proc unreadable or not Linux's
         unavailable["ram_total_bytes"] = unavailable["ram_available_bytes"] = f"cannot read memory: {exc}"
 
     try:
@@ -68,6 +63,21 @@ def host_facts(runs_dir: Path | str, *, cgroup_root: Path = CGROUP_ROOT,
 
     values["in_container"] = in_container(proc_cgroup=proc_cgroup)
     return HostFacts(**values, unavailable=unavailable)
+
+
+def _meminfo(path: Path) -> tuple[int, int]:
+    """The machine's RAM and what is available to start new programs, in bytes: the kernel's own
+    estimate (MemAvailable, Linux 3.14+), as psutil reports it; read directly, psutil costs ~5 ms
+    of `gpudoc check`'s start-up."""
+    fields = {}
+    for line in path.read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemTotal", "MemAvailable", "MemFree", "Buffers", "Cached"):
+            fields[key] = int(rest.split()[0]) * 1024  # "kB"
+    available = fields.get("MemAvailable")
+    if available is None:  # older kernels: psutil's fallback, roughly
+        available = fields["MemFree"] + fields.get("Buffers", 0) + fields.get("Cached", 0)
+    return fields["MemTotal"], available
 
 
 def _user() -> str | None:

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -89,6 +88,8 @@ def installed_torch_version(python: str | None = None) -> str | None:
     if site_dirs is not None:
         return _dist_info_version(site_dirs)
     code = ("import importlib.metadata as m\ntry:\n print(m.version('torch'))\nexcept Exception:\n print('')")
+    import subprocess  # here: `gpudoc check` usually answers from the layout, without it (~5 ms)
+
     try:
         done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
@@ -207,6 +208,8 @@ def _same_interpreter(python: str) -> bool:
 def probe_torch(python: str | None = None, *, timeout: float = PROBE_TIMEOUT_S,
                 env: dict[str, str] | None = None) -> TorchFacts:
     """Run the probe in ``python`` (default: this interpreter). Never raises."""
+    import subprocess  # only `check --deep` probes
+
     python = python or sys.executable
     try:
         done = subprocess.run(

@@ -79,6 +79,24 @@ class LiveScan:
                 self.catch_up(self.slice_bytes)
         self.peek()
 
+    def idle(self) -> None:
+        """No output was waiting: scan a slice of the backlog. Not while the output still floods:
+        a pty hands a flood out 4 KiB at a time with gaps between the pieces, so a moment with
+        nothing to read is no lull, and catching up in every gap would cost more than the tee
+        (then only within the budget, as in ``feed``)."""
+        if not self.backlog:
+            return
+        if self._flooding(0) and not self._within_budget():
+            self.peek()
+            return
+        self.catch_up(self.slice_bytes)
+
+    def idle_wait_ms(self) -> int:
+        """How long the launcher may wait for output before calling ``idle``: not at all once the
+        output has calmed down (catch up now), a tenth of a window while a flood holds the
+        catch-up back (output wakes it sooner; the lull after the flood is seen within a window)."""
+        return int(WINDOW_S * 100) if self._flood and not self._within_budget() else 0
+
     def peek(self) -> None:
         """While behind, scan the newest output (at most every PEEK_INTERVAL_S) with a scanner of
         its own: a failure at the end of a flood is seen without waiting for the backlog."""

@@ -239,11 +239,11 @@ class Launcher:
             timeout_ms = max(0, int((deadline - now) * 1000) + 1)
             scan = self.o.scan
             if scan is not None and scan.backlog:
-                timeout_ms = 0  # behind: look for output, and catch up on the scan when there is none
+                timeout_ms = min(timeout_ms, scan.idle_wait_ms())  # behind: catch up when no output waits
             events = poller.poll(timeout_ms)
             idle = not events
             if idle and scan is not None and scan.backlog:
-                self._watch_output(partial(scan.catch_up, scan.slice_bytes))
+                self._watch_output(scan.idle)
             for fd, _event in events:
                 if fd == out:
                     # Under heavy output, keep reading while reads come back full: one poll per

@@ -7,7 +7,6 @@ with no name, ``./gpudoc.toml`` is used when it exists, else the job runs withou
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -19,11 +18,6 @@ from typing import Any, Mapping
 from gpudoc.errors import ProfileError
 from gpudoc.profiles import schema
 from gpudoc.profiles.model import EMPTY, Profile
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.9/3.10 only
-    import tomli as tomllib
 
 PROJECT_PROFILE = "gpudoc.toml"
 
@@ -201,6 +195,10 @@ def parse_profile_text(path: Path) -> dict:
     except UnicodeDecodeError as exc:
         raise ProfileError(f"{path}: not a text file in UTF-8 (byte {exc.start}): a profile is TOML text",
                            file=str(path)) from None
+    if sys.version_info >= (3, 11):  # imported here: `gpudoc check` without a profile never parses TOML
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.9/3.10 only
+        import tomli as tomllib
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -314,6 +312,8 @@ def _type_names(types: tuple) -> str:
 
 
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    import difflib  # only on a mistake
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 

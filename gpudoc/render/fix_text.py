@@ -1,4 +1,5 @@
-"""`gpudoc fix` as text: the failure in one sentence, the figures, the rungs in order, what was written."""
+"""`gpudoc fix` as text: the failure in one sentence, the figures, the rungs in order, what was written;
+and `gpudoc clean`: what it would end, what it ended, the memory that came back."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from gpudoc.output import Console
 from gpudoc.render.text import text
-from gpudoc.results import FixResult
+from gpudoc.results.fix import CleanPlan, CleanResult, FixResult
 from gpudoc.units import format_bytes
 
 if TYPE_CHECKING:
@@ -148,3 +149,40 @@ def _value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+@text.register
+def _clean_plan(plan: CleanPlan, console: Console) -> None:
+    where = ",".join(map(str, plan.gpus))
+    if plan.targets:
+        total = sum(t.get("bytes") or 0 for t in plan.targets)
+        console.print(f"Your processes holding memory on GPU {where} ({format_bytes(total)}):")
+        for target in plan.targets:
+            console.print(f"  {target['description']}")
+    else:
+        console.print(f"Nothing of yours holds memory on GPU {where}.")
+    for other in plan.others:
+        console.print(f"  not touched: {other['description']}")
+        console.print(f"    fix: {other['remedy']}")
+
+
+@text.register
+def _clean(result: CleanResult, console: Console) -> None:
+    if result.message:
+        (console.error if result.exit_code else console.print)(result.message)
+    outcome = result.outcome
+    if outcome is None:
+        return
+    for pid in outcome["terminated"]:
+        console.print(f"  ended PID {pid} (SIGTERM)")
+    for pid in outcome["killed"]:
+        console.print(f"  ended PID {pid} (SIGKILL after {result.term_timeout_s:g} s)")
+    for skipped in outcome["skipped"]:
+        console.print(f"  left PID {skipped['pid']} alone: {skipped['reason']}")
+    for pid in outcome["survivors"]:
+        console.print(f"  PID {pid} survived SIGKILL (stuck in the driver?): sudo nvidia-smi --gpu-reset or reboot")
+    if outcome.get("freed_bytes") is not None and result.plan is not None:
+        state = "released" if outcome.get("released") else "not yet released by the driver"
+        console.print(f"Freed {format_bytes(outcome['freed_bytes'])} on GPU {','.join(map(str, result.plan.gpus))} "
+                      f"({state}, per NVML).")
+    console.print(f"Note: {result.note}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpudoc.errors import UsageError
-from gpudoc.results import RunShowResult
+from gpudoc.results.runs import RunShowResult
 from gpudoc.units import GIB
 
 FORMATS = (".png", ".svg")

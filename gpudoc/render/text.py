@@ -1,46 +1,40 @@
 """Results as text for a person at a terminal: one renderer per result type.
 
 ``text(result, console)`` dispatches on the result's type; JSON is ``gpudoc.render.show``'s.
+Here: ``check``'s, ``estimate``'s and any failure's; the other commands' are in the modules
+named in ``_RENDERERS``.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
-from collections.abc import Sequence
+import importlib
+import sys
 from functools import singledispatch
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpudoc.output import Console, printable
-from gpudoc.results import (
-    AllRunsResult,
-    CatalogueResult,
-    CheckResult,
-    CleanPlan,
-    CleanResult,
-    DryRunResult,
-    ErrorResult,
-    EstimateResult,
-    ProfileListResult,
-    ProfileNewResult,
-    ProfileShowResult,
-    PruneResult,
-    RunResult,
-    RunsDiffResult,
-    RunShowResult,
-    RunsResult,
-)
-from gpudoc.runs.record import changes
-from gpudoc.units import format_bytes, format_duration
-
-if TYPE_CHECKING:
-    from gpudoc.runs.record import RunRecord
+from gpudoc.output import Console
+from gpudoc.results import CatalogueResult, CheckResult, ErrorResult, EstimateResult
 
 
 @singledispatch
 def text(result: Any, console: Console) -> None:
     """The human rendering of a result."""
+    renderer = _RENDERERS.get(type(result).__module__)
+    if renderer is not None and renderer not in sys.modules:
+        importlib.import_module(renderer)  # registers its renderers
+        text(result, console)
+        return
     raise NotImplementedError(f"no text rendering for {type(result).__name__}")
+
+
+# The other commands' renderers, by the results module whose types they show: registered when
+# imported, the first time one of those results is shown. `gpudoc check` starts often and shows
+# only the results here, so it pays for neither the other renderers nor their types (~10 ms).
+_RENDERERS = {
+    "gpudoc.results.runs": "gpudoc.render.runs_text",
+    "gpudoc.results.profile": "gpudoc.render.profile_text",
+    "gpudoc.results.fix": "gpudoc.render.fix_text",
+}
 
 
 @text.register
@@ -69,318 +63,6 @@ def _estimate(result: EstimateResult, console: Console) -> None:
     render_estimate(result.estimate, console, profile_name=result.profile_name, gpu_from=result.gpu_from)
 
 
-_RUNS_COLUMNS = ("id", "started", "duration", "status", "cause", "peak", "changed", "command")
-# Short names for the knobs a run list shows changing (the JSON keeps the full ones).
-_KNOB_SHORT = {"micro_batch_size": "mbs", "gradient_accumulation_steps": "accum", "gradient_checkpointing": "ckpt",
-               "max_seq_len": "seq", "precision": "prec", "zero_stage": "zero", "lora_rank": "lora"}
-_STATUS_COLOURS = {"ok": "green", "failed": "red", "interrupted": "yellow", "lost": "red", "running": "cyan"}
-
-
-@text.register
-def _runs(result: RunsResult, console: Console) -> None:
-    if not result.records:
-        console.print(f"No runs yet in {result.runs_dir} (start one with `gpudoc run -- COMMAND`).")
-        return
-    rows = []
-    previous = None
-    for record, status in zip(result.records, result.live_status):
-        command = printable(shlex.join(record.command))
-        rows.append((record.id, _started(record.started_at), format_duration(record.duration_s), status,
-                     record.cause or "-", _peak_share(record), _knobs_changed(previous, record),
-                     command if len(command) <= 60 else command[:59] + "…"))
-        previous = record
-    widths = [max(len(_RUNS_COLUMNS[i]), *(len(row[i]) for row in rows)) for i in range(len(_RUNS_COLUMNS) - 1)]
-    header = "  ".join(c.upper().ljust(w) for c, w in zip(_RUNS_COLUMNS, widths)) + "  COMMAND"
-    console.print(console.style(header, "bold"))
-    for row in rows:
-        cells = [cell.ljust(w) for cell, w in zip(row, widths)]
-        cells[3] = console.style(cells[3], _STATUS_COLOURS.get(row[3], "dim"))
-        console.print("  ".join(cells) + "  " + row[-1])
-
-
-_SPARKS = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: Sequence[int | None], full: int) -> str:
-    """One mark per value, its height the value's share of ``full``; a blank where there is none."""
-    return "".join(" " if v is None else _SPARKS[min(int(v / full * len(_SPARKS)), len(_SPARKS) - 1)]
-                   for v in values)
-
-
-@text.register
-def _run_show(result: RunShowResult, console: Console) -> None:
-    record, say = result.record, console.print
-    say(console.style(f"run {record.id}", "bold") + f"  {result.live_status}"
-        + (f", {record.cause}" if record.cause else "") + f", {format_duration(record.duration_s)}")
-    say(f"  command: {printable(shlex.join(record.command))}")
-    if record.argv and list(record.argv) != list(record.command):
-        say(f"  launched as: {printable(shlex.join(record.argv))}  (the knobs bound in its arguments)")
-    say(f"  started: {_started(record.started_at)} in {printable(record.cwd)}")
-    if record.diagnosis is not None and record.diagnosis.summary:
-        say(f"  diagnosis: {printable(record.diagnosis.summary)}")
-    if record.knobs:
-        say("  knobs: " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.knobs.items())))
-    if record.env_set:
-        say("  environment gpudoc set (knobs bound as GPUDOC_*, the allocator): " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.env_set.items())))
-    for edit in record.file_edits:
-        if isinstance(edit, dict):
-            say(f"  edited {printable(str(edit.get('path')))}: {printable(', '.join(map(str, edit.get('changes') or ())))}")
-    if not result.used:
-        say("  memory over time: no samples (no GPU seen, or the run was too short)")
-        return
-    span = format_duration((result.end or 0) - (result.start or 0))
-    say(f"  memory over time, per GPU ({span}, each mark the highest use in its slice, full height = capacity):")
-    for gpu, used in sorted(result.used.items()):
-        total = result.total.get(gpu)
-        peak = max((u for u in used if u is not None), default=0)
-        scale = total or peak or 1
-        marks = sparkline(used, scale)
-        share = f" = {peak / total:.0%}" if total else ""
-        say(f"    GPU {gpu} {marks} peak {format_bytes(peak)}" + (f" of {format_bytes(total)}{share}" if total else ""))
-
-
-@text.register
-def _runs_diff(result: RunsDiffResult, console: Console) -> None:
-    console.print(console.style(f"{result.a} -> {result.b}", "bold"))
-    parts = (("knobs", result.knobs), ("environment", result.env), ("file edits", result.edits),
-             ("outcome", result.outcome))
-    if not any(rows for _, rows in parts):
-        console.print("  nothing changed: same knobs, environment, edits and outcome")
-    for title, rows in parts:
-        if rows:
-            console.print(f"  {title}:")
-            for what, old, new in rows:
-                console.print(f"    {printable(what)}: {_shown(what, old)} -> {_shown(what, new)}")
-
-
-def _shown(what: str, value: Any) -> str:
-    if value is None:
-        return "-"
-    if what == "peak_bytes" and isinstance(value, (int, float)):
-        return format_bytes(value)
-    if what == "duration_s" and isinstance(value, (int, float)):
-        return format_duration(value)
-    return printable(str(value))
-
-
-@text.register
-def _all_runs(result: AllRunsResult, console: Console) -> None:
-    if not result.tables:
-        console.print("No project has run records yet (`gpudoc run` adds its project to the list).")
-    for number, table in enumerate(result.tables):
-        if number:
-            console.print("")
-        console.print(console.style(f"== {table.runs_dir}", "bold"))
-        _runs(table, console)
-
-
-@text.register
-def _prune(result: PruneResult, console: Console) -> None:
-    verb = "would remove" if result.dry_run else "removed"
-    left = result.total - (0 if result.dry_run else len(result.removed))
-    console.print(f"{verb} {len(result.removed)} of {result.total} run(s) in {result.runs_dir}; {left} left")
-    if result.removed:
-        shown = ", ".join(result.removed[:3]) + (", ..." if len(result.removed) > 3 else "")
-        console.print(f"  {shown}")
-    if result.kept_live:
-        console.print(f"  kept {len(result.kept_live)} old run(s) of a chain still running: "
-                      + ", ".join(result.kept_live[:3]) + (", ..." if len(result.kept_live) > 3 else ""))
-
-
-def _peak_share(record: RunRecord) -> str:
-    """The highest share of a GPU's capacity the run's samples saw, or its size when the capacity is unknown."""
-    unused = _unused_share(record.peak_memory_bytes or {}, record.gpu_totals)
-    if unused is not None:
-        return f"{1 - unused:.0%}"
-    peak = record.peak_bytes
-    return format_bytes(peak) if peak else "-"
-
-
-def _knobs_changed(previous: RunRecord | None, record: RunRecord) -> str:
-    """What this run turned differently from the run listed before it: "mbs 8→4, accum 2→4"."""
-    if previous is None:
-        return "-"
-    turned = [f"{_KNOB_SHORT.get(k, k)} {'-' if old is None else old}→{'-' if new is None else new}"
-              for k, old, new in changes(previous.knobs, record.knobs)]
-    text = printable(", ".join(turned)) or "-"
-    return text if len(text) <= 40 else text[:39] + "…"
-
-
-def _started(stamp: str | None) -> str:
-    # "2026-01-31T14:05:09+0100" -> "2026-01-31 14:05:09"
-    return (stamp or "-")[:19].replace("T", " ")
-
-
-@text.register
-def _profile_list(result: ProfileListResult, console: Console) -> None:
-    width = max((len(row["name"]) for row in result.profiles), default=4)
-    for row in result.profiles:
-        console.print(f"{row['name']:<{width}}  {row['origin']:<7}  {row['description']}")
-
-
-@text.register
-def _profile_show(result: ProfileShowResult, console: Console) -> None:
-    data = result.profile
-    console.print(f"{console.style(str(data['name']), 'bold')}  {data.get('description') or ''}")
-    console.print(f"  file:   {data.get('path')}" + (" (shipped: edits go to ./gpudoc.toml)" if result.shipped else ""))
-    chain = data.get("extends_chain") or []
-    if len(chain) > 1:
-        console.print("  extends: " + " -> ".join(_stem(p) for p in chain[1:]))
-    for table in ("gpu", "env", "train", "launch", "model", "bind", "run"):
-        values = data.get("knobs" if table == "train" else table)
-        if not values:
-            continue
-        console.print(f"  [{table}]")
-        for key, value in values.items():
-            console.print(f"    {key} = {json.dumps(value, default=str)}")
-    if data.get("global_batch_size"):
-        console.print(f"  global batch = {data['global_batch_size']} (micro x accumulation x world size "
-                      f"{data.get('world_size')})")
-
-
-def _stem(path: str) -> str:
-    name = path.rsplit("/", 1)[-1]
-    return name[:-5] if name.endswith(".toml") else name
-
-
-@text.register
-def _profile_new(result: ProfileNewResult, console: Console) -> None:
-    console.print(f"wrote {result.path}")
-    console.print(f"next: edit [train] and [model], then `gpudoc check -p {result.name}`")
-
-
-@text.register
-def _dry_run(result: DryRunResult, console: Console) -> None:
-    console.print(console.style("command:", "bold") + " " + shlex.join(result.argv))
-    console.print(console.style("environment:", "bold") + ("" if result.env_set else " (nothing set)"))
-    for key, value in result.env_set.items():
-        console.print(f"  {key}={shlex.quote(value)}")
-    console.print(console.style("file edits:", "bold") + ("" if result.file_edits else " (none)"))
-    for edit in result.file_edits:
-        console.print(edit["diff"].rstrip("\n"))
-    if result.bindings:
-        console.print(console.style("bindings:", "bold"))
-    for b in result.bindings:
-        console.print("  " + _binding_line(b))
-    for note in result.notes:
-        console.print(console.style(f"note: {note}", "dim"))
-    console.print("(dry run: nothing launched, nothing changed)")
-
-
-def _binding_line(b: dict[str, Any]) -> str:
-    """``micro_batch_size -> ds.json:train_micro_batch_size_per_gpu  1 -> 8`` (or ``= 8 (unchanged)``)."""
-    def word(value: Any) -> str:
-        return json.dumps(value) if isinstance(value, (str, bool)) or value is None else str(value)
-
-    where = f"{b.get('file')}:{b.get('key')}" if b.get("file") != "command" else f"command {b.get('key')}"
-    old, new = b.get("old"), b.get("new")
-    if b.get("added"):
-        change = "(added)" if new in ("", None) else f"{word(new)} (added)"
-    elif new is None:
-        change = f"{word(old)} (removed)" if old is not None else "(removed)"
-    elif type(old) is type(new) and old == new:
-        change = f"= {word(new)} (unchanged)"
-    else:
-        change = f"{word(old)} -> {word(new)}"
-    return printable(f"{b.get('knob') or '(flag)'} -> {where}  {change}")
-
-
-@text.register
-def _run(result: RunResult, console: Console) -> None:
-    """The summary after a run (gpudoc's own words go to stderr: stdout is the job's)."""
-    from gpudoc.launch.signals import signal_name
-
-    record = result.record
-    say, style = console.print, console.style
-    status_text = {"ok": style("finished", "green", "bold"), "failed": style("FAILED", "red", "bold"),
-                   "interrupted": style("interrupted", "yellow", "bold")}.get(record.status, record.status)
-    how = f"exit {result.exit_code}"
-    if result.killed_by is not None:
-        how += f" (killed by {signal_name(result.killed_by)})"
-    elif result.interrupted_by is not None and result.exit_code != 0:
-        how += f" ({signal_name(result.interrupted_by)} from the user)"
-    say("")
-    say(f"gpudoc: run {record.id} {status_text} after {format_duration(record.duration_s or 0)}: {how}")
-    if record.peak_memory_bytes:
-        say("  peak GPU memory: " + ", ".join(_peak_text(record.peak_memory_bytes, record.gpu_totals)))
-    if record.cause and record.cause != "ok":
-        summary = _diagnosis_summary(record.diagnosis)
-        say(f"  cause: {style(record.cause, 'bold')}" + (f" — {summary}" if summary else ""))
-    if record.ended_by:
-        say(f"  gpudoc ended the job early ({record.ended_by}) instead of waiting for a timeout")
-    if record.terminal_lost:
-        say("  the terminal went away during the run; the log is complete")
-    if record.log_error:
-        say(f"  the log is incomplete: {record.log_error}")
-    if record.samples_error:
-        say(f"  GPU memory samples are incomplete: {record.samples_error}")
-    say(f"  log: {result.log_path}")
-    unused = _unused_share(record.peak_memory_bytes, record.gpu_totals)
-    if record.status != "ok":
-        say(f"  next: gpudoc fix {record.id}")
-    elif unused is not None and unused > 0.4:
-        say(f"  next: gpudoc fix {record.id}   (memory was left unused: it can propose a bigger batch)")
-
-
-def _diagnosis_summary(diagnosis: Any) -> str:
-    if diagnosis is None:
-        return ""
-    summary = diagnosis.get("summary") if isinstance(diagnosis, dict) else getattr(diagnosis, "summary", None)
-    return str(summary or "")
-
-
-def _unused_share(peaks: dict[str, int], totals: dict[str, int]) -> float | None:
-    shares = [1 - peak / totals[key] for key, peak in peaks.items() if totals.get(key)]
-    return min(shares) if shares else None
-
-
-def _peak_text(peaks: dict[str, int], totals: dict[str, int]) -> list[str]:
-    out = []
-    for key, peak in sorted(peaks.items(), key=lambda kv: int(kv[0])):
-        total = totals.get(key)
-        share = f" / {format_bytes(total)} ({100 * peak / total:.0f}%)" if total else ""
-        out.append(f"GPU {key} {format_bytes(peak)}{share}")
-    return out
-
-
 @text.register
 def _error(result: ErrorResult, console: Console) -> None:
     console.error(result.message)
-
-
-@text.register
-def _clean_plan(plan: CleanPlan, console: Console) -> None:
-    where = ",".join(map(str, plan.gpus))
-    if plan.targets:
-        total = sum(t.get("bytes") or 0 for t in plan.targets)
-        console.print(f"Your processes holding memory on GPU {where} ({format_bytes(total)}):")
-        for target in plan.targets:
-            console.print(f"  {target['description']}")
-    else:
-        console.print(f"Nothing of yours holds memory on GPU {where}.")
-    for other in plan.others:
-        console.print(f"  not touched: {other['description']}")
-        console.print(f"    fix: {other['remedy']}")
-
-
-@text.register
-def _clean(result: CleanResult, console: Console) -> None:
-    if result.message:
-        (console.error if result.exit_code else console.print)(result.message)
-    outcome = result.outcome
-    if outcome is None:
-        return
-    for pid in outcome["terminated"]:
-        console.print(f"  ended PID {pid} (SIGTERM)")
-    for pid in outcome["killed"]:
-        console.print(f"  ended PID {pid} (SIGKILL after {result.term_timeout_s:g} s)")
-    for skipped in outcome["skipped"]:
-        console.print(f"  left PID {skipped['pid']} alone: {skipped['reason']}")
-    for pid in outcome["survivors"]:
-        console.print(f"  PID {pid} survived SIGKILL (stuck in the driver?): sudo nvidia-smi --gpu-reset or reboot")
-    if outcome.get("freed_bytes") is not None and result.plan is not None:
-        state = "released" if outcome.get("released") else "not yet released by the driver"
-        console.print(f"Freed {format_bytes(outcome['freed_bytes'])} on GPU {','.join(map(str, result.plan.gpus))} "
-                      f"({state}, per NVML).")
-    console.print(f"Note: {result.note}")
-

@@ -1,3 +1,4 @@
 """Run records: ``.gpudoc/runs/<id>/{run.json,output.log,gpu.csv}``."""
 
-from gpudoc.runs.store import RunRecord, RunStore  # noqa: F401
+# RunRecord too (``gpudoc.runs.store.RunRecord``), imported only when a command reads a record.
+from gpudoc.runs.store import RunStore  # noqa: F401

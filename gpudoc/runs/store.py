@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING
 
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import GpudocError, InputError
-from gpudoc.runs.record import RunRecord, now_iso, parse_iso
 
 if TYPE_CHECKING:
     from gpudoc.runs.owners import RunOwners
+    from gpudoc.runs.record import RunRecord
 
-__all__ = ["LOG", "RECORD", "SAMPLES", "TAIL_BYTES", "RunRecord", "RunStore", "new_run_id", "now_iso", "parse_iso",
-           "read_tail"]
+__all__ = ["LOG", "RECORD", "SAMPLES", "TAIL_BYTES", "RunStore", "new_run_id", "read_tail"]
 
 RECORD = "run.json"
 LOG = "output.log"
@@ -162,6 +161,7 @@ class RunStore:
                 raise InputError(f"no run '{run_id}' in {self.root} (see `gpudoc runs`)")
         self._check_ours(path)
         try:
+            from gpudoc.runs.record import RunRecord  # here: `gpudoc check` reads no record
             return RunRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError) as exc:
             raise InputError(f"{path}: unreadable run record: {exc}") from None
@@ -275,8 +275,8 @@ class RunStore:
         """When a run started and ended. Stamps have whole seconds: the end is rounded up. A run
         with no end (still going, or its launcher was killed) lasted until its log or record was
         last written, not until now: a dead launcher must not pull an old attempt into a new one."""
-        start = parse_iso(record.started_at)
-        end = parse_iso(record.ended_at)
+        from gpudoc.runs.record import parse_iso
+        start, end = parse_iso(record.started_at), parse_iso(record.ended_at)
         if end is None:
             times = []
             for path in (self.log_path(record.id), self.run_dir(record.id) / RECORD):

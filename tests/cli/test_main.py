@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpudoc.cli import main as cli_main
 from gpudoc.errors import ExitStatus
 from tests.conftest import gpudoc_cli, needs_root
@@ -30,12 +32,26 @@ def test_help_lists_subcommands_and_examples():
     assert "Examples:" in result.stdout
 
 
-def test_a_crash_becomes_exit_3_with_a_report(monkeypatch, capsys):
-    def explode(*_args, **_kwargs):
-        raise RuntimeError("boom")
+# A command's work raising, on both ways in: plumbum's parser, and check's own (no plumbum).
+THROUGH = pytest.mark.parametrize(("target", "argv"), [
+    ("gpudoc.cli.app.Gpudoc.run", ["gpudoc", "runs"]),
+    ("gpudoc.commands.check.check", ["gpudoc", "check"]),
+])
 
-    monkeypatch.setattr("gpudoc.cli.app.Gpudoc.run", classmethod(lambda cls, *a, **k: explode()))
-    status = cli_main.run_cli(["gpudoc", "check"])
+
+def _raising(monkeypatch, target: str, exc: BaseException) -> None:
+    def fail(*_args, **_kwargs):
+        raise exc
+
+    import gpudoc.commands.check  # noqa: F401 - loaded, so that the patch finds it
+
+    monkeypatch.setattr(target, classmethod(lambda cls, *a, **k: fail()) if target.endswith(".run") else fail)
+
+
+@THROUGH
+def test_a_crash_becomes_exit_3_with_a_report(monkeypatch, capsys, target, argv):
+    _raising(monkeypatch, target, RuntimeError("boom"))
+    status = cli_main.run_cli(argv)
     assert status == ExitStatus.INTERNAL
     err = capsys.readouterr().err
     assert "internal error" in err
@@ -43,12 +59,10 @@ def test_a_crash_becomes_exit_3_with_a_report(monkeypatch, capsys):
     assert "RuntimeError: boom" in Path(report).read_text(encoding="utf-8")
 
 
-def test_keyboard_interrupt_is_130(monkeypatch):
-    def interrupt(*_args, **_kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr("gpudoc.cli.app.Gpudoc.run", classmethod(lambda cls, *a, **k: interrupt()))
-    assert cli_main.run_cli(["gpudoc", "check"]) == ExitStatus.INTERRUPTED
+@THROUGH
+def test_keyboard_interrupt_is_130(monkeypatch, target, argv):
+    _raising(monkeypatch, target, KeyboardInterrupt())
+    assert cli_main.run_cli(argv) == ExitStatus.INTERRUPTED
 
 
 @needs_root

@@ -154,6 +154,9 @@ def test_help_does_not_import_the_checks():
 # What check and --help never need at start-up: the web stack plumbum's path module imports for
 # one method gpudoc never calls (gpudoc.cli.lazy), and the job's own libraries.
 NEVER_AT_START = {"http.client", "email.parser", "ssl", "urllib.request", "torch", "numpy", "transformers"}
+# How many modules each may load (`python -c pass` loads ~70; at the time of writing check loads
+# ~180 and --help ~205). Every module costs start-up: one more is fine, a new heavy import is not.
+MAX_MODULES = {"check": 200, "--help": 225}
 
 
 def test_check_and_help_start_without_the_web_stack():
@@ -163,3 +166,14 @@ def test_check_and_help_start_without_the_web_stack():
         # urllib.request is there as gpudoc's stand-in only: the real one brings http.client.
         assert loaded <= {"urllib.request"}, (args, loaded)
         assert "http.client" not in modules, args
+        assert len(modules) <= MAX_MODULES[args[0]], (args, len(modules))
+
+
+def test_check_starts_without_plumbum_nor_the_other_commands():
+    # check's usual command lines never import plumbum (gpudoc.commands.switches), nor the other
+    # commands' results and renderers, nor the run records it does not read.
+    for args in (["check"], ["check", "--json", "--only", "env"], ["check", "--list-checks"]):
+        modules = _modules_after(args)
+        assert not {m for m in modules if m.split(".")[0] in ("plumbum", "tomllib") or m == "urllib.request"}, args
+        assert not {"gpudoc.results.runs", "gpudoc.render.runs_text", "gpudoc.runs.record", "gpudoc.cli.app"} & modules
+    assert "plumbum" in _modules_after(["check", "--help"])  # help is plumbum's

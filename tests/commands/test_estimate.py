@@ -11,7 +11,8 @@ import pytest
 from gpudoc.commands.estimate import estimate_command
 from gpudoc.errors import ProfileError, UsageError
 from gpudoc.profiles import shipped_profiles_dir
-from gpudoc.runs.store import RunRecord, RunStore
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RunStore
 from gpudoc.workspace import Workspace
 from tests.conftest import captured_workspace, gpudoc_cli
 from tests.estimate.hf_configs import CONFIGS

@@ -11,7 +11,8 @@ import pytest
 from gpudoc.commands.fix import fix
 from gpudoc.errors import InputError, UsageError
 from gpudoc.profiles.loader import load_profile_file
-from gpudoc.runs.store import RunRecord, RunStore
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RunStore
 from tests.conftest import captured_workspace, gpudoc_cli
 
 DIAGNOSIS_KEYS = {

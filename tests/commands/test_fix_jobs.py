@@ -11,7 +11,8 @@ import pytest
 
 from gpudoc.commands.fix import fix
 from gpudoc.errors import UsageError
-from gpudoc.runs.store import RunRecord, RunStore, new_run_id
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RunStore, new_run_id
 from tests.conftest import captured_workspace, gpudoc_cli
 from tests.launch.helpers import RANKS, Gpudoc, assert_no_leftovers, job_env, marker, run_dirs
 

@@ -9,7 +9,8 @@ import sys
 from gpudoc.commands.retry import job_torch_facts, next_attempt, record_diagnosis
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.profiles.loader import load_profile_file
-from gpudoc.runs.store import RunRecord, RunStore
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RunStore
 from tests.conftest import captured_workspace, gpudoc_cli
 
 OOM_WITH_STRAY = (

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpudoc.runs.record import live_status
-from gpudoc.runs.store import RunRecord
+from gpudoc.runs.record import RunRecord, live_status
 from tests.conftest import VENV_BIN, gpudoc_cli, tmux_screen
 
 

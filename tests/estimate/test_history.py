@@ -8,7 +8,7 @@ from dataclasses import replace
 from gpudoc.estimate import estimate_inputs, terms
 from gpudoc.estimate.history import correction_from_history, linear_parts
 from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup
-from gpudoc.runs.store import RunRecord
+from gpudoc.runs.record import RunRecord
 
 SHAPE = ModelShape(layers=24, hidden=2048, heads=16, kv_heads=16, ffn=5632, vocab=32000, params=1.3e9)
 KNOBS = {"max_seq_len": 2048, "precision": "bf16-true", "gradient_checkpointing": False, "optimizer": "adamw"}

@@ -30,6 +30,28 @@ def test_missing_shm_is_a_reason_not_a_crash(tmp_path):
     assert "missing" in host.unavailable["shm_total_bytes"]
 
 
+def test_ram_is_what_psutil_reports(tmp_path):
+    # Read from /proc/meminfo directly (psutil's import is a twentieth of `gpudoc check`): the
+    # same figures as psutil's, give or take what the machine did between the two reads.
+    import psutil
+
+    memory = psutil.virtual_memory()
+    host = host_facts(tmp_path)
+    assert host.ram_total_bytes == memory.total or host.ram_total_bytes < memory.total  # a cgroup limit
+    assert abs(host.ram_available_bytes - min(memory.available, host.ram_total_bytes)) < 256 * 1024**2
+
+
+def test_ram_from_an_older_kernel_and_an_unreadable_meminfo(tmp_path):
+    old = tmp_path / "meminfo"
+    old.write_text("MemTotal:       16000000 kB\nMemFree:         1000000 kB\nBuffers:          200000 kB\n"
+                   "Cached:          3000000 kB\nSwapCached:            0 kB\n")
+    host = host_facts(tmp_path, meminfo=old, cgroup_root=tmp_path / "none", proc_cgroup=tmp_path / "none")
+    assert host.ram_total_bytes == 16_000_000 * 1024
+    assert host.ram_available_bytes == (1_000_000 + 200_000 + 3_000_000) * 1024
+    host = host_facts(tmp_path, meminfo=tmp_path / "missing")
+    assert host.ram_total_bytes is None and "cannot read memory" in host.unavailable["ram_total_bytes"]
+
+
 def _cgroup(tmp_path, cpu_max=None, memory_max=None, memory_current=None):
     root = tmp_path / "cgroup"
     leaf = root / "job"

@@ -11,7 +11,8 @@ import psutil
 import pytest
 
 from gpudoc.facts.procs import process_facts
-from gpudoc.runs.store import RunRecord, RunStore, new_run_id, now_iso
+from gpudoc.runs.record import RunRecord, now_iso
+from gpudoc.runs.store import RunStore, new_run_id
 
 
 @pytest.fixture

@@ -120,7 +120,7 @@ def _no_interpreter_may_start(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("the layout should have answered without starting the interpreter")
 
-    monkeypatch.setattr("gpudoc.facts.torch_probe.subprocess.run", refuse)
+    monkeypatch.setattr("subprocess.run", refuse)  # torch_probe imports subprocess where it uses it
 
 
 def test_a_venvs_torch_is_read_from_its_layout_and_agrees_with_the_interpreter(tmp_path, monkeypatch):

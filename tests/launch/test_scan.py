@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudoc.diagnose.stream import SignatureScanner
-from gpudoc.launch.scan import LiveScan
+from gpudoc.launch.scan import WINDOW_S, LiveScan
 
 OOM_LINE = (b"[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
             b"total capacity of 23.68 GiB of which 1.06 GiB is free.\n")
@@ -105,3 +105,33 @@ def test_behind_a_flood_a_peek_sees_the_newest_failure_first_and_once(tmp_path):
         pass
     assert scan.backlog == 0
     assert len(events) == 1  # the catch-up reached the same line: not reported twice
+
+
+def test_gaps_in_a_flood_are_no_lull_and_the_lull_after_it_is(tmp_path):
+    # A pty hands a flood out a few KiB at a time: between two pieces the launcher finds nothing
+    # to read and calls idle(). Catching up there would scan in line after all (at the tee's
+    # cost); the budget holds, and the real lull after the flood catches everything up.
+    chunks = [b"step 1 | loss 0.5\n" * 3641] * 300  # 64 KiB pieces, 19.7 MB at 100 MB/s
+    clock = Clock()
+
+    class Slow(Recorder):
+        def feed(self, data):
+            clock.now += len(data) / 100e6  # a 100 MB/s scanner
+            return super().feed(data)
+
+    scan = LiveScan(_log(tmp_path, chunks), lambda e: None, scanner_factory=Slow, budget=0.1, clock=clock)
+    before_known = None  # what the scan took in line before its first window said "flood"
+    for c in chunks:
+        clock.now += len(c) / 100e6
+        scan.feed(c)  # a pty's read is never a full buffer
+        scan.idle()
+        if before_known is None and scan.idle_wait_ms() > 0:
+            before_known = scan.scan_s
+    assert before_known is not None and before_known < WINDOW_S
+    assert scan.scan_s - before_known <= 0.1 * clock.now + 0.011  # the budget, give or take one slice
+    assert scan.backlog > 0 and scan.idle_wait_ms() > 0  # held back: the launcher need not spin
+    for _ in range(100):  # the output stopped: the launcher calls idle() after each idle_wait_ms()
+        clock.now += scan.idle_wait_ms() / 1000
+        scan.idle()
+    assert scan.backlog == 0 and scan.idle_wait_ms() == 0
+    assert bytes(scan.scanner.data) == b"".join(chunks)  # nothing skipped, nothing repeated

@@ -12,7 +12,8 @@ import psutil
 
 from gpudoc.facts.model import GpuProcess
 from gpudoc.facts.procs import process_facts
-from gpudoc.runs.store import RunRecord, RunStore, new_run_id
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RunStore, new_run_id
 from gpudoc.units import GIB
 from tests.checks._real import HOST, T4, snap
 

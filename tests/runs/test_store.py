@@ -8,7 +8,8 @@ import os
 import pytest
 
 from gpudoc.errors import InputError
-from gpudoc.runs.store import RECORD, RunRecord, RunStore, new_run_id
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RECORD, RunStore, new_run_id
 
 
 def make(store: RunStore, **fields) -> RunRecord:
