@@ -8,6 +8,7 @@ with. Single process and under `torchrun --nproc_per_node=2` (gloo); torchtune t
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpudoc.runs.store import RunStore
-from tests.conftest import gpudoc_cli
+from tests.conftest import REPO, VENV_BIN, gpudoc_cli
 
 JOBS = Path(__file__).with_name("jobs") / "frameworks"
 pytestmark = pytest.mark.slow
@@ -128,6 +129,13 @@ def test_hydra_override_is_edited_not_the_file_it_beats(tmp_path, nproc):
     assert f"hydra: batch_size=15 accumulate_grad_batches=15 world_size={nproc} global_batch={225 * nproc}" in log
 
 
+def _torchtune_path() -> str:
+    """torchtune's jobs import a torchao that peft refuses: bin/test keeps it in a directory of its own."""
+    torchao = Path(VENV_BIN).parent / "torchtune-torchao"
+    assert (torchao / "torchao").is_dir(), f"{torchao}: missing; ./bin/test installs it (torchao for torchtune)"
+    return os.pathsep.join([str(REPO), str(torchao)])
+
+
 TORCHTUNE_CFG = "batch_size: 8\ngradient_accumulation_steps: 2  # per optimizer step\ndtype: fp32\n"
 
 
@@ -137,7 +145,7 @@ def test_torchtune_override_is_edited_and_the_config_file_where_it_holds_the_kno
     (cwd / "cfg.yaml").write_text(TORCHTUNE_CFG)
     launcher = ["tune", "run", *(["--nproc_per_node", str(nproc)] if nproc > 1 else [])]
     command = [*launcher, "torchtune_recipe.py", "--config", "cfg.yaml", "batch_size=8"]
-    done, records = _retry(cwd, command, oom_above=4)
+    done, records = _retry(cwd, command, oom_above=4, PYTHONPATH=_torchtune_path())
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r.cause for r in records] == ["gpu_oom", "ok"]
     assert records[0].knob_places["micro_batch_size"] == "argv:batch_size"
