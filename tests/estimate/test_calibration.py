@@ -4,6 +4,10 @@ Compared like with like: ``peak_bytes`` against max_memory_allocated; plus the m
 slack against max_memory_reserved; plus slack and CUDA context against nvidia-smi and against the
 VRAM budget of "largest that fits" boundaries; OOM rows must be predicted over the card's capacity.
 Exclusions are listed with their reason in ``cases.EXCLUDED``. Run with ``-s`` to see the table.
+
+Two harnesses: the record -> inputs one (``cases``) reads every fact a record states, free text
+included; the user's path (``user_path``) writes the profile a user would — the SPEC's keys only —
+and runs it through ``gpudoc estimate --json``, by the formula and by the simulation.
 """
 
 from __future__ import annotations
@@ -110,10 +114,11 @@ def test_the_formula_through_the_users_path(tmp_path, with_config):
             assert x.predicted <= 1.6 * x.capacity, f"{x.id}: a run that fit predicted far over its card"
     s = summary(_bounded(results))
     assert s["n"] >= 35
-    assert s["median"] <= 0.10  # the issue's target for the formula through the user's path
+    assert s["median"] <= 0.10  # the issue's target through the user's path; measured 7.1% / 8.1%
     assert s["within25"] >= 0.80
     # Under-prediction lets a job through the gate into an OOM: measured 2 (hf-bert-01: that run's
-    # 1.3 GiB CUDA context; tt-qlora-01: torchtune's model-init reserve), was 14 before this change.
+    # 1.3 GiB CUDA context; tt-qlora-01: torchtune's reserve from loading the model), where the
+    # cheapest readings of silent profiles gave 5 (with config.json) and 15 (from shapes).
     assert s["under10"] <= 2
 
 
@@ -140,4 +145,10 @@ def test_the_simulation_through_the_users_path_on_every_case(tmp_path):
     print("\n" + table("simulation (formula where it cannot run)", results))
     simulated = [x for x in results if x.source == "simulation"]
     print(table("simulation only", simulated))
-    assert len(simulated) >= 15
+    # Measured: 20 cases simulated, median |error| 8.7%, 3 under by more than 10% (the BERT rows:
+    # nvidia-smi figures with a 1.3 GiB CUDA context and PyTorch 1.10's reserve; the family is the
+    # one under-predicted on average, by 14%).
+    s = summary(simulated)
+    assert s["n"] >= 18
+    assert s["median"] <= 0.10
+    assert s["under10"] <= 3
