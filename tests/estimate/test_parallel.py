@@ -82,3 +82,8 @@ def test_a_405b_model_on_three_dimensions_is_not_many_times_a_card(tmp_path):
 def test_a_layout_the_world_cannot_hold_is_refused_naming_the_keys(tmp_path, launch):
     with pytest.raises(ProfileError, match=r"\[launch\] tensor_parallel x pipeline_parallel x context_parallel"):
         _estimate(tmp_path, launch)
+
+
+def test_the_estimate_reports_the_layout_it_read(tmp_path):
+    inputs = _estimate(tmp_path, {"tensor_parallel": 2, "context_parallel": 4}).inputs
+    assert (inputs["tensor_parallel"], inputs["pipeline_parallel"], inputs["context_parallel"]) == (2, 1, 4)
