@@ -76,6 +76,8 @@ def test_a_405b_model_on_three_dimensions_is_not_many_times_a_card(tmp_path):
                                                             "gradient_accumulation_steps": 32},
                        model=llama_405b)
     assert result.total_bytes < 96 * 1024**3  # it trained on 96 GB cards (torchtitan, TP 8 x PP 8 x FSDP 8)
+    # One micro batch's logits at a time on the last stage, a vocabulary-parallel eighth of them.
+    assert result.breakdown["logits"] == pytest.approx(4096 * 128256 / 8 * 14, rel=0.01)
 
 
 @pytest.mark.parametrize("launch", [{"tensor_parallel": 3}, {"tensor_parallel": 4, "pipeline_parallel": 4}])
