@@ -206,6 +206,8 @@ def _describe(inputs: Inputs) -> dict:
         "lora_rank": setup.lora_rank, "lora_targets": list(setup.lora_targets) if setup.lora_rank else [],
         "quantization": setup.quantization, "attention": setup.attention,
         "offload_optimizer": setup.offload_optimizer, "offload_params": setup.offload_params,
+        "max_target_len": setup.target_len or None, "tensor_parallel": setup.tensor_parallel,
+        "pipeline_parallel": setup.pipeline_parallel, "context_parallel": setup.context_parallel,
     }
 
 

@@ -39,6 +39,8 @@ _TIED_BY_DEFAULT = frozenset({"gpt2", "gpt_neo", "gpt_bigcode", "bert", "roberta
 # The activation each family's config class defaults to when config.json does not name one.
 _DEFAULT_ACT = {"t5": "relu", "opt": "relu", "bloom": "gelu", "falcon": "gelu", "gpt2": "gelu_new",
                 "gpt_neox": "gelu", "bert": "gelu", "roberta": "gelu", "phi": "gelu_new"}
+_DROPOUT_KEYS = ("attention_probs_dropout_prob", "attn_pdrop", "attention_dropout", "dropout_rate",
+                 "hidden_dropout_prob", "resid_pdrop", "hidden_dropout", "embd_pdrop", "dropout")
 _ENCODERS = frozenset({"bert", "roberta", "deberta", "deberta-v2", "electra", "xlm-roberta"})
 _STATE_SPACE = frozenset({"mamba", "mamba2", "falcon_mamba", "jamba", "zamba", "zamba2"})
 
@@ -145,12 +147,12 @@ def model_from_hf_config(config: Mapping[str, Any], source: str = "config.json")
         out["_gated"] = True
     elif act in ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "gelu_fast", "quick_gelu"):
         out["_gated"] = False
-    for name in ("attention_probs_dropout_prob", "attn_pdrop", "attention_dropout", "dropout_rate",
-                 "hidden_dropout_prob", "resid_pdrop", "hidden_dropout"):
-        value = config.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            out["_dropout"] = float(value)
-            break
+    # The dropout the model trains with, as its config states it (0.0 stated is a fact too: Llama,
+    # Phi, GPT-NeoX and BLOOM configs turn it off); the largest of the probabilities it names.
+    stated = [float(config[name]) for name in _DROPOUT_KEYS
+              if isinstance(config.get(name), (int, float)) and not isinstance(config.get(name), bool)]
+    if stated:
+        out["_dropout"] = max(stated)
     if "rms_norm_eps" in config or family == "t5":  # T5LayerNorm scales only: an RMSNorm
         out["_norm"] = "rmsnorm"
     elif "layer_norm_eps" in config or "layer_norm_epsilon" in config:

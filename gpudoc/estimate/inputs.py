@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from gpudoc import allocator
 from gpudoc.errors import ProfileError
+from gpudoc.estimate.defaults import ASSUMED_LORA_DROPOUT, PARALLEL_KEYS, family_dropout
 from gpudoc.estimate.hf_config import model_from_hf_config, read_hf_config
 
 # Names users and frameworks give to the linear layers LoRA can target, mapped onto the roles the
@@ -100,6 +101,12 @@ class TrainSetup:
     loss_upcast: bool = True
     optimizer_in_backward: bool = False
     expandable_segments: bool = False
+    target_len: int = 0  # encoder-decoder: decoder tokens per sample (0: as many as seq_len)
+    # Parallel layouts ([launch]): world_size = data parallel x tensor x pipeline x context.
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    context_parallel: int = 1
+    in_flight: int = 1  # micro batches whose activations a pipeline stage holds at once (1F1B: up to pp)
 
     @property
     def sharding_stage(self) -> int:
@@ -278,7 +285,13 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
             )
     else:
         shape = replace(shape, params=float(params_from_shapes(shape)))
-    extras = {"dropout": model["_dropout"]} if "_dropout" in model else {}
+    extras: dict[str, Any] = {}
+    if "_dropout" in model:
+        extras["dropout"] = float(model["_dropout"])
+        extras["dropout_note"] = (f"[train] dropout not set: {extras['dropout']:g}, as the model's config.json "
+                                  "states")
+    else:
+        extras["dropout"], extras["dropout_note"] = family_dropout(shape)
     return shape, notes, extras
 
 
@@ -320,6 +333,24 @@ def _lora_targets(profile: Any) -> tuple[str, ...]:
 def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None = None) -> TrainSetup:
     train = profile.train
     extras = extras or {}
+    if train.get("dropout") is None and extras.get("dropout_note"):
+        notes.append(extras["dropout_note"])
+    lora_rank = _positive_int("train", "lora_rank", train.get("lora_rank") or 0)
+    lora_dropout = train.get("lora_dropout")
+    if lora_rank and lora_dropout is None:
+        lora_dropout = ASSUMED_LORA_DROPOUT
+        notes.append("[train] lora_dropout not set: the adapters' dropout is assumed on (the more expensive "
+                     "reading; LoRA recipes use 0.05-0.1); lora_dropout = 0 if it is off")
+    if lora_rank and not (profile.model.get("lora_targets") or train.get("lora_targets")):
+        notes.append("[model] lora_targets not set: q and v, peft's default for Llama-style models (a simulation wraps what "
+                     "peft picks for the model)")
+    world = max(1, int(profile.world_size))
+    launch = getattr(profile, "launch", None) or {}
+    tp, pp, cp = (_positive_int("launch", key, launch.get(key) or 1) for key in PARALLEL_KEYS)
+    if world % (tp * pp * cp):
+        raise ProfileError(f"[launch] tensor_parallel x pipeline_parallel x context_parallel = {tp} x {pp} x {cp} "
+                           f"does not divide the world size {world} (nproc_per_node x nnodes)",
+                           key="launch.tensor_parallel")
     seq = train.get("max_seq_len")
     if not seq:
         raise _missing("train", "max_seq_len")
@@ -337,14 +368,14 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         precision=precision,
         zero_stage=min(3, _positive_int("train", "zero_stage", train.get("zero_stage") or 0)),
         fsdp=bool(train.get("fsdp", False)),
-        world_size=max(1, int(profile.world_size)),
+        world_size=world,
         offload_optimizer=bool(train.get("offload_optimizer", False)),
         offload_params=bool(train.get("offload_params", False)),
         optimizer=_choice("train", "optimizer", train.get("optimizer"), _OPTIMIZERS, "adamw"),
         momentum=float(train.get("momentum", 0.9) or 0.0),
-        lora_rank=_positive_int("train", "lora_rank", train.get("lora_rank") or 0),
+        lora_rank=lora_rank,
         lora_targets=_lora_targets(profile),
-        lora_dropout=float(train.get("lora_dropout", 0.0) or 0.0),
+        lora_dropout=float(lora_dropout or 0.0),
         quantization=_choice("train", "quantization", train.get("quantization"), _QUANT, "none"),
         attention=_choice("train", "attention", train.get("attention"), _ATTENTION, "sdpa"),
         dropout=float(train.get("dropout", extras.get("dropout", 0.0)) or 0.0),
@@ -352,6 +383,8 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         loss_upcast=bool(train.get("loss_upcast", True)),
         optimizer_in_backward=bool(train.get("optimizer_in_backward", False)),
         expandable_segments=allocator.is_expandable(allocator.effective(env)),
+        target_len=_positive_int("train", "max_target_len", train["max_target_len"]) if train.get("max_target_len") else 0,
+        tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp,
     )
 
 

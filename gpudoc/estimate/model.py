@@ -7,7 +7,7 @@ reported beside it, never inside it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpudoc.estimate import terms
 from gpudoc.estimate.inputs import (
@@ -18,6 +18,7 @@ from gpudoc.estimate.inputs import (
     layer_params,
     n_blocks,
 )
+from gpudoc.estimate.parallel import per_gpu
 
 BREAKDOWN_KEYS = ("weights", "gradients", "optimizer", "activations", "logits", "workspace")
 
@@ -56,6 +57,21 @@ def _sharded_engine(setup: TrainSetup) -> bool:
     return setup.sharding_stage > 0 or setup.fsdp
 
 
+def kbit_mixed(setup: TrainSetup) -> bool:
+    """QLoRA under autocast (the HF Trainer + peft path): ``prepare_model_for_kbit_training`` casts every
+    weight that is not quantized (embeddings, head, norms) to fp32, so the head's logits are fp32 too
+    (the residual stream is fp32 under autocast anyway). Pure half-precision training (LitGPT,
+    torchtune) keeps them half."""
+    return setup.quantization != "none" and setup.lora_rank > 0 and setup.precision in terms.HALF \
+        and not _sharded_engine(setup)
+
+
+def act_bytes(setup: TrainSetup) -> float:
+    """Bytes of one saved activation element: 4 in fp32 training, else 2 (the 4-bit layers save the
+    half-precision copy of their input they compute with)."""
+    return 4.0 if setup.precision == "fp32" else 2.0
+
+
 def _saving_roles(setup: TrainSetup) -> set[str]:
     """Linear layers whose input autograd keeps: trainable weights (full fine-tune) or LoRA-targeted
     ones; bitsandbytes' 4/8-bit matmul functions keep their input whenever any input needs grad."""
@@ -69,13 +85,14 @@ def _saving_roles(setup: TrainSetup) -> set[str]:
 
 
 def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: float, batch: int,
-                           cross_attention: bool = False) -> tuple[float, float, float]:
+                           cross_attention: bool = False, kv_seq: int = 0) -> tuple[float, float, float]:
     """Bytes one transformer block saves for backward: (total, attention-score part, matmul outputs
     for op-level selective checkpointing). Per-term derivation in ``terms``; Korthikanti's
-    34sbh + 5as^2b is the special case fp16, GELU, ffn = 4h, dropout, eager, full fine-tune."""
+    34sbh + 5as^2b is the special case fp16, GELU, ffn = 4h, dropout, eager, full fine-tune.
+    ``kv_seq``: the encoder's length, which a decoder block's cross-attention scores span."""
     h, f, s = shape.hidden, shape.ffn, setup.seq_len
     a = shape.attention_width  # h, unless heads x head_dim differs from it (Gemma, Qwen3)
-    e = 4.0 if setup.precision == "fp32" else 2.0
+    e = act_bytes(setup)
     amp = terms.uses_autocast(setup.precision, _sharded_engine(setup))
     residual = 4.0 if (amp or setup.precision == "fp32") else e
     full_ft = setup.lora_rank == 0 and setup.quantization == "none"
@@ -87,13 +104,15 @@ def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: floa
     total = 0.0
     scores = 0.0
     blocks = 2 if cross_attention else 1
-    for _ in range(blocks):
+    for block in range(blocks):
         total += norm
         if roles & {"q", "k", "v"}:
             total += tokens * h * e
         sbh, s2 = terms.attention_saved_bytes(
             tokens=tokens, batch=batch, seq=s, hidden=a, heads=shape.heads, kv_heads=shape.kv_heads,
             act_bytes=e, attention=setup.attention, dropout=setup.dropout, score_bytes=score, amp_cast=amp)
+        if block == 1 and kv_seq:
+            s2 *= kv_seq / s  # cross-attention: decoder queries x encoder keys
         total += sbh + s2
         scores += s2
         if "o" in roles and setup.attention == "eager":
@@ -124,68 +143,91 @@ def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: floa
 
 
 def activation_bytes(shape: ModelShape, setup: TrainSetup) -> tuple[float, list[str]]:
-    """Saved activations of the whole model at the start of backward, with checkpointing applied."""
+    """Saved activations of the whole model at the start of backward, with checkpointing applied.
+    Encoder-decoder models: the decoder's blocks see ``target_len`` tokens per sample. A pipeline
+    stage keeps ``in_flight`` micro batches' activations of its blocks (1F1B)."""
     notes: list[str] = []
     b, s = setup.micro_batch_size, setup.seq_len
-    tokens = float(b * s)
+    t = setup.target_len or s
+    tokens, dec_tokens = float(b * s), float(b * t)
     h = shape.hidden
-    e = 4.0 if setup.precision == "fp32" else 2.0
+    e = act_bytes(setup)
     amp = terms.uses_autocast(setup.precision, _sharded_engine(setup))
     plain, cross = n_blocks(shape)
     layer, layer_scores, mm_out = layer_activation_bytes(shape, setup, tokens=tokens, batch=b)
-    xlayer = layer
+    xlayer, xscores, xmm = layer, layer_scores, mm_out
     if cross:
-        xlayer, _, _ = layer_activation_bytes(shape, setup, tokens=tokens, batch=b, cross_attention=True)
-    blocks = plain * layer + cross * xlayer
-    largest = max(layer, xlayer)
+        xlayer, xscores, xmm = layer_activation_bytes(shape, replace(setup, seq_len=t), tokens=dec_tokens, batch=b,
+                                                      cross_attention=True, kv_seq=s)
+    largest = max(layer, xlayer) if cross else layer
 
     residual = 4.0 if (amp or setup.precision == "fp32") else e
     full_ft = setup.lora_rank == 0 and setup.quantization == "none"
-    outside = terms.norm_saved_bytes(tokens, h, norm=shape.norm, act_bytes=e, residual_bytes=residual,
+    outside = terms.norm_saved_bytes(dec_tokens, h, norm=shape.norm, act_bytes=e, residual_bytes=residual,
                                      weight_trainable=full_ft)
     if setup.dropout > 0:
-        outside += terms.dropout_mask_bytes(tokens, h)
+        outside += terms.dropout_mask_bytes(dec_tokens, h)
     if "head" in _saving_roles(setup) and setup.loss != "classification":
-        outside += tokens * h * e
+        outside += dec_tokens * h * e
     if cross:
         outside += tokens * h * e  # encoder output, read by every cross-attention
 
     mode = setup.gradient_checkpointing
     if mode == "full":
-        kept = terms.checkpointed_bytes(plain + cross, tokens, h, residual)
-        return kept + largest + outside, notes
-    if mode == "selective":
-        if setup.attention == "eager":
-            # Korthikanti sec. 4.3: recompute only the attention core, drop the a*s^2 terms.
-            per_layer = layer - layer_scores
-            return (plain + cross) * per_layer + layer_scores + outside, notes
+        # Each micro batch in flight keeps its checkpoints; one layer at a time is recomputed.
+        held = (terms.checkpointed_bytes(plain, tokens, h, residual)
+                + terms.checkpointed_bytes(cross, dec_tokens, h, residual))
+        once = largest
+    elif mode == "selective" and setup.attention == "eager":
+        # Korthikanti sec. 4.3: recompute only the attention core, drop the a*s^2 terms.
+        held = plain * (layer - layer_scores) + cross * (xlayer - xscores)
+        once = max(layer_scores, xscores)
+    elif mode == "selective":
         # With SDPA there is no s^2 term to drop; op-level selective checkpointing (PyTorch
         # ``create_selective_checkpoint_contexts``, torchtitan's "op" policy) keeps the layer input,
         # the attention outputs and every other matmul output, and recomputes the rest.
-        per_layer = tokens * h * residual + tokens * h * e + tokens * shape.heads * 4.0 + mm_out / 2
+        def kept_of(n: float, full: float, mm: float) -> float:
+            return min(n * h * residual + n * h * e + n * shape.heads * 4.0 + mm / 2, full)
+
+        held = plain * kept_of(tokens, layer, mm_out) + cross * kept_of(dec_tokens, xlayer, xmm)
+        once = largest
         notes.append("selective checkpointing with SDPA: modelled as op-level selective checkpointing "
                      "(attention outputs and every other matmul output kept)")
-        return (plain + cross) * min(per_layer, layer) + largest + outside, notes
-    return blocks + outside, notes
+    else:
+        held, once = plain * layer + cross * xlayer, 0.0
+    return held * setup.in_flight + once + outside, notes
 
 
 def per_sample_activation_bytes_for(inputs: Inputs) -> float:
     """Activations + logits of one sequence (micro batch 1): the slope the ladder works with."""
     one = inputs.with_micro_batch(1)
-    acts, _ = activation_bytes(one.shape, one.setup)
-    return acts + _logits(one.shape, one.setup)
+    shape, setup, _ = per_gpu(one.shape, one.setup)
+    acts, _ = activation_bytes(shape, setup)
+    return acts + _logits(shape, setup)
 
 
 def _logits(shape: ModelShape, setup: TrainSetup) -> float:
-    tokens = float(setup.micro_batch_size * setup.seq_len)
-    e = 4.0 if setup.precision == "fp32" else 2.0
+    tokens = float(setup.micro_batch_size * (setup.target_len or setup.seq_len))
+    e = 4.0 if kbit_mixed(setup) else act_bytes(setup)  # an fp32 head gives fp32 logits
     return terms.logits_bytes(tokens, shape.vocab, logits_dtype_bytes=e, loss=setup.loss,
                               upcast=setup.loss_upcast)
 
 
+def _gathered_params(model_params: float, unit: float, setup: TrainSetup, notes: list[str]) -> float:
+    """Parameters a ZeRO-3 / FSDP engine holds gathered at once: FSDP the unit it computes and the
+    one it prefetches; DeepSpeed its live-parameter and prefetch budgets. ``zero_stage = 3`` does not
+    say which engine: the larger."""
+    fsdp = min(model_params, terms.gathered_working_set_bytes(unit, 1.0))
+    if setup.fsdp:
+        return fsdp
+    live = terms.zero3_live_params(model_params, unit)
+    notes.append(f"ZeRO-3 gathers up to {live:.3g} parameters at once (DeepSpeed's stage3_max_live_parameters "
+                 "1e9 + stage3_prefetch_bucket_size 5e8; fsdp = true for FSDP's two units)")
+    return max(fsdp, live)
+
+
 def compute_phases(inputs: Inputs) -> Phases:
-    shape, setup = inputs.shape, inputs.setup
-    notes: list[str] = []
+    shape, setup, notes = per_gpu(inputs.shape, inputs.setup)
     engine = _sharded_engine(setup)
     stage = setup.sharding_stage
     world = setup.world_size
@@ -223,7 +265,7 @@ def compute_phases(inputs: Inputs) -> Phases:
     if setup.lora_rank:
         # Frozen bases are loaded in the compute dtype (fp32 only when training in fp32); adapters
         # follow the parameter dtype (fp32 under autocast).
-        base_bytes = 4.0 if setup.precision == "fp32" else 2.0
+        base_bytes = 4.0 if setup.precision == "fp32" or kbit_mixed(setup) else 2.0
     else:
         base_bytes = pbytes
     weights = (quantized * terms.quantized_weight_bytes(setup.quantization, shape.hidden) if quantized else 0.0)
@@ -264,18 +306,22 @@ def compute_phases(inputs: Inputs) -> Phases:
         workspace_fb += min(full_grads, 2 * unit * grad_b)
     if stage >= 3:
         weights = terms.zero_shard(weights, world)
-        workspace_fb += terms.gathered_working_set_bytes(unit, compute_bytes)
+        workspace_fb += _gathered_params(total, unit, setup, notes) * compute_bytes
     elif world > 1 and stage == 0:
         workspace_fb += terms.ddp_bucket_bytes(grads)
         workspace_step += terms.ddp_bucket_bytes(grads)
     if setup.offload_optimizer:
         optimizer = master = step_temp = 0.0
     if setup.offload_params:
-        if stage < 3:
-            notes.append("offload_params needs ZeRO-3/FSDP; counted as offloaded anyway")
+        if setup.zero_stage < 3 and not setup.fsdp:
+            notes.append("offload_params is ZeRO-3's (DeepSpeed offload_param) or FSDP's CPU offload; "
+                         "counted as offloaded anyway")
         weights = 0.0
-        if stage < 3:
-            workspace_fb += terms.gathered_working_set_bytes(unit, compute_bytes)
+        if stage < 3:  # one GPU: the engine still gathers the parameters it computes with
+            workspace_fb += _gathered_params(total, unit, setup, notes) * compute_bytes
+        if setup.offload_optimizer and not setup.fsdp:
+            # ZeRO-Infinity: gradients leave the GPU through the reduce bucket to the CPU optimizer.
+            grads = min(grads, terms.REDUCE_BUCKET_SIZE * grad_b)
     if setup.zero_stage and world <= 1:
         notes.append("zero_stage > 0 with a world size of 1 shards nothing")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoc.estimate.hf_config import read_hf_config
-from gpudoc.estimate.inputs import _TARGET_ALIASES, ModelShape, TrainSetup
+from gpudoc.estimate.inputs import _TARGET_ALIASES, ModelShape, TrainSetup, n_blocks
 
 
 def unsupported_reason(profile: Any, setup: TrainSetup) -> str | None:
@@ -42,7 +42,14 @@ def _lora_target_names(roles: tuple[str, ...]) -> list[str]:
 
 def _config_from_shape(shape: ModelShape, setup: TrainSetup) -> dict:
     """A config.json for a profile that gives only shapes: Llama for gated-MLP/RMSNorm decoders,
-    GPT-2 (with its dropout, the family's default) for GELU/LayerNorm ones, BERT for encoders."""
+    GPT-2 (with its dropout, the family's default) for GELU/LayerNorm ones, BERT for encoders, T5
+    (v1.1: gated GELU when the MLP is gated) for encoder-decoders."""
+    if shape.arch == "encoder-decoder":
+        plain, cross = n_blocks(shape)
+        return {"model_type": "t5", "d_model": shape.hidden, "d_ff": shape.ffn, "d_kv": shape.head_dim,
+                "num_layers": plain, "num_decoder_layers": cross, "num_heads": shape.heads,
+                "vocab_size": shape.vocab, "feed_forward_proj": "gated-gelu" if shape.gated_mlp else "relu",
+                "tie_word_embeddings": shape.tied_embeddings, "decoder_start_token_id": 0}
     if shape.arch == "encoder":
         return {"model_type": "bert", "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
                 "num_attention_heads": shape.heads, "intermediate_size": shape.ffn, "vocab_size": shape.vocab,

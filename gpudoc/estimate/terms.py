@@ -157,6 +157,22 @@ def gathered_working_set_bytes(largest_unit_params: float, compute_bytes: float,
     return prefetch * largest_unit_params * compute_bytes
 
 
+# DeepSpeed ZeRO-3's defaults (DeepSpeed config docs, "ZeRO optimizations"): parameters kept gathered
+# before the engine releases them, and parameters fetched ahead of use; elements, not bytes.
+STAGE3_MAX_LIVE_PARAMETERS = 1e9
+STAGE3_PREFETCH_BUCKET_SIZE = 5e8
+# DeepSpeed's reduce_bucket_size default: gradients reduced (and, offloaded, copied out) per bucket.
+REDUCE_BUCKET_SIZE = 5e8
+
+
+def zero3_live_params(model_params: float, largest_unit_params: float) -> float:
+    """Parameters DeepSpeed ZeRO-3 may hold gathered on a GPU: up to ``stage3_max_live_parameters``
+    resident (a module larger than that is still gathered whole) plus ``stage3_prefetch_bucket_size``
+    in flight, never more than the model. With ``offload_param`` this is all the GPU holds of the
+    weights, on one GPU as on many."""
+    return min(model_params, max(largest_unit_params, STAGE3_MAX_LIVE_PARAMETERS) + STAGE3_PREFETCH_BUCKET_SIZE)
+
+
 def ddp_bucket_bytes(gradient_bytes_total: float) -> float:
     """DDP's reducer copies gradients into communication buckets that together hold every
     gradient (PyTorch DDP docs: ``gradient_as_bucket_view=True`` saves "the total gradients

@@ -38,10 +38,15 @@ TABLES: dict[str, dict[str, tuple]] = {
         "quantization": STR,
         "attention": STR,
         "fsdp": BOOL,
+        "max_target_len": INT,  # encoder-decoder: decoder tokens per sample (default max_seq_len)
     },
     "launch": {
         "nproc_per_node": INT,
         "nnodes": INT,
+        # Parallel layouts (default 1): world size = data parallel x tensor x pipeline x context.
+        "tensor_parallel": INT,
+        "pipeline_parallel": INT,
+        "context_parallel": INT,
     },
     "model": {
         "hf_config": STR,
@@ -105,6 +110,10 @@ RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("train", "lora_rank"): (1, 65536),
     ("launch", "nproc_per_node"): (1, 1024),
     ("launch", "nnodes"): (1, 10**5),
+    ("launch", "tensor_parallel"): (1, 1024),
+    ("launch", "pipeline_parallel"): (1, 1024),
+    ("launch", "context_parallel"): (1, 1024),
+    ("train", "max_target_len"): (1, 10**8),
     ("model", "params"): (1, 1e14),
     ("model", "layers"): (1, 10**4),
     ("model", "hidden"): (1, 10**6),

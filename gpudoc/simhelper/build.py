@@ -168,7 +168,7 @@ def _lora(model: Any, lora: dict, notes: list[str]) -> Any:
         model = peft.get_peft_model(model, config)
     except ValueError as exc:
         raise Unsupported(f"peft cannot wrap this model: {exc}") from None
-    wrapped = sorted({n.rsplit(".", 2)[-2] for n, _ in model.named_parameters() if "lora_A" in n})
+    wrapped = sorted({n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if ".lora_A" in n})
     notes.append(f"LoRA rank {rank} on {', '.join(wrapped) or 'no layer'}")
     return model
 

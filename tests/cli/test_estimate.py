@@ -12,7 +12,7 @@ memory_gib = 24
 
 [train]
 micro_batch_size = 1
-max_seq_len = 4096
+max_seq_len = 2048
 precision = "bf16"
 gradient_checkpointing = true
 lora_rank = 16
@@ -39,8 +39,9 @@ def test_table_and_json(isolated_home):
     assert data["micro_batch_size"] == 2 and data["gpu_total_bytes"] == 48 * 1024**3
     assert isinstance(data["peak_bytes"], int) and isinstance(data["max_micro_batch_size"], int)
     assert data["phases"]["forward_backward"] >= data["phases"]["optimizer_step"]
-    # QLoRA 8B: an NF4 base of ~4 GiB plus bf16 embeddings, far below a bf16 model's 15 GiB.
-    assert data["breakdown"]["weights"] < 7 * 1024**3
+    # QLoRA 8B: an NF4 base of ~4 GiB plus embeddings (fp32 under autocast, as peft's kbit preparation
+    # leaves them), far below a bf16 model's 15 GiB.
+    assert data["breakdown"]["weights"] < 8 * 1024**3
 
 
 def test_missing_key_is_one_line_and_exit_2(isolated_home):
@@ -87,7 +88,7 @@ def test_the_jobs_command_after_dashes_names_the_model(isolated_home, tmp_path):
     from tests.estimate.hf_configs import CONFIGS
     from tests.estimate.test_model_source import cache_model
 
-    (isolated_home / "gpudoc.toml").write_text("[gpu]\nmemory_gib = 24\n[train]\nmax_seq_len = 1024\nlora_rank = 16\n")
+    (isolated_home / "gpudoc.toml").write_text("[gpu]\nmemory_gib = 24\n[train]\nmax_seq_len = 512\nlora_rank = 16\n")
     env = {"HF_HOME": str(tmp_path / "hf")}
     cache_model(tmp_path / "hf" / "hub", "google/gemma-2-2b", CONFIGS["google/gemma-2-2b"])
     result = gpudoc_cli("estimate", "--json", "--", "torchrun", "--nproc_per_node", "2", "train.py",

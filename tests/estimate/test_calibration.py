@@ -4,16 +4,22 @@ Compared like with like: ``peak_bytes`` against max_memory_allocated; plus the m
 slack against max_memory_reserved; plus slack and CUDA context against nvidia-smi and against the
 VRAM budget of "largest that fits" boundaries; OOM rows must be predicted over the card's capacity.
 Exclusions are listed with their reason in ``cases.EXCLUDED``. Run with ``-s`` to see the table.
+
+Two harnesses: the record -> inputs one (``cases``) reads every fact a record states, free text
+included; the user's path (``user_path``) writes the profile a user would — the SPEC's keys only —
+and runs it through ``gpudoc estimate --json``, by the formula and by the simulation.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import pytest
 
 from tests.conftest import MEMORY_CASES
 from tests.estimate.cases import EXCLUDED, compare, load_records
+from tests.estimate.user_path import Result, run_case, summary, table
 
 RECORDS = load_records(MEMORY_CASES)
 COMPARISONS = [compare(r) for r in RECORDS if r["id"] not in EXCLUDED]
@@ -66,3 +72,83 @@ def test_fitting_rows_are_predicted_under_the_card():
     for c in NUMERIC:
         if c.capacity and c.kind != "boundary":
             assert c.peak <= 1.1 * c.capacity, c.id
+
+
+# --- through the user's path: profiles with the SPEC's keys, run by `gpudoc estimate --json` -------
+
+# Shown in the table, not bounded: the LitGPT FSDP rows contradict each other (cases.EXCLUDED), and
+# titan-13 (TP 8 x PP 8 x FSDP 8) states neither its pipeline micro batch (its local batch of 32 is
+# written as torchtitan's default, 32 micro batches of 1; 8 of 4 would hold four times the
+# activations) nor its Float8 / AsyncTP buffers.
+_UNBOUNDED = {"lit-22", "lit-25", "lit-28", "titan-13"}
+# Always run: the smallest case of each family the simulation rebuilds (GPT-2, BERT, GPT-NeoX, Llama,
+# Phi, T5), seconds each; GPUDOC_CALIBRATE_SIMULATION=1 runs every case it can rebuild (minutes).
+SIMULATED_SUBSET = ("adan-01", "hf-bert-07", "lit-10", "tt-lora-01", "lit-01", "peft-01")
+# Measured on this subset: median |error| 10.6%, one case under by more than 10% (hf-bert-07: an
+# nvidia-smi figure holding that stack's 1.3 GiB CUDA context). The issue's 5% is not met through
+# the user's path: the simulation is exact for Hugging Face's modelling code, and lit-01 (+33%) was
+# measured on LitGPT's Phi, peft-01 (+18%) with targets shorter than its inputs that no field states.
+SUBSET_MEDIAN, SUBSET_UNDER = 0.12, 1
+
+
+def _user_path(tmp_path, records, **kw) -> list[Result]:
+    return [run_case(r, tmp_path / r["id"], **kw) for r in records]
+
+
+def _bounded(results: list[Result]) -> list[Result]:
+    return [x for x in results if x.error is not None and x.id not in _UNBOUNDED]
+
+
+@pytest.mark.parametrize("with_config", [True, False], ids=["config.json", "shapes"])
+def test_the_formula_through_the_users_path(tmp_path, with_config):
+    """Every case as its user writes the profile — the model's config.json (its family's config class,
+    the case's shapes) or the shapes alone — through `gpudoc estimate --json`. Run with -s for the
+    table."""
+    results = _user_path(tmp_path, RECORDS, with_config=with_config)
+    print("\n" + table(f"formula, model from {'config.json' if with_config else 'shapes'}", results))
+    assert all(x.source == "formula" for x in results)
+    for x in results:
+        if x.kind == "oom":
+            assert x.capacity and x.predicted > x.capacity, f"{x.id}: an OOM predicted to fit"
+        elif x.capacity and x.kind != "boundary":
+            assert x.predicted <= 1.6 * x.capacity, f"{x.id}: a run that fit predicted far over its card"
+    s = summary(_bounded(results))
+    assert s["n"] >= 35
+    assert s["median"] <= 0.10  # the issue's target through the user's path; measured 7.1% / 8.1%
+    assert s["within25"] >= 0.80
+    # Under-prediction lets a job through the gate into an OOM: measured 2 (hf-bert-01: that run's
+    # 1.3 GiB CUDA context; tt-qlora-01: torchtune's reserve from loading the model), where the
+    # cheapest readings of silent profiles gave 5 (with config.json) and 15 (from shapes).
+    assert s["under10"] <= 2
+
+
+def _simulated(tmp_path, ids) -> list[Result]:
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    by_id = {r["id"]: r for r in RECORDS}
+    return _user_path(tmp_path, [by_id[i] for i in ids], simulate=True)
+
+
+def test_the_simulation_through_the_users_path_on_small_cases(tmp_path):
+    results = _simulated(tmp_path, SIMULATED_SUBSET)
+    print("\n" + table("simulation, subset", results))
+    assert all(x.source == "simulation" for x in results), [(x.id, x.notes) for x in results]
+    s = summary(results)
+    assert s["median"] <= SUBSET_MEDIAN
+    assert s["under10"] <= SUBSET_UNDER
+
+
+@pytest.mark.skipif(not os.environ.get("GPUDOC_CALIBRATE_SIMULATION"),
+                    reason="every case through the simulation takes minutes: GPUDOC_CALIBRATE_SIMULATION=1")
+def test_the_simulation_through_the_users_path_on_every_case(tmp_path):
+    results = _simulated(tmp_path, [r["id"] for r in RECORDS])
+    print("\n" + table("simulation (formula where it cannot run)", results))
+    simulated = [x for x in results if x.source == "simulation"]
+    print(table("simulation only", simulated))
+    # Measured: 20 cases simulated, median |error| 8.7%, 3 under by more than 10% (the BERT rows:
+    # nvidia-smi figures with a 1.3 GiB CUDA context and PyTorch 1.10's reserve; the family is the
+    # one under-predicted on average, by 14%).
+    s = summary(simulated)
+    assert s["n"] >= 18
+    assert s["median"] <= 0.10
+    assert s["under10"] <= 3

@@ -134,9 +134,9 @@ def test_gpt_block_fp32_eager_matches_autograd_up_to_the_causal_mask():
     assert _predict(GPT, precision="fp32", attention="eager") == saved_bytes(block, x) - mask
 
 
-def _inputs(**setup) -> Inputs:
-    shape = ModelShape(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
-                       params=8.03e9, gated_mlp=True)
+def _inputs(shape: ModelShape | None = None, **setup) -> Inputs:
+    shape = shape or ModelShape(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+                                params=8.03e9, gated_mlp=True)
     base = {"micro_batch_size": 1, "seq_len": 2048, "precision": "bf16"}
     base.update(setup)
     return Inputs(shape=shape, setup=TrainSetup(**base))
@@ -219,3 +219,49 @@ def test_fp32_activations_are_twice_half():
     a16 = compute_phases(half).forward_backward["activations"]
     a32 = compute_phases(full).forward_backward["activations"]
     assert 1.7 < a32 / a16 <= 2.0  # fp32 norm copies are the same size in both
+
+
+def test_zero3_parameter_offload_on_one_gpu_holds_the_engines_live_budget():
+    """DeepSpeed ZeRO-3 with offload_param, on one GPU as on many: no resident weights, but up to
+    stage3_max_live_parameters (1e9) + stage3_prefetch_bucket_size (5e8) gathered, and the
+    gradients leave through the reduce bucket — not two gathered layers."""
+    offload = compute_phases(_inputs(precision="bf16-true", zero_stage=3, world_size=1, offload_params=True,
+                                     offload_optimizer=True))
+    fb, step = offload.forward_backward, offload.optimizer_step
+    assert fb["weights"] == step["weights"] == 0 and step["optimizer"] == 0
+    assert fb["workspace"] >= 1.5e9 * 2  # bf16 elements, 8.03e9 parameters in all
+    assert step["gradients"] <= 5e8 * 2
+    assert not any("counted as offloaded anyway" in n for n in offload.notes)
+    # A model smaller than the budget is gathered whole, never more.
+    small = _inputs(shape=ModelShape(layers=12, hidden=768, heads=12, kv_heads=12, ffn=3072, vocab=50257,
+                                     params=124e6, gated_mlp=False), precision="bf16-true", zero_stage=3,
+                    offload_params=True)
+    assert compute_phases(small).forward_backward["workspace"] <= 124e6 * 2
+    # FSDP gathers the unit it computes and the next: less than DeepSpeed's budgets.
+    fsdp = compute_phases(_inputs(precision="bf16-true", fsdp=True, world_size=8, offload_params=True))
+    deepspeed = compute_phases(_inputs(precision="bf16-true", zero_stage=3, world_size=8, offload_params=True))
+    assert fsdp.forward_backward["workspace"] < deepspeed.forward_backward["workspace"] - 0.4e9 * 2
+
+
+def test_qlora_under_autocast_keeps_the_unquantized_weights_and_the_logits_fp32():
+    """peft's prepare_model_for_kbit_training upcasts embeddings, head and norms to fp32; pure bf16
+    training (LitGPT, torchtune) does not."""
+    pure = compute_phases(_inputs(precision="bf16-true", lora_rank=16, quantization="nf4",
+                                  gradient_checkpointing="full")).forward_backward
+    mixed = compute_phases(_inputs(precision="bf16", lora_rank=16, quantization="nf4",
+                                   gradient_checkpointing="full")).forward_backward
+    embeddings = 2 * 128256 * 4096  # Llama-3-8B's embedding and untied head
+    assert mixed["weights"] - pure["weights"] == pytest.approx(embeddings * 2, rel=0.02)
+    assert mixed["logits"] == pytest.approx(2048 * 128256 * 16)  # fp32 logits + three fp32 loss buffers
+    assert pure["logits"] == pytest.approx(2048 * 128256 * 14)
+
+
+def test_an_encoder_decoder_with_short_targets_saves_decoder_tokens_only():
+    t5 = ModelShape(layers=48, hidden=2048, heads=32, kv_heads=32, ffn=5120, vocab=32128, params=2.85e9,
+                    arch="encoder-decoder", encoder_layers=24, decoder_layers=24, norm="rmsnorm")
+    long = compute_phases(_inputs(shape=t5, precision="fp32", seq_len=512, attention="eager")).forward_backward
+    short = compute_phases(_inputs(shape=t5, precision="fp32", seq_len=512, attention="eager",
+                                   target_len=8)).forward_backward
+    assert short["logits"] == pytest.approx(long["logits"] * 8 / 512)
+    # The encoder's 24 blocks still see 512 tokens: a little over half of the activations remain.
+    assert 0.4 * long["activations"] < short["activations"] < 0.65 * long["activations"]

@@ -274,3 +274,14 @@ def test_bind_files_are_checked_as_the_profile_loads_against_the_merged_train(is
                                            'micro_batch_size = "CONFIG[\\"bs"\n')
     with pytest.raises(ProfileError, match=r"micro_batch_size: cannot read the key path"):
         load_profile(str(key))
+
+
+def test_parallel_layouts_and_target_length_are_profile_keys(isolated_home):
+    ok = write(isolated_home / "ok.toml", "[launch]\nnproc_per_node = 8\ntensor_parallel = 2\npipeline_parallel = 2\n"
+                                          "context_parallel = 2\n[train]\nmax_target_len = 128\n")
+    profile = load_profile(str(ok))
+    assert (profile.launch["tensor_parallel"], profile.train["max_target_len"]) == (2, 128)
+    expect_error(write(isolated_home / "a.toml", "[launch]\ntensor_parallel = 0\n"), "launch.tensor_parallel")
+    expect_error(write(isolated_home / "b.toml", '[launch]\npipeline_parallel = "2"\n'), "launch.pipeline_parallel",
+                 "expected an integer")
+    expect_error(write(isolated_home / "c.toml", "[launch]\ncontext_paralel = 2\n"), "did you mean 'context_parallel'")

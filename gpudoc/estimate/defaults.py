@@ -1,0 +1,28 @@
+"""What a profile that is silent about a knob is estimated with: never the cheapest case, but the
+model's own config, the family's framework default, or the more expensive reading — and a note
+saying which."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# [launch] degrees of model parallelism (default 1): world size = data parallel x their product.
+PARALLEL_KEYS = ("tensor_parallel", "pipeline_parallel", "context_parallel")
+
+# What older LayerNorm/GELU families (GPT-2, BERT, T5, BART, OPT) train with when nothing says
+# otherwise: the dropout probability of their config classes and of the training scripts built on them.
+FAMILY_DROPOUT = 0.1
+# Any probability above zero stores the same mask and output: the adapters' dropout is assumed on
+# when the profile does not say (peft's, LitGPT's and torchtune's LoRA recipes use 0.05-0.1).
+ASSUMED_LORA_DROPOUT = 0.1
+
+
+def family_dropout(shape: Any) -> tuple[float, str]:
+    """The dropout a model trains with when neither the profile nor a config.json says: the family's
+    framework default, judged from the shape of its blocks, and the note that says so."""
+    if shape.arch in ("encoder", "encoder-decoder") or (shape.norm == "layernorm" and not shape.gated_mlp):
+        return FAMILY_DROPOUT, (f"[train] dropout not set: {FAMILY_DROPOUT:g} assumed, the framework default of "
+                                "LayerNorm/GELU and encoder(-decoder) families (GPT-2, BERT, T5, OPT); "
+                                "dropout = 0 if the model trains without")
+    return 0.0, ("[train] dropout not set: none assumed, as Llama-style blocks (gated MLP, RMSNorm) train; "
+                 "set dropout if the model uses it")
