@@ -12,7 +12,6 @@ and runs it through ``gpudoc estimate --json``, by the formula and by the simula
 
 from __future__ import annotations
 
-import os
 import statistics
 
 import pytest
@@ -123,8 +122,7 @@ def test_the_formula_through_the_users_path(tmp_path, with_config):
 
 
 def _simulated(tmp_path, ids) -> list[Result]:
-    pytest.importorskip("transformers")
-    pytest.importorskip("peft")
+    # Every case through the simulation takes minutes: bench/calibrate.py runs them all.
     by_id = {r["id"]: r for r in RECORDS}
     return _user_path(tmp_path, [by_id[i] for i in ids], simulate=True)
 
@@ -136,19 +134,3 @@ def test_the_simulation_through_the_users_path_on_small_cases(tmp_path):
     s = summary(results)
     assert s["median"] <= SUBSET_MEDIAN
     assert s["under10"] <= SUBSET_UNDER
-
-
-@pytest.mark.skipif(not os.environ.get("GPUDOC_CALIBRATE_SIMULATION"),
-                    reason="every case through the simulation takes minutes: GPUDOC_CALIBRATE_SIMULATION=1")
-def test_the_simulation_through_the_users_path_on_every_case(tmp_path):
-    results = _simulated(tmp_path, [r["id"] for r in RECORDS])
-    print("\n" + table("simulation (formula where it cannot run)", results))
-    simulated = [x for x in results if x.source == "simulation"]
-    print(table("simulation only", simulated))
-    # Measured: 20 cases simulated, median |error| 8.7%, 3 under by more than 10% (the BERT rows:
-    # nvidia-smi figures with a 1.3 GiB CUDA context and PyTorch 1.10's reserve; the family is the
-    # one under-predicted on average, by 14%).
-    s = summary(simulated)
-    assert s["n"] >= 18
-    assert s["median"] <= 0.10
-    assert s["under10"] <= 3
