@@ -255,8 +255,8 @@ def needs_model(model: Mapping[str, Any]) -> bool:
     return not model.get("hf_config") and not all(model.get(k) for k in _SHAPE_KEYS)
 
 
-def with_job_model(profile: Any, argv: Sequence[str], cwd: Path,
-                   environ: Mapping[str, str] | None = None) -> tuple[Any, str | None]:
+def with_job_model(profile: Any, argv: Sequence[str], cwd: Path, environ: Mapping[str, str] | None = None,
+                   config_data: Sequence[tuple[str, Any]] | None = None) -> tuple[Any, str | None]:
     """The profile with ``[model] hf_config`` set to the config.json of the model the job's command
     (``argv``, run in ``cwd``) names, and a note saying so; the profile unchanged (note None) when
     its ``[model]`` is complete or the job names no model. The profile's own ``[model]`` keys still
@@ -268,7 +268,9 @@ def with_job_model(profile: Any, argv: Sequence[str], cwd: Path,
     if not argv or not needs_model(profile.model):
         return profile, None
     args = parse_command(argv).script_args
-    named = model_name_from_job(args, job_config_data(args, cwd))
+    # The job's reader (gpudoc.job.knobs) hands over the configs it read, Hydra's composed one
+    # included; without it, the YAML/JSON files the arguments name.
+    named = model_name_from_job(args, job_config_data(args, cwd) if config_data is None else config_data)
     if named is None:
         return profile, None
     path = find_model_config(named.name, bases=[cwd], environ=environ,

@@ -54,7 +54,8 @@ class JobReading:
     launch: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     file_presets: dict[str, str] = field(default_factory=dict)
-    config_data: list[Mapping[str, Any]] = field(default_factory=list)  # the configs read, for the model's name
+    # The config files read, as (label, data): the model the job names may be in one of them.
+    config_data: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
 
     @property
     def values(self) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def load_config(path: Path, label: str, reading: JobReading) -> Any:
         reading.notes.append(f"{label}: not read ({exc})")
         return None
     if isinstance(data, Mapping):
-        reading.config_data.append(data)
+        reading.config_data.append((label, data))
         return data
     return None
 

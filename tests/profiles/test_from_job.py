@@ -40,3 +40,16 @@ def test_a_recorded_run_is_fixed_with_the_values_it_ran_with(tmp_path):
     assert again.changed_knobs() == {"micro_batch_size": 4}  # the command still says 8
     profiled = RunRecord(id="r2", command=COMMAND, cwd=str(tmp_path), profile={"name": "p", "path": "p.toml"})
     assert recorded_job_profile(profiled, {}) is None
+
+
+def test_the_model_named_in_a_hydra_config_is_found(tmp_path):
+    hub = tmp_path / "hf" / "hub"
+    config = cache_model(hub, "meta-llama/Llama-3.2-1B", CONFIGS["meta-llama/Llama-3.2-1B"])
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "config.yaml").write_text(
+        "model:\n  name_or_path: meta-llama/Llama-3.2-1B\ndata:\n  batch_size: 4\n")
+    (tmp_path / "train.py").write_text('import hydra\n\n@hydra.main(config_path="conf", config_name="config")\n'
+                                       "def main(cfg):\n    pass\n")
+    profile = job_profile(["python", "train.py"], tmp_path, {"HF_HOME": str(hub.parent)})
+    assert profile.train == {"micro_batch_size": 4}
+    assert profile.model["hf_config"] == str(config)
