@@ -39,9 +39,6 @@ class Knob:
             return f"file:{self.path}:{self.name}" if self.name else f"file:{self.path}"
         return f"{self.kind}:{self.name}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "where": self.where}
-
 
 @dataclass
 class JobReading:
