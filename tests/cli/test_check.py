@@ -11,6 +11,7 @@ from gpudoc.cli import check as cli_check
 from gpudoc.cli import context
 from gpudoc.cli.app import Gpudoc
 from gpudoc.cli.main import run_cli
+from tests.cli.switches import declared_switches
 from tests.commands.test_check import A5000
 from tests.conftest import captured_workspace
 
@@ -61,11 +62,4 @@ def test_both_ways_in_give_the_same_output(tmp_path):
 
 
 def test_plumbum_command_has_exactly_the_tables_switches():
-    command = cli_check.CheckCommand
-    names = {name for names, *_ in cli_check.SWITCHES for name in names}
-    declared = set()
-    for attr in dir(command):
-        switch = getattr(getattr(command, attr, None), "_switch_info", None)
-        if switch is not None and switch.group == "Switches":
-            declared.update(("-" if len(n) == 1 else "--") + n for n in switch.names)
-    assert declared == names
+    assert declared_switches(cli_check.CheckCommand) == {name for names, *_ in cli_check.SWITCHES for name in names}

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 from gpudoc.cli import run as cli_run
+from tests.cli.switches import declared_switches
 from tests.conftest import gpudoc_cli
 
 
 def test_plumbum_command_has_exactly_the_tables_switches():
-    command = cli_run.RunCommand
-    names = {name for names, *_ in cli_run.SWITCHES for name in names}
-    declared = set()
-    for attr in dir(command):
-        switch = getattr(getattr(command, attr, None), "_switch_info", None)
-        if switch is not None and switch.group == "Switches":
-            declared.update(("-" if len(n) == 1 else "--") + n for n in switch.names)
-    assert declared == names
+    assert declared_switches(cli_run.RunCommand) == {name for names, *_ in cli_run.SWITCHES for name in names}
 
 
 def test_help_and_errors_still_come_from_the_full_parser():
