@@ -145,7 +145,7 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     _check_executable(resolved.argv, child_env, cwd)
     for note in (*resolved.conflicts, *resolved.notes):
         console.error(f"gpudoc: note: {note}")
-    edits = refusing(lambda: _apply_edits(resolved))
+    edits = refusing(lambda: _apply_edits(resolved, ws))
     for line in resolved.said:  # a flag the user typed, a value in a file: never changed unsaid
         console.error(f"gpudoc: {line}")
     return launch_attempt(options, profile, resolved, child_env, edits, ws, parent=parent)
@@ -224,12 +224,14 @@ def _check_executable(argv: Sequence[str], env: Mapping[str, str], cwd: Path) ->
         raise LaunchError(f"command not found: {first}", exit_status=ExitStatus.NOT_FOUND)
 
 
-def _apply_edits(resolved: ResolvedCommand) -> list[dict]:
+def _apply_edits(resolved: ResolvedCommand, ws: Workspace) -> list[dict]:
     if not resolved.file_edits:
         return []
     from gpudoc.bind import apply_file_edits
+    from gpudoc.runs.edits import keep_original
 
-    return list(apply_file_edits(resolved.plan))
+    # The bytes before each edit stay in the run store: `gpudoc restore` brings them back.
+    return list(apply_file_edits(resolved.plan, keep=lambda data: keep_original(ws.store, data)))
 
 
 # -- the summary ------------------------------------------------------------------------------

@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from gpudoc.output import Console
-from gpudoc.render import fix_text  # noqa: F401 - registers the text of fix results
+from gpudoc.render import (
+    fix_text,  # noqa: F401 - registers the text of fix results
+    restore_text,  # noqa: F401 - registers the text of restore results
+)
 from gpudoc.render.json_doc import dumps, envelope
 from gpudoc.render.text import text
 
