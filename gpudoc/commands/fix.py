@@ -238,5 +238,9 @@ def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: b
     console.flush()
     if profile is None:
         profile = load_profile_file(Path(str(options.profile)), cwd=ws.cwd)
+    if record.failed_oom:
+        from gpudoc.commands.resume import with_resume
+
+        options = with_resume(options, record, profile, ws)
     status, _new = launch_once(options, profile, ws, parent=record.id)
     return int(status)

@@ -79,6 +79,9 @@ def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int
             return status, record
         console.error(f"gpudoc: --retry-oom {attempt}/{options.retry_oom}: {_describe_rung(rung)}; "
                       "relaunching")
+        from gpudoc.commands.resume import with_resume
+
+        options = with_resume(options, record, new_profile, ws)
         profile, parent = new_profile, record.id
 
 
@@ -131,7 +134,12 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
                 parent: str | None) -> tuple[int, RunRecord | None]:
     """Gate, clean, bind, launch and record one attempt. Returns (status, record or None)."""
     console, cwd, environ = ws.console, ws.cwd, ws.environ
-    resolved, python = refusing(lambda: resolve_command(profile, options.command, cwd=cwd, environ=environ))
+    command = options.command
+    if options.resume is not None:  # a relaunch resuming from a checkpoint: the framework's switch
+        from gpudoc.job.checkpoints import resume_command
+
+        command = resume_command(command, options.resume["switch"])
+    resolved, python = refusing(lambda: resolve_command(profile, command, cwd=cwd, environ=environ))
     if options.dry_run:
         from gpudoc.render.show import show
 
