@@ -128,3 +128,22 @@ def test_a_link_planted_in_place_of_the_config_is_never_followed(tmp_path):
     refused = gpudoc_cli("restore", "--force", cwd=tmp_path)
     assert refused.returncode == 2 and "symbolic link" in refused.stderr, refused.stderr
     assert victim.read_text() == "not gpudoc's\n" and config.is_symlink()
+
+
+def test_a_file_gpudoc_created_is_removed(tmp_path):
+    from gpudoc.commands.restore import restore
+    from gpudoc.runs.edits import remembered_edit
+    from gpudoc.runs.record import RunRecord, now_iso
+    from gpudoc.runs.store import new_run_id
+    from tests.conftest import captured_workspace
+
+    ws = captured_workspace(tmp_path)
+    record = RunRecord(id=new_run_id(), command=["python", "train.py"], cwd=str(tmp_path), started_at=now_iso())
+    ws.store.create(record)
+    created = tmp_path / "gpudoc.toml"
+    with remembered_edit(ws.store, record, created, rung="halve-micro-batch", changes=[]):
+        created.write_text('extends = "gpu-16gb"\n[train]\nmicro_batch_size = 4\n')  # as fix --apply does
+    assert ws.store.load(record.id).applied_edits[0]["old_sha256"] is None
+    assert restore(ws, dry_run=True) == 0 and created.exists()
+    assert "would be removed (gpudoc created it)" in ws.console.out.getvalue()
+    assert restore(ws) == 0 and not created.exists()

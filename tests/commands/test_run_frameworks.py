@@ -211,3 +211,19 @@ def test_lightning_relaunch_resumes_from_its_model_checkpoint_and_restore_undoes
     restored = gpudoc_cli("restore", cwd=cwd)
     assert restored.returncode == 0, restored.stderr
     assert (cwd / "cfg.yaml").read_text() == config
+
+
+def test_fix_rerun_resumes_too(tmp_path):
+    cwd = _job_dir(tmp_path)
+    flags = [*HF_FLAGS, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]
+    env = {"OOM_ABOVE": "4", "OOM_AFTER": "4", "OMP_NUM_THREADS": "1"}
+    first = gpudoc_cli("run", "--no-check", "--", *_launch(1, "hf_trainer.py", *flags), cwd=cwd, env=env, timeout=300)
+    assert first.returncode == 1
+    rerun = gpudoc_cli("fix", "--rerun", cwd=cwd, env=env, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "gpudoc: resuming from out/checkpoint-2 (step 2)" in rerun.stderr
+    latest = max(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    assert latest.resumed_from is not None and latest.resumed_from["path"] == "out/checkpoint-2"
+    assert "Resuming training from checkpoint with epoch 0 and global step 2" in _last_log(cwd, [latest])
+    shown = gpudoc_cli("runs", "show", latest.id, cwd=cwd)
+    assert "resumed from: out/checkpoint-2 (hf-trainer, step 2)" in shown.stdout
