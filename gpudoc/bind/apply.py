@@ -32,13 +32,19 @@ def apply_file_edits(plan: BindPlan, *, writer: Callable[[Path, str], None] = _e
             raise InputError(f"{edit.path}: cannot read before editing: {exc}") from None
         if current != edit.old_text:
             raise InputError(f"{edit.path}: changed since gpudoc planned the edit; nothing was written")
+    befores = {}
+    for edit in plan.file_edits:  # kept before anything is written: a failure here writes nothing
+        try:
+            befores[edit.path] = Path(edit.path).read_bytes()
+        except OSError as exc:
+            raise InputError(f"{edit.path}: cannot read before editing: {exc}") from None
+        if keep is not None:
+            keep(befores[edit.path])
     done: list[tuple[FileEdit, Path]] = []
     records = []
     try:
         for edit in plan.file_edits:
-            before = Path(edit.path).read_bytes()
-            if keep is not None:
-                keep(before)
+            before = befores[edit.path]
             saved = backup(Path(edit.path))
             writer(Path(edit.path), edit.new_text)
             done.append((edit, saved))

@@ -78,10 +78,15 @@ def entry(path: Path, before: bytes | None, after: bytes | None, **extra: Any) -
 def remembered_edit(store: RunStore, record: RunRecord | None, path: Path, **extra: Any) -> Iterator[None]:
     """Around a write of the profile ``path`` on behalf of the failed run ``record`` (`fix --apply`,
     `--retry-oom`): keep the bytes before, and list the edit in the record's ``applied_edits``."""
+    from gpudoc.errors import GpudocError
+
     path = Path(os.path.abspath(path))
     before = read_bytes(path)
-    if before is not None:
-        keep_original(store, before)
+    if before is not None and record is not None:  # with no run to list the edit, nothing would find it
+        try:
+            keep_original(store, before)
+        except (GpudocError, OSError):
+            pass  # an unwritable store must not stop the edit: the .gpudoc.bak beside still holds it
     yield
     after = read_bytes(path)
     if record is None or after == before:

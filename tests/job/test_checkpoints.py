@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
 import torch
 
 from gpudoc.job.checkpoints import newest_checkpoint, resume_command
+from tests.conftest import CONFIGS
 
 
 def _hf_checkpoint(out: Path, step: int, *, state: bool = True, weights: bool = True) -> Path:
@@ -79,6 +81,8 @@ def test_torchtune_recipe_state_in_its_output_dir(tmp_path):
     (out / "recipe_state").mkdir(parents=True)
     (out / "epoch_0").mkdir()
     (out / "epoch_1").mkdir()
+    # torchtune's own config (its output_dir under /tmp); the override on the command line wins.
+    shutil.copy(CONFIGS / "torchtune__recipes__configs__llama3_1__8B_lora_single_device.yaml", tmp_path / "cfg.yaml")
     command = ["tune", "run", "lora_finetune_single_device", "--config", "cfg.yaml", "output_dir=tt"]
     assert newest_checkpoint("torchtune", command, tmp_path) is None
     torch.save({"epochs_run": 2}, out / "recipe_state" / "recipe_state.pt")
