@@ -147,3 +147,17 @@ def test_a_file_gpudoc_created_is_removed(tmp_path):
     assert restore(ws, dry_run=True) == 0 and created.exists()
     assert "would be removed (gpudoc created it)" in ws.console.out.getvalue()
     assert restore(ws) == 0 and not created.exists()
+
+
+def test_a_profile_edited_by_retry_oom_comes_back_and_the_records_say_each_edit(tmp_path):
+    shutil.copy(JOB, tmp_path / "train.py")
+    profile = tmp_path / "gpudoc.toml"
+    profile.write_text(PROFILE)
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "6", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    records = sorted(RunStore(tmp_path / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    # Each failed run lists the profile edit made after it: 16 -> 8 -> 4 -> 2.
+    halvings = [c for r in records for e in r.applied_edits for c in e["changes"] if c["key"] == "train.micro_batch_size"]
+    assert [(c["old"], c["new"]) for c in halvings] == [(16, 8), (8, 4), (4, 2)]
+    assert gpudoc_cli("restore", cwd=tmp_path).returncode == 0
+    assert profile.read_text() == PROFILE
