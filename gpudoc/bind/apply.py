@@ -8,6 +8,7 @@ from pathlib import Path
 from gpudoc.atomic import atomic_write_text, backup
 from gpudoc.bind.plan import BindPlan, FileEdit
 from gpudoc.errors import InputError
+from gpudoc.runs.edits import entry, read_bytes
 
 
 def _edit_config(path: Path, text: str) -> None:
@@ -15,11 +16,14 @@ def _edit_config(path: Path, text: str) -> None:
     atomic_write_text(path, text, follow_link=True)
 
 
-def apply_file_edits(plan: BindPlan, *, writer: Callable[[Path, str], None] = _edit_config) -> list[dict]:
+def apply_file_edits(plan: BindPlan, *, writer: Callable[[Path, str], None] = _edit_config,
+                     keep: Callable[[bytes], object] | None = None) -> list[dict]:
     """Write every planned edit (backup first, atomic replace); all or nothing.
 
     A file that changed since planning is refused. When a later write fails, the files already
-    written are put back, so the job never starts against a half-applied set of edits.
+    written are put back, so the job never starts against a half-applied set of edits. Each
+    edit's record carries the fingerprints of the file's bytes before and after
+    (``gpudoc.runs.edits``); ``keep`` is handed the bytes before, for `gpudoc restore`.
     """
     for edit in plan.file_edits:
         try:
@@ -28,15 +32,24 @@ def apply_file_edits(plan: BindPlan, *, writer: Callable[[Path, str], None] = _e
             raise InputError(f"{edit.path}: cannot read before editing: {exc}") from None
         if current != edit.old_text:
             raise InputError(f"{edit.path}: changed since gpudoc planned the edit; nothing was written")
+    befores = {}
+    for edit in plan.file_edits:  # kept before anything is written: a failure here writes nothing
+        try:
+            befores[edit.path] = Path(edit.path).read_bytes()
+        except OSError as exc:
+            raise InputError(f"{edit.path}: cannot read before editing: {exc}") from None
+        if keep is not None:
+            keep(befores[edit.path])
     done: list[tuple[FileEdit, Path]] = []
     records = []
     try:
         for edit in plan.file_edits:
+            before = befores[edit.path]
             saved = backup(Path(edit.path))
             writer(Path(edit.path), edit.new_text)
             done.append((edit, saved))
-            records.append({"path": str(edit.path), "backup": str(saved), "changes": list(edit.changes),
-                            "diff": edit.diff})
+            records.append(entry(Path(edit.path), before, read_bytes(Path(edit.path)), backup=str(saved),
+                                 changes=list(edit.changes), diff=edit.diff))
     except OSError as exc:
         for edit, _ in reversed(done):
             try:

@@ -44,6 +44,7 @@ _SUBCOMMANDS = {
     "logs": "gpudoc.cli.logs.LogsCommand",
     "watch": "gpudoc.cli.watch.WatchCommand",
     "profile": "gpudoc.cli.profile.ProfileCommand",
+    "restore": "gpudoc.cli.restore.RestoreCommand",
     "completions": "gpudoc.cli.completions.CompletionsCommand",
 }
 for _name, _target in _SUBCOMMANDS.items():

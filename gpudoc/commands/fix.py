@@ -22,7 +22,7 @@ from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.errors import ExitStatus, InputError, UsageError
 from gpudoc.ladder import suggest, upward_result
 from gpudoc.ladder.model import LadderResult, Suggestion
-from gpudoc.profiles.edit import apply_changes, target_path
+from gpudoc.profiles.edit import apply_recorded, target_path
 from gpudoc.profiles.loader import load_profile, load_profile_file
 from gpudoc.profiles.model import Profile
 from gpudoc.render.show import show
@@ -84,12 +84,12 @@ def fix(
     if profile.job is not None and record is not None and (apply or rerun):
         from gpudoc.commands.fix_job import apply_to_job
 
-        applied, notes, next_job = apply_to_job(ladder, profile, record, rerun=rerun)
+        applied, notes, next_job = apply_to_job(ladder, profile, record, rerun=rerun, store=ws.store)
         next_profile = None
     else:
         # An explicit -p is the user's choice of profile; otherwise the run's own must not have moved on.
-        applied, notes, next_profile = (_apply(ladder, diag, profile, cwd, since=None if profile_name else record,
-                                               rerun=rerun) if apply or rerun else (None, [], None))
+        applied, notes, next_profile = (_apply(ladder, diag, profile, ws, since=None if profile_name else record,
+                                               rerun=rerun, record=record) if apply or rerun else (None, [], None))
     relaunch = (_rerun_options(record, next_profile, allow_semantic) if rerun and (next_profile or next_job) and record
                 else None)
     answer = ExitStatus.OK if ladder.suggestions and not (rerun and applied is None) else ExitStatus.NEGATIVE
@@ -112,8 +112,8 @@ def fix(
     return answer
 
 
-def _apply(ladder: LadderResult, diag: Diagnosis, profile: Profile, cwd: Path, *, since: RunRecord | None,
-           rerun: bool) -> tuple[dict[str, Any] | None, list[str], Path | None]:
+def _apply(ladder: LadderResult, diag: Diagnosis, profile: Profile, ws: Workspace, *, since: RunRecord | None,
+           rerun: bool, record: RunRecord | None) -> tuple[dict[str, Any] | None, list[str], Path | None]:
     """Write the first rung that changes the profile: (what was written, notes, the profile a
     relaunch takes). Under the edit lock, and only while the profile is still the one run
     ``since`` used: a second apply on one failed run would stack a rung nobody tried."""
@@ -125,6 +125,7 @@ def _apply(ladder: LadderResult, diag: Diagnosis, profile: Profile, cwd: Path, *
                       f"(`gpudoc clean{gpu}`, or relaunch with `gpudoc run --clean`)"], None
     if chosen is None:
         return None, ["nothing written: no rung changes the profile"], None
+    cwd = ws.cwd
     target = target_path(profile, cwd)
     try:
         with edit_lock(target.parent):
@@ -139,7 +140,7 @@ def _apply(ladder: LadderResult, diag: Diagnosis, profile: Profile, cwd: Path, *
                     return None, [f"nothing written: {what}; relaunching with it as it is"], target
                 raise InputError(f"{what}: nothing written; run the job with it first, or name it with "
                                  f"-p {target} to fix it anyway", file=str(target))
-            path = apply_changes(profile, chosen, cwd=cwd)
+            path = apply_recorded(profile, chosen, cwd=cwd, store=ws.store, record=record)
     except OSError as exc:
         raise InputError(f"{exc.filename or target}: cannot write: {exc.strerror or exc}; nothing was written",
                          file=str(exc.filename or target)) from None
@@ -259,5 +260,9 @@ def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: b
     console.flush()
     if profile is None:
         profile = load_profile_file(Path(str(options.profile)), cwd=ws.cwd)
+    if record.failed_oom:
+        from gpudoc.commands.resume import with_resume
+
+        options = with_resume(options, record, profile, ws)
     status, _new = launch_once(options, profile, ws, parent=record.id)
     return int(status)

@@ -16,13 +16,16 @@ if TYPE_CHECKING:
     from gpudoc.ladder.model import LadderResult
     from gpudoc.profiles.model import Profile
     from gpudoc.runs.record import RunRecord
+    from gpudoc.runs.store import RunStore
 
 
-def apply_to_job(ladder: LadderResult, profile: Profile, record: RunRecord, *,
-                 rerun: bool) -> tuple[dict[str, Any] | None, list[str], Profile | None]:
+def apply_to_job(ladder: LadderResult, profile: Profile, record: RunRecord, *, rerun: bool,
+                 store: RunStore) -> tuple[dict[str, Any] | None, list[str], Profile | None]:
     """(what was written, notes, the profile a relaunch takes). With ``rerun`` nothing is written
-    here: the relaunch plans and writes its own edits, as every `gpudoc run` does."""
+    here: the relaunch plans and writes its own edits, as every `gpudoc run` does. What is written
+    is listed in the failed run's ``applied_edits`` (`gpudoc restore` undoes it)."""
     from gpudoc.bind import apply_file_edits, plan_bindings
+    from gpudoc.runs.edits import keep_original
 
     chosen = ladder.first_profile_change()
     if chosen is None:
@@ -33,7 +36,10 @@ def apply_to_job(ladder: LadderResult, profile: Profile, record: RunRecord, *,
                                "files": [str(edit.path) for edit in plan.file_edits]}
     if rerun:
         return applied, [], new
-    written = apply_file_edits(plan) if plan.file_edits else []
+    written = apply_file_edits(plan, keep=lambda data: keep_original(store, data)) if plan.file_edits else []
+    if written:
+        record.applied_edits.extend(dict(edit, rung=chosen.rung) for edit in written)
+        store.save(record)
     applied["backups"] = [edit.get("backup") for edit in written if edit.get("backup")]
     notes = []
     if list(plan.argv) != list(record.command) or chosen.env:

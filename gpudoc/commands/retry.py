@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.ladder import suggest
 from gpudoc.ladder.model import Suggestion
-from gpudoc.profiles.edit import apply_changes
+from gpudoc.profiles.edit import apply_recorded
 from gpudoc.profiles.loader import load_profile_file
 from gpudoc.profiles.model import Profile
 from gpudoc.runs.record import RunRecord, now_iso
@@ -55,7 +55,7 @@ def next_attempt(record: RunRecord, profile: Profile, ws: Workspace, *, allow_se
         return None, None
     if profile.job is not None:  # no profile file: the relaunch writes the change where the knob lives
         return profile.with_changes(chosen.new_knobs(), chosen.env), chosen
-    path = apply_changes(profile, chosen, cwd=ws.cwd)
+    path = apply_recorded(profile, chosen, cwd=ws.cwd, store=ws.store, record=record)
     return load_profile_file(path, cwd=ws.cwd), chosen
 
 

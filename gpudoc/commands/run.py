@@ -81,6 +81,9 @@ def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int
             return status, record
         console.error(f"gpudoc: --retry-oom {attempt}/{options.retry_oom}: {_describe_rung(rung)}; "
                       "relaunching")
+        from gpudoc.commands.resume import with_resume
+
+        options = with_resume(options, record, new_profile, ws)
         profile, parent = new_profile, record.id
 
 
@@ -151,7 +154,12 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
                 parent: str | None) -> tuple[int, RunRecord | None]:
     """Gate, clean, bind, launch and record one attempt. Returns (status, record or None)."""
     console, cwd, environ = ws.console, ws.cwd, ws.environ
-    resolved, python = refusing(lambda: resolve_command(profile, options.command, cwd=cwd, environ=environ))
+    command = options.command
+    if options.resume is not None:  # a relaunch resuming from a checkpoint: the framework's switch
+        from gpudoc.job.checkpoints import resume_command
+
+        command = resume_command(command, options.resume["switch"])
+    resolved, python = refusing(lambda: resolve_command(profile, command, cwd=cwd, environ=environ))
     if options.dry_run:
         from gpudoc.render.show import show
 
@@ -165,7 +173,7 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     _check_executable(resolved.argv, child_env, cwd)
     for note in (*resolved.conflicts, *resolved.notes):
         console.error(f"gpudoc: note: {note}")
-    edits = refusing(lambda: _apply_edits(resolved))
+    edits = refusing(lambda: _apply_edits(resolved, ws))
     for line in resolved.said:  # a flag the user typed, a value in a file: never changed unsaid
         console.error(f"gpudoc: {line}")
     return launch_attempt(options, profile, resolved, child_env, edits, ws, parent=parent)
@@ -244,12 +252,14 @@ def _check_executable(argv: Sequence[str], env: Mapping[str, str], cwd: Path) ->
         raise LaunchError(f"command not found: {first}", exit_status=ExitStatus.NOT_FOUND)
 
 
-def _apply_edits(resolved: ResolvedCommand) -> list[dict]:
+def _apply_edits(resolved: ResolvedCommand, ws: Workspace) -> list[dict]:
     if not resolved.file_edits:
         return []
     from gpudoc.bind import apply_file_edits
+    from gpudoc.runs.edits import keep_original
 
-    return list(apply_file_edits(resolved.plan))
+    # The bytes before each edit stay in the run store: `gpudoc restore` brings them back.
+    return list(apply_file_edits(resolved.plan, keep=lambda data: keep_original(ws.store, data)))
 
 
 # -- the summary ------------------------------------------------------------------------------

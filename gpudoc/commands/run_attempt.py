@@ -83,6 +83,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
         launcher_pid=os.getpid(), user=_user(),
     )
     record.argv = list(resolved.argv)
+    record.resumed_from = dict(options.resume) if options.resume is not None else None
     record.run_switches = options.switches()
     child_env = dict(child_env, GPUDOC_RUN_ID=run_id)
     run_dir = store.run_dir(run_id)

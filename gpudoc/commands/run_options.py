@@ -55,6 +55,9 @@ class RunOptions:
     watch: bool = False
     dry_run: bool = False
     json: bool = False
+    # Not a switch: the checkpoint a relaunch resumes from (``gpudoc.commands.resume``), whose
+    # switch goes on the launched command while ``command`` stays the user's.
+    resume: dict | None = None
 
     def to_argv(self) -> list[str]:
         """The same `gpudoc run` as arguments (after the program name), minus --tmux and --dry-run."""

@@ -18,6 +18,8 @@ from gpudoc.profiles.model import Profile
 
 if TYPE_CHECKING:
     from gpudoc.ladder.model import Suggestion
+    from gpudoc.runs.record import RunRecord
+    from gpudoc.runs.store import RunStore
 
 
 def target_path(profile: Profile, cwd: Path | None = None) -> Path:
@@ -87,6 +89,18 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
             fresh_backup.unlink(missing_ok=True)  # nothing written means nothing, a backup included
         raise
     return path
+
+
+def apply_recorded(profile: Profile, suggestion: Suggestion, *, cwd: Path, store: RunStore,
+                   record: RunRecord | None) -> Path:
+    """``apply_changes``, with the edit listed in the failed run's ``applied_edits`` and the bytes
+    before it kept in the run store (`gpudoc restore` undoes it)."""
+    from gpudoc.runs.edits import remembered_edit
+
+    changes = [{"key": f"train.{knob}", "old": old, "new": new} for knob, (old, new) in suggestion.changes.items()]
+    changes += [{"key": f"env.{name}", "old": None, "new": value} for name, value in suggestion.env.items()]
+    with remembered_edit(store, record, target_path(profile, cwd), rung=suggestion.rung, changes=changes):
+        return apply_changes(profile, suggestion, cwd=cwd)
 
 
 def _read(path: Path) -> str:

@@ -93,6 +93,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "notify": STR,  # a command run (sh -c) after each run, told about it in GPUDOC_RUN_* variables
         "notify_after_s": NUMBER,  # runs at least this long end with a bell and a desktop notification
         "tmux_keep": STR,  # --tmux: keep the window after the run: failure (default) | always | never
+        "resume": BOOL,  # --retry-oom / fix --rerun resume from the newest complete checkpoint (default true)
     },
 }
 

@@ -78,9 +78,15 @@ def _run_show(result: RunShowResult, console: Console) -> None:
         say("  knobs: " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.knobs.items())))
     if record.env_set:
         say("  environment gpudoc set (knobs bound as GPUDOC_*, the allocator): " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.env_set.items())))
-    for edit in record.file_edits:
-        if isinstance(edit, dict):
-            say(f"  edited {printable(str(edit.get('path')))}: {printable(', '.join(map(str, edit.get('changes') or ())))}")
+    for label, edits in (("edited", record.file_edits), ("then edited (for the next attempt)", record.applied_edits)):
+        for edit in edits:
+            if isinstance(edit, dict):
+                say(f"  {label} {printable(str(edit.get('path')))}: "
+                    f"{printable(', '.join(map(str, edit.get('changes') or ())))}")
+    if record.resumed_from:
+        said = record.resumed_from
+        say(f"  resumed from: {printable(str(said.get('path')))} ({said.get('framework')}"
+            + (f", step {said['step']})" if said.get("step") is not None else ")"))
     if not result.used:
         say("  memory over time: no samples (no GPU seen, or the run was too short)")
         return

@@ -34,6 +34,7 @@ _RENDERERS = {
     "gpudoc.results.runs": "gpudoc.render.runs_text",
     "gpudoc.results.profile": "gpudoc.render.profile_text",
     "gpudoc.results.fix": "gpudoc.render.fix_text",
+    "gpudoc.results.restore": "gpudoc.render.restore_text",
 }
 
 

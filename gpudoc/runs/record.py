@@ -34,6 +34,11 @@ class RunRecord:
     profile: dict | None = None
     env_set: dict[str, str] = field(default_factory=dict)
     file_edits: list[dict] = field(default_factory=list)
+    # Files gpudoc changed after this run for the next attempt (`fix --apply`, `--retry-oom` on a
+    # profile): each ``gpudoc.runs.edits.entry``, what it changed from what.
+    applied_edits: list[dict] = field(default_factory=list)
+    # The checkpoint this run resumed from ({"framework", "path", "step", "switch"}), when it did.
+    resumed_from: dict | None = None
     started_at: str | None = None
     ended_at: str | None = None
     duration_s: float | None = None

@@ -200,3 +200,74 @@ def test_profile_new_from_run_writes_what_was_read(tmp_path):
     assert argv[argv.index("--per_device_train_batch_size") + 1] == "4"
     wrong = gpudoc_cli("profile", "new", "other", "--from-run", "nosuchrun", cwd=cwd)
     assert wrong.returncode == 2 and "nosuchrun" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
+def test_hf_trainer_relaunch_resumes_from_its_newest_complete_checkpoint(tmp_path):
+    cwd = _job_dir(tmp_path)
+    # Two checkpoint directories a killed save left half-written, numbered above the real one: one
+    # without its trainer state, one whose trainer state was cut short.
+    (cwd / "out" / "checkpoint-6").mkdir(parents=True)
+    (cwd / "out" / "checkpoint-6" / "model.safetensors").write_bytes(b"\0" * 64)
+    (cwd / "out" / "checkpoint-8").mkdir()
+    (cwd / "out" / "checkpoint-8" / "model.safetensors").write_bytes(b"\0" * 64)
+    (cwd / "out" / "checkpoint-8" / "trainer_state.json").write_text('{"global_step": 8, "log_hi')
+    flags = [*HF_FLAGS, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]
+    # Steps 1 and 2 (two forwards each) go through and checkpoint-2 is saved; step 3 runs out of memory.
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "2", "--", *_launch(1, "hf_trainer.py", *flags), cwd=cwd,
+                      env={"OOM_ABOVE": "4", "OOM_AFTER": "4", "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = sorted(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    assert [r.cause for r in records] == ["gpu_oom", "ok"]
+    first, last = records
+    assert "gpudoc: resuming from out/checkpoint-2 (step 2): --resume_from_checkpoint out/checkpoint-2" in done.stderr
+    assert last.resumed_from == {"framework": "hf-trainer", "path": "out/checkpoint-2", "step": 2,
+                                 "switch": ["--resume_from_checkpoint", "out/checkpoint-2"]}
+    assert first.resumed_from is None and "--resume_from_checkpoint" not in last.command  # the user's command
+    assert last.argv[last.argv.index("--resume_from_checkpoint") + 1] == "out/checkpoint-2"
+    log = _last_log(cwd, records)
+    # The Trainer's own account: it continued at step 2 with the halved batch, and finished at step 4.
+    assert "Resuming training from checkpoint with epoch 0 and global step 2" in log
+    assert re.search(r"Instantaneous batch size per device = 4\b", log)
+    final = json.loads((cwd / "out" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert final["global_step"] == 4
+
+
+def test_lightning_relaunch_resumes_from_its_model_checkpoint_and_restore_undoes_the_config(tmp_path):
+    cwd = _job_dir(tmp_path)
+    config = LIGHTNING_CFG.replace("max_steps: 1", "max_steps: 4").replace("  enable_checkpointing: false\n", "")
+    config = config.replace("data:\n", "  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+                            "      init_args:\n        dirpath: ckpts\n        every_n_train_steps: 2\n"
+                            "        save_top_k: -1\ndata:\n")
+    (cwd / "cfg.yaml").write_text(config)
+    command = _launch(1, "lightning_cli.py", "fit", "--config", "cfg.yaml")
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "2", "--", *command, cwd=cwd,
+                      env={"OOM_ABOVE": "4", "OOM_AFTER": "4", "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = sorted(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    assert [r.cause for r in records] == ["gpu_oom", "ok"]
+    assert "gpudoc: resuming from ckpts/epoch=0-step=2.ckpt (step 2): --ckpt_path ckpts/epoch=0-step=2.ckpt" in done.stderr
+    assert records[-1].argv[-2:] == ["--ckpt_path", "ckpts/epoch=0-step=2.ckpt"]
+    log = _last_log(cwd, records)
+    assert "Restored all states from the checkpoint at ckpts/epoch=0-step=2.ckpt" in log
+    assert "lightning: batch_size=4 accumulate_grad_batches=4 precision=32-true world_size=1 global_step=2" in log
+    # The chain's edits of the config are undone byte for byte.
+    assert (cwd / "cfg.yaml").read_text() != config
+    restored = gpudoc_cli("restore", cwd=cwd)
+    assert restored.returncode == 0, restored.stderr
+    assert (cwd / "cfg.yaml").read_text() == config
+
+
+def test_fix_rerun_resumes_too(tmp_path):
+    cwd = _job_dir(tmp_path)
+    flags = [*HF_FLAGS, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]
+    env = {"OOM_ABOVE": "4", "OOM_AFTER": "4", "OMP_NUM_THREADS": "1"}
+    first = gpudoc_cli("run", "--no-check", "--", *_launch(1, "hf_trainer.py", *flags), cwd=cwd, env=env, timeout=300)
+    assert first.returncode == 1
+    rerun = gpudoc_cli("fix", "--rerun", cwd=cwd, env=env, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "gpudoc: resuming from out/checkpoint-2 (step 2)" in rerun.stderr
+    latest = max(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    assert latest.resumed_from is not None and latest.resumed_from["path"] == "out/checkpoint-2"
+    assert "Resuming training from checkpoint with epoch 0 and global step 2" in _last_log(cwd, [latest])
+    shown = gpudoc_cli("runs", "show", latest.id, cwd=cwd)
+    assert "resumed from: out/checkpoint-2 (hf-trainer, step 2)" in shown.stdout

@@ -38,6 +38,7 @@ POSITIONALS = {
     ("run",): ("command",),
     ("fix",): ("runs*",),  # several runs of one job (one per node)
     ("logs",): ("runs",),
+    ("restore",): ("runs",),
     ("completions",): ("shells",),
     ("profile", "show"): ("profiles",),
     ("profile", "new"): ("free",),

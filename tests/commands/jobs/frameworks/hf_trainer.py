@@ -23,7 +23,8 @@ def main():
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
     guard(model)
-    Trainer(model=model, args=args, train_dataset=Tokens()).train()
+    # As the HF example scripts do: the Trainer's own --resume_from_checkpoint is the script's to pass.
+    Trainer(model=model, args=args, train_dataset=Tokens()).train(resume_from_checkpoint=args.resume_from_checkpoint)
     if torch.distributed.is_initialized():  # as the HF examples do: a clean gloo teardown at exit
         torch.distributed.destroy_process_group()
 

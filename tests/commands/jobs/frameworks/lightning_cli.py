@@ -18,7 +18,7 @@ class Regressor(LightningModule):
         t = self.trainer
         print(f"lightning: batch_size={self.trainer.datamodule.batch_size} "
               f"accumulate_grad_batches={t.accumulate_grad_batches} precision={t.precision} "
-              f"world_size={t.world_size}", flush=True)
+              f"world_size={t.world_size} global_step={t.global_step}", flush=True)
 
     def training_step(self, batch, _index):
         x, y = batch

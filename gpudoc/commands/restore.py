@@ -1,0 +1,150 @@
+"""`gpudoc restore [RUN_ID]`: the profile and every bound file back to where gpudoc found them.
+
+The files are those gpudoc edited in the run's chain (the run, its ``parent`` runs up to the first,
+and every relaunch below them): each goes back to its bytes before the first edit of its chain of
+edits (``gpudoc.runs.edits``). A file changed by hand since gpudoc's last edit is refused unless
+``--force``; all files are checked before any is written, and a failed write puts back the ones
+already written. A file gpudoc created is removed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudoc.atomic import atomic_write_bytes
+from gpudoc.errors import ExitStatus, InputError
+from gpudoc.render.show import show
+from gpudoc.results.restore import RestoreResult
+from gpudoc.runs.edits import Edit, edit_chain, fingerprint, original, read_bytes, record_edits
+from gpudoc.runs.record import RunRecord
+from gpudoc.runs.store import RunStore
+from gpudoc.workspace import Workspace
+
+
+@dataclass
+class _Step:
+    path: Path
+    edits: list[Edit]
+    current: bytes | None
+    target: bytes | None  # None: the file did not exist before gpudoc's first edit
+    action: str  # "restore" | "remove" | "unchanged"
+    hand_edited: bool
+
+
+def restore(ws: Workspace, run_id: str | None = None, *, dry_run: bool = False, force: bool = False,
+            as_json: bool = False) -> int:
+    """Put back every file the run's chain edited; 0 when done (or nothing to do)."""
+    store = ws.store
+    record = store.named_or_latest(run_id)
+    chain = chain_of(store, record)
+    every = [edit for rec in store.records() for edit in record_edits(rec)]
+    paths = sorted({edit.path for rec in chain for edit in record_edits(rec)})
+    steps = [_plan(store, Path(path), edit_chain(every, path)) for path in paths]
+    hand = [s for s in steps if s.hand_edited]
+    if hand and not force:
+        first = hand[0]
+        raise InputError(f"{first.path}: changed since gpudoc's last edit (run {first.edits[-1].run_id}); "
+                         f"nothing was restored (--force restores it anyway, losing that change)",
+                         file=str(first.path))
+    for step in steps:
+        if step.action != "unchanged" and step.path.is_symlink() and step.hand_edited:
+            # A link whose target gpudoc did not write is not the file it edited: never follow it.
+            raise InputError(f"{step.path}: a symbolic link to a file gpudoc did not write; nothing was restored",
+                             file=str(step.path))
+    removed_backups: list[str] = []
+    if not dry_run:
+        _write(steps)
+        removed_backups = _drop_backups(steps)
+    result = RestoreResult(
+        run_id=record.id, chain=tuple(r.id for r in chain), dry_run=dry_run,
+        files=tuple({"path": str(s.path), "action": s.action, "hand_edited": s.hand_edited,
+                     "from_sha256": fingerprint(s.current), "to_sha256": fingerprint(s.target),
+                     "edits": [e.to_dict() for e in s.edits]} for s in steps),
+        removed_backups=tuple(removed_backups), exit_code=ExitStatus.OK)
+    return show(result, ws.console, as_json=as_json)
+
+
+def chain_of(store: RunStore, record: RunRecord) -> list[RunRecord]:
+    """The run's chain, oldest first: its parents up to the first run, and every run below that one."""
+    root = record
+    seen = {record.id}
+    while root.parent and root.parent not in seen:
+        parent = store.record_or_none(root.parent)
+        if parent is None:
+            break  # pruned: the chain starts at the oldest run still kept
+        seen.add(parent.id)
+        root = parent
+    records = list(store.records())
+    children: dict[str, list[RunRecord]] = {}
+    for rec in records:
+        if rec.parent:
+            children.setdefault(rec.parent, []).append(rec)
+    chain, todo, done = [], [root], set()
+    while todo:
+        rec = todo.pop()
+        if rec.id in done:
+            continue
+        done.add(rec.id)
+        chain.append(rec)
+        todo.extend(children.get(rec.id, ()))
+    return sorted(chain, key=lambda r: (r.started_at or "", r.id))
+
+
+def _plan(store: RunStore, path: Path, edits: list[Edit]) -> _Step:
+    current = read_bytes(path)
+    first, last = edits[0], edits[-1]
+    now = fingerprint(current)
+    if now == first.old_sha256:
+        return _Step(path, edits, current, current, "unchanged", False)
+    target = None
+    if first.old_sha256 is not None:
+        target = original(store.home, first.old_sha256, path)
+        if target is None:
+            raise InputError(f"{path}: its state before gpudoc's first edit (run {first.run_id}) is no longer kept "
+                             f"(neither in {store.home / 'originals'} nor in {path.name}.gpudoc.bak); "
+                             "nothing was restored", file=str(path))
+    return _Step(path, edits, current, target, "restore" if target is not None else "remove",
+                 hand_edited=now != last.new_sha256)
+
+
+def _write(steps: list[_Step]) -> None:
+    """All or nothing: a failed write puts back the files already written."""
+    done: list[_Step] = []
+    try:
+        for step in steps:
+            if step.action == "restore" and step.target is not None:
+                # The file gpudoc edited: a link to it (a config in a shared folder) keeps being one.
+                atomic_write_bytes(step.path, step.target, follow_link=True)
+            elif step.action == "remove":
+                step.path.unlink(missing_ok=True)
+            else:
+                continue
+            done.append(step)
+    except OSError as exc:
+        for step in reversed(done):
+            try:
+                if step.current is not None:
+                    atomic_write_bytes(step.path, step.current, follow_link=True)
+            except OSError:
+                pass
+        raise InputError(f"{exc.filename or 'a file'}: cannot write: {exc.strerror or exc}; nothing was restored",
+                         file=str(exc.filename) if exc.filename else None) from None
+
+
+def _drop_backups(steps: list[_Step]) -> list[str]:
+    """A ``.gpudoc.bak`` that holds what the file now holds again is spent: it goes, so the next
+    chain's first edit keeps its own starting point there."""
+    removed = []
+    for step in steps:
+        backup = step.path.with_name(step.path.name + ".gpudoc.bak")
+        if step.action == "unchanged" or backup.is_symlink() or not backup.is_file():
+            continue
+        if step.target is not None and fingerprint(read_bytes(backup)) == fingerprint(step.target):
+            try:
+                os.unlink(backup)
+            except OSError:
+                continue
+            removed.append(str(backup))
+    return removed
