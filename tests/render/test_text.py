@@ -21,7 +21,7 @@ def _result_types(module_name: str) -> list[type]:
 
 
 def test_every_result_type_has_a_renderer_where_the_table_says():
-    assert {m.rsplit(".", 1)[1] for m in RESULT_MODULES} == {"core", "runs", "fix", "profile"}
+    assert {m.rsplit(".", 1)[1] for m in RESULT_MODULES} == {"core", "runs", "fix", "profile", "restore"}
     fallback = text.dispatch(object)
     for module_name in RESULT_MODULES:
         if module_name in _RENDERERS:
