@@ -108,7 +108,10 @@ def fix(
     # JSON) describes fix's own answer.
     show(result, ws.console, as_json=as_json)
     if relaunch is not None and record is not None:
-        return _relaunch(ws, relaunch, record, quiet=as_json, profile=next_job)
+        # A job read from its command: the relaunch writes the rung into its flags, so say the
+        # command as it will run, not as it was typed.
+        shown = list(applied["command"]) if next_job is not None and applied and applied.get("command") else None
+        return _relaunch(ws, relaunch, record, quiet=as_json, profile=next_job, shown_command=shown)
     return answer
 
 
@@ -244,14 +247,15 @@ def _rerun_options(record: RunRecord, profile_path: Path | None, allow_semantic:
 
 
 def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: bool,
-              profile: Profile | None = None) -> int:
+              profile: Profile | None = None, shown_command: list[str] | None = None) -> int:
     """Launch it as a new run whose parent is the failed one; its exit status is fix's."""
     from gpudoc.commands.run import launch_once
 
     console = ws.console
     if record.cwd and Path(record.cwd).is_dir():
         ws = ws.but(cwd=Path(record.cwd))
-    line = f"Relaunching in {ws.cwd}: gpudoc {shlex.join(options.to_argv())}"
+    shown = replace(options, command=shown_command) if shown_command else options
+    line = f"Relaunching in {ws.cwd}: gpudoc {shlex.join(shown.to_argv())}"
     # With --json, stdout holds the one JSON object (the job's own output follows it there).
     if quiet:
         console.error(line)

@@ -179,6 +179,9 @@ def test_fix_with_no_profile_offers_the_flags_and_writes_no_profile(tmp_path):
     # --rerun relaunches the changed command, and it fits.
     rerun = gpudoc_cli("fix", "--rerun", cwd=cwd, env={"OOM_ABOVE": "4"}, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
+    # The relaunch is announced as it will run: the halved flag, not the command as first typed.
+    [line] = [ln for ln in rerun.stdout.splitlines() if ln.startswith("Relaunching in")]
+    assert "--per_device_train_batch_size 4" in line and "--per_device_train_batch_size 8" not in line
     latest = max(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
     assert latest.cause == "ok" and latest.knobs["micro_batch_size"] == 4
 
