@@ -132,8 +132,9 @@ def _apply(ladder: LadderResult, diag: Diagnosis, profile: Profile, ws: Workspac
     target = target_path(profile, cwd)
     try:
         with edit_lock(target.parent):
-            changed = _changed_since(since, target, cwd)
-            if changed and since is not None and _holds(chosen, target, cwd):
+            now = load_profile_file(target, cwd=cwd) if target.is_file() else None
+            changed = _changed_since(since, now)
+            if changed and since is not None and now is not None and _holds(chosen, now):
                 # `fix --apply` twice on one failed run: the rung is written, only not yet tried.
                 return None, [f"nothing written: {chosen.rung} is already in {target} and not yet tried; "
                               f"`gpudoc fix --rerun {since.id}` launches it"], target
@@ -151,11 +152,10 @@ def _apply(ladder: LadderResult, diag: Diagnosis, profile: Profile, ws: Workspac
     return {"rung": chosen.rung, "path": str(path), "backup": str(backup) if backup.exists() else None}, [], path
 
 
-def _changed_since(record: RunRecord | None, target: Path, cwd: Path) -> list[str]:
-    """How the profile at ``target`` differs, in knobs and environment, from the one ``record`` ran with."""
-    if record is None or not record.profile or not target.is_file():
+def _changed_since(record: RunRecord | None, now: Profile | None) -> list[str]:
+    """How the profile as it is ``now`` differs, in knobs and environment, from the one ``record`` ran with."""
+    if record is None or not record.profile or now is None:
         return []
-    now = load_profile_file(target, cwd=cwd)
     then = record.profile
     found = []
     for table, name, current in (("knobs", "train", now.train), ("env", "env", now.env)):
@@ -164,9 +164,8 @@ def _changed_since(record: RunRecord | None, target: Path, cwd: Path) -> list[st
     return found
 
 
-def _holds(chosen: Suggestion, target: Path, cwd: Path) -> bool:
-    """Does the profile at ``target`` already carry every change of ``chosen``?"""
-    now = load_profile_file(target, cwd=cwd)
+def _holds(chosen: Suggestion, now: Profile) -> bool:
+    """Does the profile as it is ``now`` already carry every change of ``chosen``?"""
     return (all(now.train.get(knob) == new for knob, (_old, new) in chosen.changes.items())
             and all(now.env.get(var) == value for var, value in chosen.env.items()))
 

@@ -95,10 +95,11 @@ def _changes_lost(before: RunRecord, after: RunRecord, profile: Profile, ws: Wor
     arrival = verify_arrival(before, after, ws.store)
     if arrival is None or not arrival.missing:
         return False
+    from gpudoc.bind.values import format_value
+
     for knob, why in arrival.missing.items():
-        value = after.knobs.get(knob)
-        ws.console.error(f"gpudoc: {knob} = {str(value).lower() if isinstance(value, bool) else value} did not "
-                         f"reach the job: {why}; {how_to_bind(profile, knob)}")
+        ws.console.error(f"gpudoc: {knob} = {format_value(after.knobs.get(knob))} did not reach the job: {why}; "
+                         f"{how_to_bind(profile, knob)}")
     if after.succeeded:
         return False
     ws.console.error("gpudoc: --retry-oom stopped: the next rung would change a setting the job does not read")

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoc.bind.values import format_value
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.units import format_bytes
 
@@ -45,7 +46,7 @@ def check_arrival(changes: Mapping[str, tuple[Any, Any]], seen: Mapping[str, lis
         if new in printed:
             confirmed.append(knob)
         elif old in printed:
-            missing[knob] = f"the job printed {knob} = {_word(old)} again, not {_word(new)}"
+            missing[knob] = f"the job printed {knob} = {format_value(old)} again, not {format_value(new)}"
         else:
             unproven.append(knob)
     moving = [k for k in unproven if k in MOVES_MEMORY]
@@ -65,6 +66,3 @@ def _same_oom(before: Diagnosis | None, after: Diagnosis | None) -> str | None:
         return None
     return f"asked for {format_bytes(after.requested_bytes)} with {format_bytes(after.allocated_bytes)} allocated"
 
-
-def _word(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)

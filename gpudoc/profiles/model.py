@@ -84,6 +84,11 @@ class Profile:
         said = self.job.values
         return {k: v for k, v in self.train.items() if k not in said or said[k] != v or type(said[k]) is not type(v)}
 
+    def _knobs_with_places(self) -> dict[str, dict[str, Any]]:
+        """A job read from its command: each knob's value with where it lives (the record's form)."""
+        places = self.job.places if self.job is not None else {}
+        return {k: {"value": v, "where": places.get(k, "default")} for k, v in self.train.items()}
+
     @property
     def knobs(self) -> Mapping[str, Any]:
         """Every ``[train]`` value, known and custom: what bindings export and rungs change."""
@@ -140,8 +145,7 @@ class Profile:
             "description": self.description,
             "gpu": dict(self.gpu),
             "env": dict(self.env),
-            "knobs": dict(self.train) if self.job is None else {
-                k: {"value": v, "where": self.job.places.get(k, "default")} for k, v in self.train.items()},
+            "knobs": dict(self.train) if self.job is None else self._knobs_with_places(),
             **({"source": "command", "framework": self.job.framework} if self.job is not None else {}),
             "launch": dict(self.launch),
             "model": dict(self.model),
