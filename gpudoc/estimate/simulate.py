@@ -3,7 +3,8 @@
 gpudoc's own process never imports torch: the helper runs by path under ``PYTHON``, reads the spec
 (JSON) on stdin and prints one JSON object, with a time limit, no GPU (``CUDA_VISIBLE_DEVICES=""``)
 and the Hugging Face offline switches. Every way it can fail is a ``SimulationUnavailable`` whose
-message is the reason the formula answers instead. Answers are cached on (spec, library versions).
+message is the reason the formula answers instead. Answers are cached on (spec, library versions,
+and for a ``[model] factory`` the project's code beside its module).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from gpudoc.atomic import atomic_write_text
 HELPER = Path(__file__).resolve().parent.parent / "simhelper" / "run.py"
 DEFAULT_TIMEOUT_S = 300.0
 _VERSIONS_TIMEOUT_S = 30.0
-# Spec keys that decide the answer (the project directory only finds a factory's module).
+# Spec keys that decide the answer (the project directory only finds a factory's module, whose
+# code enters the key through ``factory_code``).
 _CACHE_EXCLUDES = ("cwd",)
 
 _VERSIONS_CODE = r"""
@@ -74,10 +76,30 @@ def library_versions(python: str, environ: Mapping[str, str]) -> dict[str, str]:
     return {k: str(v) for k, v in found.items()}
 
 
-def _cache_key(spec: Mapping[str, Any], versions: Mapping[str, str]) -> str:
+def _cache_key(spec: Mapping[str, Any], versions: Mapping[str, str], factory_code: str | None) -> str:
     kept = {k: v for k, v in spec.items() if k not in _CACHE_EXCLUDES}
-    text = json.dumps({"spec": kept, "versions": dict(versions), "helper": _helper_digest()}, sort_keys=True)
+    text = json.dumps({"spec": kept, "versions": dict(versions), "helper": _helper_digest(),
+                       "factory_code": factory_code}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def factory_code(factory: str, cwd: Path) -> str | None:
+    """A digest of the code a ``[model] factory`` runs, as far as gpudoc sees it without importing
+    it: the module's directory in the project (its path, and every Python file in it: the model code
+    usually sits beside the factory). None when the module is not a file of the project (an installed
+    package, whose changes gpudoc cannot see): such an answer is never cached."""
+    base = cwd.joinpath(*factory.partition(":")[0].split("."))
+    for module in (base.with_suffix(".py"), base / "__init__.py"):
+        try:
+            if not module.is_file():
+                continue
+            digest = hashlib.sha256(str(module.parent.resolve()).encode())
+            for path in sorted(module.parent.glob("*.py")):
+                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        except OSError:
+            return None
+        return digest.hexdigest()[:16]
+    return None
 
 
 def _helper_digest() -> str:
@@ -91,13 +113,16 @@ def _helper_digest() -> str:
 def run_helper(spec: Mapping[str, Any], *, python: str, environ: Mapping[str, str], cwd: Path,
                timeout_s: float = DEFAULT_TIMEOUT_S, use_cache: bool = True) -> dict:
     """The helper's result for ``spec`` (``ok`` is true), from the cache when the same spec ran
-    under the same library versions before. Raises ``SimulationUnavailable`` with the reason."""
+    under the same library versions (and the same factory code) before. Raises
+    ``SimulationUnavailable`` with the reason."""
     versions = library_versions(python, environ)
     if spec.get("lora") and "peft" not in versions:
         raise SimulationUnavailable(f"lora_rank is set but peft is not installed in the job's interpreter ({python})")
     if spec.get("hf_config") is not None and "transformers" not in versions:
         raise SimulationUnavailable(f"transformers is not installed in the job's interpreter ({python})")
-    path = cache_dir(environ) / f"{_cache_key(spec, versions)}.json"
+    code = factory_code(str(spec["factory"]), cwd) if spec.get("factory") else None
+    use_cache = use_cache and (code is not None or not spec.get("factory"))
+    path = cache_dir(environ) / f"{_cache_key(spec, versions, code)}.json"
     if use_cache:
         try:
             cached = json.loads(path.read_text(encoding="utf-8"))

@@ -81,6 +81,36 @@ def test_a_factory_model_is_simulated(tmp_path):
     assert doc["per_sample_bytes"] >= 256 * 256 * 4 * 2
 
 
+def test_a_factory_answer_is_cached_on_its_code_and_its_project(tmp_path):
+    """The cache never answers for code it did not run: an edited factory, or another project's
+    factory of the same name, is simulated again."""
+    profile = _profile(model='factory = "tinymodel:make"')
+    first, second = tmp_path / "first", tmp_path / "second"
+    for project, width in ((first, 256), (second, 1024)):
+        project.mkdir()
+        (project / "tinymodel.py").write_text(FACTORY.replace("256", str(width)))
+    narrow = _estimate(first, profile)[1]
+    wide = _estimate(second, profile)[1]
+    assert wide["per_sample_bytes"] > 3 * narrow["per_sample_bytes"]  # not first's cached answer
+    assert _estimate(first, profile)[1]["per_sample_bytes"] == narrow["per_sample_bytes"]
+    (first / "tinymodel.py").write_text(FACTORY.replace("256", "2048"))
+    assert _estimate(first, profile)[1]["per_sample_bytes"] > 6 * narrow["per_sample_bytes"]
+
+
+def test_a_factory_outside_the_project_is_simulated_every_time(tmp_path):
+    elsewhere = tmp_path / "site"
+    elsewhere.mkdir()
+    (elsewhere / "tinymodel.py").write_text(FACTORY)
+    project = tmp_path / "project"
+    project.mkdir()
+    profile = _profile(model='factory = "tinymodel:make"')
+    (project / "gpudoc.toml").write_text(profile)
+    ws = captured_workspace(project, environ={"PYTHONPATH": str(elsewhere)})
+    estimate_command(ws, as_json=True, simulate=True, python=sys.executable)
+    assert json.loads(ws.console.out.getvalue())["source"] == "simulation"
+    assert not list(cache_dir(os.environ).glob("*.json"))
+
+
 def test_a_failing_factory_falls_back_and_says_why(tmp_path):
     (tmp_path / "tinymodel.py").write_text(FACTORY)
     _, doc = _estimate(tmp_path, _profile(model='factory = "tinymodel:broken"\nlayers = 2\nhidden = 64\n'
