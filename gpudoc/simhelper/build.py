@@ -51,7 +51,13 @@ def build(spec: dict) -> Job:
     if type(model).__name__ == "OptimizedModule" or hasattr(model, "_orig_mod"):
         raise Unsupported("the model is torch.compile'd: compiled graphs save other tensors than eager mode")
     if spec.get("lora"):
-        model = _lora(model, spec["lora"], notes)
+        if spec.get("factory") and any(not p.requires_grad for p in model.parameters()):
+            # The factory froze part of its model itself (its own adapters): wrapping it again in
+            # peft's would train a second set.
+            notes.append(f"lora_rank: the factory's model already trains only part of itself "
+                         f"({spec['factory']}); no peft adapters added")
+        else:
+            model = _lora(model, spec["lora"], notes)
     if spec["gradient_checkpointing"] != "none":
         _checkpointing(model, spec, notes)
     model.train()

@@ -68,6 +68,11 @@ class Tiny(torch.nn.Module):
 def make(micro_batch_size, max_seq_len):
     return Tiny(), torch.zeros(micro_batch_size, max_seq_len, dtype=torch.long)
 
+def make_adapted(micro_batch_size, max_seq_len):
+    model = Tiny()
+    model.emb.requires_grad_(False)  # the job's own choice of what trains, as LoRA code makes it
+    return model, torch.zeros(micro_batch_size, max_seq_len, dtype=torch.long)
+
 def broken():
     raise RuntimeError("boom")
 '''
@@ -109,6 +114,17 @@ def test_a_factory_outside_the_project_is_simulated_every_time(tmp_path):
     estimate_command(ws, as_json=True, simulate=True, python=sys.executable)
     assert json.loads(ws.console.out.getvalue())["source"] == "simulation"
     assert not list(cache_dir(os.environ).glob("*.json"))
+
+
+def test_a_factory_that_freezes_its_own_base_gets_no_second_set_of_adapters(tmp_path):
+    (tmp_path / "tinymodel.py").write_text(FACTORY)
+    _, doc = _estimate(tmp_path, _profile("lora_rank = 8", model='factory = "tinymodel:make_adapted"'))
+    assert doc["source"] == "simulation", doc["notes"]
+    assert any("no peft adapters added" in n for n in doc["notes"])
+    # AdamW's two fp32 states for the MLP only (64x256 + 256x64 weights and their biases), not the
+    # embedding, and no peft adapter weights.
+    mlp = (64 * 256 + 256) + (256 * 64 + 64)
+    assert 2 * 4 * mlp <= doc["breakdown"]["optimizer"] < 2 * 4 * mlp + 4 * 2 * 512
 
 
 def test_a_failing_factory_falls_back_and_says_why(tmp_path):

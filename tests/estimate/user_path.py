@@ -111,11 +111,38 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
         "arch": r["arch"], "params": int(r["params"]), "layers": int(r["n_layers"]), "hidden": int(r["hidden"]),
         "heads": int(r["n_heads"]), "kv_heads": int(r["n_kv_heads"]), "ffn": int(r["ffn_hidden"]),
         "vocab": int(r["vocab"]), "tied_embeddings": bool(r["tied_embeddings"])}
+    if with_config and is_litgpt(r):
+        model["factory"] = "litgpt_lora:build"  # LitGPT's own model and step (``litgpt_job``)
     lines = [f"description = {json.dumps(r['id'])}"]
     for table, keys in (("train", train), ("launch", launch), ("model", model)):
         lines.append(f"[{table}]")
         lines += [f"{key} = {_toml(value)}" for key, value in keys.items()]
     return "\n".join(lines) + "\n"
+
+
+_LITGPT_JOB = Path(__file__).resolve().parent / "jobs" / "litgpt_lora.py"
+# bin/test keeps LitGPT in a directory of its own (its pins contradict the venv's frameworks).
+LITGPT_PATH = Path(sys.executable).parent.parent / "litgpt"
+# LitGPT's names for LoRA's places, from the record's target names.
+_LITGPT_LORA = {"query": "query", "q": "query", "key": "key", "k": "key", "value": "value", "v": "value",
+                "projection": "projection", "o": "projection", "mlp": "mlp", "head": "head"}
+
+
+def is_litgpt(r: dict) -> bool:
+    """A run of LitGPT's own scripts: its user's factory builds LitGPT's model, not Hugging Face's."""
+    return (r["source"] or "").startswith("LitGPT")
+
+
+def litgpt_job(r: dict, directory: Path) -> None:
+    """The LitGPT user's factory in the project: LitGPT's LoRA step, with the record's model (the
+    last part of its name, as LitGPT names its configs) and LoRA settings."""
+    lora = r.get("lora") or {}
+    places = {_LITGPT_LORA[str(t).lower()] for t in lora.get("targets") or () if str(t).lower() in _LITGPT_LORA}
+    settings = {"model": r["model"].rsplit("/", 1)[-1],
+                "lora": {"r": int(lora.get("rank") or 8), "alpha": int(lora.get("alpha") or 16),
+                         "dropout": float(lora.get("dropout") or 0.0), **dict.fromkeys(places, True)}}
+    (directory / _LITGPT_JOB.name).write_text(_LITGPT_JOB.read_text())
+    (directory / "litgpt_lora.json").write_text(json.dumps(settings))
 
 
 @dataclass(frozen=True)
@@ -141,8 +168,14 @@ def run_case(r: dict, directory: Path, *, simulate: bool = False, with_config: b
     (directory / "gpudoc.toml").write_text(profile_toml(r, with_config=with_config))
     if with_config:
         (directory / "config.json").write_text(json.dumps(config_json(r)))
+        if is_litgpt(r):
+            litgpt_job(r, directory)
+    environ = {}
+    if simulate and with_config and is_litgpt(r):
+        assert (LITGPT_PATH / "litgpt").is_dir(), f"{LITGPT_PATH}: missing; ./bin/test installs LitGPT there"
+        environ["PYTHONPATH"] = str(LITGPT_PATH)  # the LitGPT user's interpreter has LitGPT
     backend = FakeNvml.from_snapshot(next(iter(sorted(_SNAPSHOT.rglob("*.xml")))), init_error=_NO_DRIVER)
-    ws = captured_workspace(directory, nvml_backend=backend)
+    ws = captured_workspace(directory, environ=environ, nvml_backend=backend)
     extra = {"simulate": True, "python": sys.executable} if simulate else {}
     estimate_command(ws, as_json=True, **extra)
     doc = json.loads(ws.console.out.getvalue())
