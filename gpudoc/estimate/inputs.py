@@ -330,6 +330,11 @@ def _lora_targets(profile: Any) -> tuple[str, ...]:
     return tuple(roles)
 
 
+# The notes that say how a silent profile's LoRA adapters are read: moot when a factory's model
+# brings its own adapters (the simulation then says so instead).
+LORA_READING_NOTES = ("[train] lora_dropout not set:", "[model] lora_targets not set:")
+
+
 def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None = None) -> TrainSetup:
     train = profile.train
     extras = extras or {}
@@ -339,11 +344,11 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
     lora_dropout = train.get("lora_dropout")
     if lora_rank and lora_dropout is None:
         lora_dropout = ASSUMED_LORA_DROPOUT
-        notes.append("[train] lora_dropout not set: the adapters' dropout is assumed on (the more expensive "
+        notes.append(f"{LORA_READING_NOTES[0]} the adapters' dropout is assumed on (the more expensive "
                      "reading; LoRA recipes use 0.05-0.1); lora_dropout = 0 if it is off")
     if lora_rank and not (profile.model.get("lora_targets") or train.get("lora_targets")):
-        notes.append("[model] lora_targets not set: q and v, peft's default for Llama-style models (a simulation wraps what "
-                     "peft picks for the model)")
+        notes.append(f"{LORA_READING_NOTES[1]} q and v, peft's default for Llama-style models (a simulation wraps "
+                     "what peft picks for the model)")
     world = max(1, int(profile.world_size))
     launch = getattr(profile, "launch", None) or {}
     tp, pp, cp = (_positive_int("launch", key, launch.get(key) or 1) for key in PARALLEL_KEYS)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from gpudoc.errors import ProfileError
 from gpudoc.estimate import terms
 from gpudoc.estimate.estimator import MAX_SEARCH_MICRO_BATCH, Estimate, _describe, estimate
-from gpudoc.estimate.inputs import ModelShape, TrainSetup, model_shape, train_setup
+from gpudoc.estimate.inputs import LORA_READING_NOTES, ModelShape, TrainSetup, model_shape, train_setup
 from gpudoc.estimate.sim_spec import simulation_spec, unsupported_reason
 from gpudoc.estimate.simulate import DEFAULT_TIMEOUT_S, SimulationUnavailable, run_helper
 
@@ -109,6 +109,8 @@ def _simulate(profile: Any, options: SimulateOptions, shape: ModelShape | None, 
     extra = round(terms.ddp_bucket_bytes(result.get("trainable_bytes", 0))) if setup.world_size > 1 else 0
     if extra:
         notes.append(f"DDP over {setup.world_size} GPUs: its gradient buckets are added to the simulated step")
+    if result.get("own_adapters"):
+        notes[:] = [n for n in notes if not n.startswith(LORA_READING_NOTES)]
     notes.extend(n for n in result.get("notes", []) if n not in notes)
     main, more = result["runs"][0], result["runs"][1]
     points = {size: _point(main, extra), size + 1: _point(more, extra)}

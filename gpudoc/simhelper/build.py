@@ -39,6 +39,7 @@ class Job:
     model: Any
     make_batch: Callable[[int], Any]  # micro batch size -> the forward's inputs (a dict, tuple or tensor)
     notes: list[str]
+    own_adapters: bool = False  # a factory's model that froze its own base (its own LoRA code)
 
 
 def build(spec: dict) -> Job:
@@ -50,8 +51,9 @@ def build(spec: dict) -> Job:
     model = job.model
     if type(model).__name__ == "OptimizedModule" or hasattr(model, "_orig_mod"):
         raise Unsupported("the model is torch.compile'd: compiled graphs save other tensors than eager mode")
+    own_adapters = bool(spec.get("factory")) and any(not p.requires_grad for p in model.parameters())
     if spec.get("lora"):
-        if spec.get("factory") and any(not p.requires_grad for p in model.parameters()):
+        if own_adapters:
             # The factory froze part of its model itself (its own adapters): wrapping it again in
             # peft's would train a second set.
             notes.append(f"lora_rank: the factory's model already trains only part of itself "
@@ -61,7 +63,7 @@ def build(spec: dict) -> Job:
     if spec["gradient_checkpointing"] != "none":
         _checkpointing(model, spec, notes)
     model.train()
-    return Job(model, job.make_batch, notes)
+    return Job(model, job.make_batch, notes, own_adapters)
 
 
 # -- Hugging Face config.json ----------------------------------------------------------------------

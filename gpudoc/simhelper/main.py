@@ -1,7 +1,7 @@
 """The helper's entry: a JSON spec on stdin, one JSON object on stdout.
 
 Result: ``{"ok": true, "versions": {...}, "runs": [{"micro_batch_size", "first_step"?, "steady_state"}],
-"notes": [...], "emulation": {...}, "seconds": float}`` with each step ``{"peak_bytes", "stage",
+"notes": [...], "own_adapters": bool, "emulation": {...}, "seconds": float}`` with each step ``{"peak_bytes", "stage",
 "breakdown", "start_bytes"}``; or ``{"ok": false, "reason": "...", "versions": {...}}``. The exit
 status is 0 either way: a reason is an answer, not a crash.
 """
@@ -49,7 +49,7 @@ def simulate(spec: dict) -> dict:
         notes.append(f"{tracker.scalar_reads} data-dependent read(s) (.item(), `if tensor:`) answered as for a "
                      "batch without padding")
     return {"runs": runs, "notes": notes, "optimizer_impl": simulation.impl,
-            "trainable_bytes": simulation.trainable_bytes,
+            "trainable_bytes": simulation.trainable_bytes, "own_adapters": job.own_adapters,
             "emulation": {"sdpa_kernels": emulation.sdpa_kernels, "scalar_reads": tracker.scalar_reads}}
 
 

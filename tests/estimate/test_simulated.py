@@ -121,6 +121,8 @@ def test_a_factory_that_freezes_its_own_base_gets_no_second_set_of_adapters(tmp_
     _, doc = _estimate(tmp_path, _profile("lora_rank = 8", model='factory = "tinymodel:make_adapted"'))
     assert doc["source"] == "simulation", doc["notes"]
     assert any("no peft adapters added" in n for n in doc["notes"])
+    # How a silent profile's adapters would be read (targets, dropout) is moot: the factory's are used.
+    assert not any("lora_targets not set" in n or "lora_dropout not set" in n for n in doc["notes"]), doc["notes"]
     # AdamW's two fp32 states for the MLP only (64x256 + 256x64 weights and their biases), not the
     # embedding, and no peft adapter weights.
     mlp = (64 * 256 + 256) + (256 * 64 + 64)
