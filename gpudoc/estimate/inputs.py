@@ -234,8 +234,9 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
     if model.get("arch") == "state-space":
         source = f"hf_config = \"{hf_name}\"" if "_state_space" in model else "arch = \"state-space\""
         raise ProfileError(f"[model] {source}: {model.get('_state_space', 'a state-space model')}: the estimate's "
-                           "formula covers transformer blocks (attention + MLP), not selective scans; run and fix "
-                           "go by measured peaks", key="model.arch")
+                           "formula covers transformer blocks (attention + MLP), not selective scans; [model] factory "
+                           "= \"module:function\" with --simulate runs the model's own code instead, and run and "
+                           "fix go by measured peaks", key="model.arch")
     if not model.get("layers") and model.get("encoder_layers") and model.get("decoder_layers"):
         model["layers"] = int(model["encoder_layers"]) + int(model["decoder_layers"])
     for key in ("hidden", "layers", "heads", "vocab"):

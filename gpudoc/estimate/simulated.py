@@ -45,6 +45,10 @@ def timeout_of(profile: Any) -> float:
     return float((getattr(profile, "estimate", None) or {}).get("timeout_s") or DEFAULT_TIMEOUT_S)
 
 
+# Simulations the search for the largest micro batch may add to the two it starts from.
+_SEARCH_SIMULATIONS = 3
+
+
 @dataclass(frozen=True)
 class _Point:
     """One simulated micro batch size: its forward/backward and optimizer-step peaks."""
@@ -125,7 +129,7 @@ def _simulate(profile: Any, options: SimulateOptions, shape: ModelShape | None, 
     target = float(getattr(profile, "target_utilization", 0.85))
     largest = None
     if gpu_total_bytes:
-        largest = _largest_fitting(points, slope, gpu_total_bytes * target, setup, run, extra, notes)
+        largest = _largest_fitting(points, gpu_total_bytes * target, setup, run, extra, notes)
     context = terms.cuda_context_bytes()
     slack = round(terms.allocator_slack_bytes(peak, expandable_segments=setup.expandable_segments))
     stage = {"forward": "forward", "backward": "backward", "optimizer": "optimizer_step"}.get(chosen["stage"],
@@ -150,37 +154,43 @@ def _describe_any(shape: ModelShape | None, setup: TrainSetup) -> dict:
     return _describe(Inputs(shape=shape, setup=setup))
 
 
-def _largest_fitting(points: dict[int, _Point], slope: int, budget: float, setup: TrainSetup,
+def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup,
                      run: Callable[[list[int]], dict], extra: int, notes: list[str]) -> int:
-    """The largest micro batch whose simulated peak + slack + context stays under ``budget``."""
+    """The largest micro batch whose simulated peak + slack + context stays under ``budget``, by at
+    most ``_SEARCH_SIMULATIONS`` more simulations. Each guess follows the line through the two largest
+    micro batches simulated so far: at small batches a transient that does not grow with the batch
+    (a tied embedding's gradients, say) can set the peak and hide the slope, so the first guess may
+    overshoot; the next one then reads the slope where the activations do set the peak."""
+    rate = 1 + (0.04 if setup.expandable_segments else 0.10)
+    context = terms.cuda_context_bytes()
 
     def fits(point: _Point) -> bool:
         slack = terms.allocator_slack_bytes(point.peak, expandable_segments=setup.expandable_segments)
-        return point.peak + slack + terms.cuda_context_bytes() <= budget
+        return point.peak + slack + context <= budget
 
-    def predicted(base: _Point) -> int:
-        # fb(b) = base.fb + slope * (b - base.size); the step's peak does not grow with b.
-        if not fits(replace(base, fb=0)):
+    def guess_from(high: _Point, low: _Point) -> int:
+        if not fits(replace(high, fb=0)):  # the optimizer step alone does not fit
             return 0
-        if slope <= 0:
+        line = (high.fb - low.fb) / (high.size - low.size)
+        if line <= 0:
             return MAX_SEARCH_MICRO_BATCH
-        room = budget - terms.cuda_context_bytes()
-        rate = 1 + (0.04 if setup.expandable_segments else 0.10)
-        return max(0, min(MAX_SEARCH_MICRO_BATCH, math.floor(base.size + (room / rate - base.fb) / slope)))
+        return max(0, min(MAX_SEARCH_MICRO_BATCH, math.floor(high.size + ((budget - context) / rate - high.fb) / line)))
 
     good = max((p.size for p in points.values() if fits(p)), default=0)
     bad = min((p.size for p in points.values() if not fits(p)), default=None)
-    guess = predicted(max(points.values(), key=lambda p: p.size))
-    for _ in range(2):  # at most two verifying simulations
-        if guess <= good or (bad is not None and guess >= bad) or guess < 1:
+    for _ in range(_SEARCH_SIMULATIONS):
+        high, low = (points[size] for size in sorted(points)[-1:-3:-1])
+        guess = min(guess_from(high, low), bad - 1 if bad is not None else MAX_SEARCH_MICRO_BATCH)
+        if guess <= good:
             break
         checked = _point(run([guess])["runs"][0], extra)
         points[guess] = checked
         if fits(checked):
             good = guess
+        else:
+            bad = guess
+        if bad is not None and bad - good <= 1:
             break
-        bad = guess
-        guess = min(guess - 1, predicted(checked))
     if bad is not None and good == 0 and bad > 1 and 1 not in points:
         checked = _point(run([1])["runs"][0], extra)
         good = 1 if fits(checked) else 0

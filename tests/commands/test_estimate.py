@@ -170,7 +170,8 @@ SHIPPED = {
     "qwen2.5-7b-lora-24gb": None,
     "pretrain-512m-4x44gb": f"[model] hidden is missing: {HINT} or hidden = N",
     "mamba-16gb": '[model] arch = "state-space": a state-space model: the estimate\'s formula covers transformer '
-                  "blocks (attention + MLP), not selective scans",
+                  "blocks (attention + MLP), not selective scans; [model] factory = \"module:function\" with "
+                  "--simulate runs the model's own code instead",
     "contrastive-24gb": "no [model], and no job command to read one from (gpudoc estimate -- COMMAND): "
                         f"{HINT} or hidden, layers, heads, vocab",
 }

@@ -170,3 +170,41 @@ def test_a_helper_past_its_time_limit_falls_back(tmp_path):
     _, doc = _estimate(tmp_path, _profile(extra="[estimate]\ntimeout_s = 1"), python=python)
     assert doc["source"] == "formula" and "longer than 1 s" in doc["notes"][0]
     assert time.monotonic() - started < 10
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("flat_until", [0, 24], ids=["linear", "a-transient-sets-the-peak-at-small-batches"])
+def test_the_largest_micro_batch_is_found_in_a_few_simulations(flat_until):
+    """The search starts from the simulated micro batches 4 and 5. Where a transient that does not grow
+    with the batch (a tied embedding's gradients) sets the peak there, their slope is zero; the answer
+    must still be the boundary, never a batch over it, within three more simulations."""
+    from types import SimpleNamespace
+
+    from gpudoc.estimate import terms
+    from gpudoc.estimate.simulated import _largest_fitting, _point
+
+    def backward_peak(size: int) -> int:
+        return 300 * MIB + 20 * MIB * max(size, flat_until)
+
+    calls: list[list[int]] = []
+
+    def run(sizes: list[int]) -> dict:
+        calls.append(sizes)
+        return {"runs": [{"micro_batch_size": b, "steady_state": {"stage_peaks": {"backward": backward_peak(b),
+                                                                                   "optimizer": 200 * MIB}}}
+                         for b in sizes]}
+
+    budget = 8 * 1024 * MIB
+    points = {b: _point(run([b])["runs"][0], 0) for b in (4, 5)}
+    calls.clear()
+    setup = SimpleNamespace(expandable_segments=False)
+    found = _largest_fitting(points, budget, setup, run, 0, [])  # type: ignore[arg-type]
+
+    def fits(size: int) -> bool:
+        peak = backward_peak(size)
+        return peak + terms.allocator_slack_bytes(peak, expandable_segments=False) + terms.cuda_context_bytes() <= budget
+
+    assert fits(found) and not fits(found + 1)
+    assert len(calls) <= 3

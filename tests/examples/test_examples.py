@@ -183,3 +183,48 @@ def test_env_example_without_torch_says_how_to_get_it(isolated_home, tmp_path):
     assert over.returncode == 1 and "torch.OutOfMemoryError: CUDA out of memory" in over.stderr
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "python -m pip install torch" in readme and "examples/env_knobs" in readme
+
+
+def _mamba(tmp_path) -> Path:
+    cwd = _copy("mamba_lm", tmp_path)
+    profile = cwd / "gpudoc.toml"
+    profile.write_text(profile.read_text().replace("max_seq_len = 512", "max_seq_len = 32"))  # the test's time
+    return cwd
+
+
+def test_mamba_example_trains_with_the_knobs_of_its_profile(isolated_home, tmp_path):
+    cwd = _mamba(tmp_path)
+    ran = _run(["gpudoc", "run", "--no-check", "--", "python", "train.py"], cwd, env={"GPUDOC_STEPS": "2"})
+    assert ran.returncode == 0, ran.stderr
+    losses = [float(m) for m in re.findall(r"step \d: loss ([\d.]+) micro_batch_size=4 max_seq_len=32", ran.stdout)]
+    assert len(losses) == 2 and all(0 < loss < 20 for loss in losses)  # ln(50257) = 10.8 at the start
+
+
+def test_mamba_example_is_estimated_by_simulating_its_own_code(isolated_home, tmp_path):
+    """The formula cannot estimate selective scans and says how to get an answer; the profile's factory
+    and `[estimate] simulate` give one, from the example's own model code."""
+    import importlib.util
+    import json
+
+    import torch
+
+    cwd = _mamba(tmp_path)
+    ran = _run(["gpudoc", "estimate", "--json", "--python", sys.executable], cwd)
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    assert doc["source"] == "simulation" and doc["versions"]["torch"] == torch.__version__, doc["notes"]
+    spec = importlib.util.spec_from_file_location("mamba_example_model", cwd / "model.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with torch.device("meta"):
+        params = list(module.build(1, 8)[0].parameters())
+    fp32 = sum(4 * p.numel() for p in params)  # fp16 autocast keeps fp32 weights
+    assert fp32 <= doc["breakdown"]["weights"] < fp32 + 512 * len(params)
+    assert doc["breakdown"]["optimizer"] >= 2 * fp32  # AdamW's two fp32 states
+    assert doc["max_micro_batch_size"] > 4 and doc["fit"] == "fits"
+
+    (cwd / "formula.toml").write_text((cwd / "gpudoc.toml").read_text().replace("simulate = true", "simulate = false"))
+    formula = _run(["gpudoc", "estimate", "-p", "formula.toml"], cwd)
+    assert formula.returncode == 2 and "Traceback" not in formula.stderr
+    assert "not selective scans; [model] factory" in formula.stderr and "--simulate" in formula.stderr
