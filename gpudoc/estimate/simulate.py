@@ -76,10 +76,10 @@ def library_versions(python: str, environ: Mapping[str, str]) -> dict[str, str]:
     return {k: str(v) for k, v in found.items()}
 
 
-def _cache_key(spec: Mapping[str, Any], versions: Mapping[str, str], factory_code: str | None) -> str:
+def _cache_key(spec: Mapping[str, Any], versions: Mapping[str, str], code: str | None) -> str:
     kept = {k: v for k, v in spec.items() if k not in _CACHE_EXCLUDES}
     text = json.dumps({"spec": kept, "versions": dict(versions), "helper": _helper_digest(),
-                       "factory_code": factory_code}, sort_keys=True)
+                       "factory_code": code}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
