@@ -28,8 +28,9 @@ def unsupported_reason(profile: Any, setup: TrainSetup) -> str | None:
         return "an optimizer that steps inside backward is the job's own code"
     if setup.loss != "lm":
         return f"loss = \"{setup.loss}\": the job's own loss code"
-    if setup.gradient_checkpointing == "selective":
-        return "selective checkpointing: the policy is the job's own code (transformers has no switch for it)"
+    if setup.gradient_checkpointing == "selective" and not profile.model.get("factory"):
+        return ("selective checkpointing: the policy is the job's own code (transformers has no switch for it; "
+                "a [model] factory that takes gradient_checkpointing applies it)")
     return None
 
 

@@ -40,6 +40,7 @@ class Job:
     make_batch: Callable[[int], Any]  # micro batch size -> the forward's inputs (a dict, tuple or tensor)
     notes: list[str]
     own_adapters: bool = False  # a factory's model that froze its own base (its own LoRA code)
+    checkpoints_itself: bool = False  # a factory that takes gradient_checkpointing applies it itself
 
 
 def build(spec: dict) -> Job:
@@ -60,7 +61,7 @@ def build(spec: dict) -> Job:
                          f"({spec['factory']}); no peft adapters added")
         else:
             model = _lora(model, spec["lora"], notes)
-    if spec["gradient_checkpointing"] != "none":
+    if spec["gradient_checkpointing"] != "none" and not job.checkpoints_itself:
         _checkpointing(model, spec, notes)
     model.train()
     return Job(model, job.make_batch, notes, own_adapters)
@@ -126,7 +127,10 @@ def _from_factory(spec: dict, notes: list[str]) -> Job:
         wanted = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         wanted = {}  # type: ignore[assignment]
-    knobs = {"max_seq_len": spec["seq_len"], "precision": spec["precision"]}
+    # The profile's knobs, for a factory that takes them; gradient_checkpointing as the profile
+    # writes it (true, false or "selective"): a factory that takes it checkpoints its own way.
+    knobs = {"max_seq_len": spec["seq_len"], "precision": spec["precision"],
+             "gradient_checkpointing": {"none": False, "full": True}.get(spec["gradient_checkpointing"], "selective")}
 
     def call(batch: int) -> tuple[Any, Any]:
         given = {k: v for k, v in {**knobs, "micro_batch_size": batch}.items() if k in wanted}
@@ -151,7 +155,7 @@ def _from_factory(spec: dict, notes: list[str]) -> Job:
             return first[1]
         return call(batch)[1]
 
-    return Job(model, make_batch, notes)
+    return Job(model, make_batch, notes, checkpoints_itself="gradient_checkpointing" in wanted)
 
 
 # -- LoRA and checkpointing ------------------------------------------------------------------------
@@ -183,7 +187,8 @@ def _lora(model: Any, lora: dict, notes: list[str]) -> Any:
 
 def _checkpointing(model: Any, spec: dict, notes: list[str]) -> None:
     if spec["gradient_checkpointing"] == "selective":
-        raise Unsupported("selective checkpointing has no switch in transformers: the policy is the job's own")
+        raise Unsupported("selective checkpointing has no switch in transformers: the policy is the job's own "
+                          "(a [model] factory that takes gradient_checkpointing applies it)")
     enable = getattr(model, "gradient_checkpointing_enable", None)
     if enable is None:
         raise Unsupported("gradient_checkpointing is on but the model has no gradient_checkpointing_enable(): "

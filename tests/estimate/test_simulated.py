@@ -73,6 +73,25 @@ def make_adapted(micro_batch_size, max_seq_len):
     model.emb.requires_grad_(False)  # the job's own choice of what trains, as LoRA code makes it
     return model, torch.zeros(micro_batch_size, max_seq_len, dtype=torch.long)
 
+class Checkpointed(torch.nn.Module):
+    def __init__(self, policy):
+        super().__init__()
+        self.policy = policy
+        self.emb = torch.nn.Embedding(100, 64)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)) for _ in range(4))
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        for block in self.blocks:
+            x = x + (torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if self.policy else block(x))
+        return x.pow(2).mean()
+
+def make_checkpointed(micro_batch_size, max_seq_len, gradient_checkpointing):
+    if gradient_checkpointing not in (True, False, "selective"):
+        raise ValueError(gradient_checkpointing)
+    return Checkpointed(gradient_checkpointing), torch.zeros(micro_batch_size, max_seq_len, dtype=torch.long)
+
 def broken():
     raise RuntimeError("boom")
 '''
@@ -127,6 +146,20 @@ def test_a_factory_that_freezes_its_own_base_gets_no_second_set_of_adapters(tmp_
     # embedding, and no peft adapter weights.
     mlp = (64 * 256 + 256) + (256 * 64 + 64)
     assert 2 * 4 * mlp <= doc["breakdown"]["optimizer"] < 2 * 4 * mlp + 4 * 2 * 512
+
+
+@pytest.mark.parametrize("checkpointing", ["true", '"selective"'])
+def test_a_factory_that_takes_gradient_checkpointing_checkpoints_its_own_way(tmp_path, checkpointing):
+    """No gradient_checkpointing_enable() needed, and selective checkpointing too: the policy is the
+    factory's own code. Its checkpointed blocks keep no GELU input or output per sample but in the
+    block being recomputed."""
+    (tmp_path / "tinymodel.py").write_text(FACTORY)
+    factory = 'factory = "tinymodel:make_checkpointed"'
+    plain = _estimate(tmp_path, _profile("gradient_checkpointing = false", model=factory))[1]
+    checkpointed = _estimate(tmp_path, _profile(f"gradient_checkpointing = {checkpointing}", model=factory))[1]
+    assert plain["source"] == checkpointed["source"] == "simulation", checkpointed["notes"]
+    # Three of the four blocks' GELU inputs and outputs (256 floats per token each) are gone.
+    assert checkpointed["per_sample_bytes"] <= plain["per_sample_bytes"] - 3 * 2 * 256 * 256 * 4
 
 
 def test_a_failing_factory_falls_back_and_says_why(tmp_path):
