@@ -95,7 +95,8 @@ def factory_code(factory: str, cwd: Path) -> str | None:
                 continue
             digest = hashlib.sha256(str(module.parent.resolve()).encode())
             for path in sorted(module.parent.glob("*.py")):
-                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+                if path.is_file():  # a FIFO or device named *.py would block or never end
+                    digest.update(path.name.encode() + b"\0" + path.read_bytes())
         except OSError:
             return None
         return digest.hexdigest()[:16]

@@ -12,7 +12,7 @@ import pytest
 
 from gpudoc.commands.estimate import estimate_command
 from gpudoc.estimate.simulate import cache_dir
-from tests.conftest import captured_workspace
+from tests.conftest import captured_workspace, gpudoc_cli
 
 pytest.importorskip("transformers")
 
@@ -119,6 +119,15 @@ def test_a_factory_answer_is_cached_on_its_code_and_its_project(tmp_path):
     assert _estimate(first, profile)[1]["per_sample_bytes"] == narrow["per_sample_bytes"]
     (first / "tinymodel.py").write_text(FACTORY.replace("256", "2048"))
     assert _estimate(first, profile)[1]["per_sample_bytes"] > 6 * narrow["per_sample_bytes"]
+
+
+def test_a_fifo_beside_the_factory_does_not_block_the_estimate(tmp_path):
+    (tmp_path / "tinymodel.py").write_text(FACTORY)
+    os.mkfifo(tmp_path / "planted.py")  # reading it would wait for a writer forever
+    (tmp_path / "gpudoc.toml").write_text(_profile(model='factory = "tinymodel:make"'))
+    # In a child with a time limit: a regression hangs there, not here.
+    done = gpudoc_cli("estimate", "--json", "--simulate", "--python", sys.executable, cwd=tmp_path, timeout=90)
+    assert json.loads(done.stdout)["source"] == "simulation", done.stderr
 
 
 def test_a_factory_outside_the_project_is_simulated_every_time(tmp_path):
