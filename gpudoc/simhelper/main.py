@@ -1,8 +1,8 @@
 """The helper's entry: a JSON spec on stdin, one JSON object on stdout.
 
 Result: ``{"ok": true, "versions": {...}, "runs": [{"micro_batch_size", "first_step"?, "steady_state"}],
-"notes": [...], "own_adapters": bool, "emulation": {...}, "seconds": float}`` with each step ``{"peak_bytes", "stage",
-"breakdown", "start_bytes"}``; or ``{"ok": false, "reason": "...", "versions": {...}}``. The exit
+"notes": [...], "own_adapters": bool, "emulation": {...}, "seconds": float}`` with each step
+``{"peak_bytes", "stage", "breakdown", "start_bytes"}``; or ``{"ok": false, "reason": "...", "versions": {...}}``. The exit
 status is 0 either way: a reason is an answer, not a crash.
 """
 

@@ -3,6 +3,8 @@ becomes a profile TOML written the way its user would write it — only the keys
 profile, only what the case's structured fields say (its free-text notes and the dropout, loss form,
 LoRA targets or CUDA context they mention are facts a profile cannot carry) — and runs through
 ``gpudoc estimate --json`` (the command function, in-process), with or without ``--simulate``.
+The rows measured with LitGPT's scripts also get what their user has: a ``[model] factory`` building
+LitGPT's model and step (``jobs/litgpt_lora.py``), and LitGPT in the interpreter.
 
 Nothing here is tuned per case: every line of a profile reads a field of the record.
 """
