@@ -20,6 +20,7 @@ from gpudoc.estimate.estimator import MAX_SEARCH_MICRO_BATCH, Estimate, _describ
 from gpudoc.estimate.inputs import LORA_READING_NOTES, ModelShape, TrainSetup, model_shape, train_setup
 from gpudoc.estimate.sim_spec import simulation_spec, unsupported_reason
 from gpudoc.estimate.simulate import DEFAULT_TIMEOUT_S, SimulationUnavailable, run_helper
+from gpudoc.units import format_bytes
 
 _KINDS = ("weights", "gradients", "optimizer", "activations", "temporaries")
 
@@ -47,6 +48,7 @@ def timeout_of(profile: Any) -> float:
 
 # Simulations the search for the largest micro batch may add to the two it starts from.
 _SEARCH_SIMULATIONS = 3
+_MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,12 @@ def _simulate(profile: Any, options: SimulateOptions, shape: ModelShape | None, 
     largest = None
     if gpu_total_bytes:
         largest = _largest_fitting(points, gpu_total_bytes * target, setup, run, extra, notes)
+        far_size, near_size = sorted(points)[-1:-3:-1]
+        far = (points[far_size].fb - points[near_size].fb) / (far_size - near_size)
+        if far_size > size + 1 and far > 4 * slope + _MIB:
+            notes.append(f"one more sequence adds {format_bytes(slope)} at micro batch {size}: a part of the step "
+                         f"that does not grow with the batch sets the peak there; at larger micro batches each "
+                         f"adds {format_bytes(far)}")
     context = terms.cuda_context_bytes()
     slack = round(terms.allocator_slack_bytes(peak, expandable_segments=setup.expandable_segments))
     stage = {"forward": "forward", "backward": "backward", "optimizer": "optimizer_step"}.get(chosen["stage"],
