@@ -9,6 +9,9 @@ forward did. Every emulation can be switched off on its own (the tests measure e
   fused ``native_dropout`` saves a 1-byte bool mask.
 - scaled_dot_product_attention: meta takes the math path (the s x s scores are materialised and
   saved); CUDA picks flash attention for fp16/bf16 without a mask, else memory-efficient attention.
+- grouped_mm (mixture-of-experts layers): meta accepts bf16 only; CUDA runs other dtypes (the fp32
+  experts of mixed precision) through its fallback kernel. Here: the output of the bf16 kernel's
+  shape in the inputs' dtype, both inputs saved for backward, a gradient of each input's shape.
 - autocast: ``torch.autocast("cuda")`` disables itself off CUDA. The CUDA cast policy (matmuls in
   the low dtype, softmax/norms/losses in fp32) and its cache of weight casts (a trainable leaf is
   cast once per autocast region) are applied here instead.
@@ -23,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import _disable_current_modes
 
 # CUDA autocast's lists (torch/csrc/autograd/autocast_mode.cpp), the functions models reach them by.
 _LOW_PRECISION = {
@@ -39,12 +43,31 @@ _FP32 = {
 _HALF = (torch.float16, torch.bfloat16)
 
 
+class _GroupedMM(torch.autograd.Function):
+    """``grouped_mm`` on meta outside bf16, as CUDA's fallback kernel computes it."""
+
+    @staticmethod
+    def forward(ctx: Any, original: Callable, mat_a: Any, mat_b: Any, offs: Any, out_dtype: Any) -> Any:
+        with _disable_current_modes():  # the shape only: the bf16 meta kernel's rules, allocating nothing tracked
+            shape = original(mat_a.detach().to(torch.bfloat16), mat_b.detach().to(torch.bfloat16), offs=offs).shape
+        ctx.save_for_backward(mat_a, mat_b)
+        return mat_a.new_empty(shape, dtype=out_dtype or mat_a.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        mat_a, mat_b = ctx.saved_tensors
+        return (None, grad.new_empty(mat_a.shape, dtype=mat_a.dtype) if ctx.needs_input_grad[1] else None,
+                grad.new_empty(mat_b.shape, dtype=mat_b.dtype) if ctx.needs_input_grad[2] else None, None, None)
+
+
 class Emulation:
     """The switches, and the autocast region's state (``autocast_dtype`` None: no autocast)."""
 
-    def __init__(self, *, dropout: bool = True, attention: bool = True, autocast_dtype: Any = None) -> None:
+    def __init__(self, *, dropout: bool = True, attention: bool = True, grouped_mm: bool = True,
+                 autocast_dtype: Any = None) -> None:
         self.dropout = dropout
         self.attention = attention
+        self.grouped_mm = grouped_mm
         self.autocast_dtype = autocast_dtype
         self.autocast_on = False
         self.caching = False
@@ -106,6 +129,16 @@ class Emulation:
 
         return dropout
 
+    @staticmethod
+    def _grouped_mm(original: Callable) -> Callable:
+        @functools.wraps(original)
+        def grouped_mm(mat_a: Any, mat_b: Any, offs: Any = None, bias: Any = None, out_dtype: Any = None) -> Any:
+            if mat_a.device.type != "meta" or bias is not None or mat_a.dtype == mat_b.dtype == torch.bfloat16:
+                return original(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype)
+            return _GroupedMM.apply(original, mat_a, mat_b, offs, out_dtype)
+
+        return grouped_mm
+
     def _sdpa(self, original: Callable) -> Callable:
         @functools.wraps(original)
         def sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
@@ -152,6 +185,9 @@ class Emulation:
 
         if self.dropout:
             patch(F, "dropout", self._dropout)
+        if self.grouped_mm:
+            patch(F, "grouped_mm", self._grouped_mm)
+            patch(torch, "_grouped_mm", self._grouped_mm)
         if self.attention:
             patch(F, "scaled_dot_product_attention", self._sdpa)
         elif self.autocast_dtype is not None:

@@ -39,6 +39,7 @@ def simulate(spec: dict) -> dict:
     job = build(spec)
     switches = spec.get("emulate") or {}
     emulation = Emulation(dropout=switches.get("dropout", True), attention=switches.get("attention", True),
+                          grouped_mm=switches.get("grouped_mm", True),
                           autocast_dtype=autocast_dtype(spec) if switches.get("autocast", True) else None)
     tracker = LiveBytes()
     with tracker, emulation.installed():

@@ -171,6 +171,19 @@ def test_a_factory_that_takes_gradient_checkpointing_checkpoints_its_own_way(tmp
     assert checkpointed["per_sample_bytes"] <= plain["per_sample_bytes"] - 3 * 2 * 256 * 256 * 4
 
 
+def test_a_mixture_of_experts_in_mixed_precision_is_simulated(tmp_path):
+    """Mixtral's experts run through grouped_mm with fp32 weights under bf16 autocast: simulated, not a
+    fallback; every expert's fp32 weight, gradient and two AdamW states are counted."""
+    config = {"model_type": "mixtral", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "num_local_experts": 8,
+              "num_experts_per_tok": 2}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    doc = _estimate(tmp_path, _profile('precision = "bf16"'))[1]
+    assert doc["source"] == "simulation", doc["notes"]
+    experts = 2 * 8 * 3 * 128 * 256  # layers x experts x (gate, up, down) x hidden x intermediate
+    assert doc["breakdown"]["weights"] > 4 * experts and doc["breakdown"]["optimizer"] >= 2 * 4 * experts
+
+
 def test_a_failing_factory_falls_back_and_says_why(tmp_path):
     (tmp_path / "tinymodel.py").write_text(FACTORY)
     _, doc = _estimate(tmp_path, _profile(model='factory = "tinymodel:broken"\nlayers = 2\nhidden = 64\n'

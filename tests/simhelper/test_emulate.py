@@ -45,6 +45,24 @@ def test_dropout_saves_a_one_byte_mask_like_cuda():
     assert meta > cuda_like  # meta/CPU keep a mask of the input's dtype
 
 
+@pytest.mark.skipif(not hasattr(F, "grouped_mm"), reason="this torch has no grouped_mm")
+def test_grouped_mm_runs_fp32_experts_on_meta_as_cuda_s_fallback_kernel_does():
+    """Mixed precision keeps the experts in fp32: meta's grouped_mm refuses them, CUDA computes them."""
+    tokens = torch.empty(4096, 256, device="meta", requires_grad=True)  # (tokens x experts chosen, hidden)
+    experts = torch.empty(8, 256, 512, device="meta", requires_grad=True)
+    offs = torch.empty(8, dtype=torch.int32, device="meta")
+    with pytest.raises(RuntimeError, match="BF16"):
+        _saved_by(lambda a, b: F.grouped_mm(a, b, offs=offs), tokens, experts, emulation=Emulation(grouped_mm=False))
+    kept, out = _saved_by(lambda a, b: F.grouped_mm(a, b, offs=offs), tokens, experts, emulation=Emulation())
+    assert out.shape == (4096, 512) and out.dtype == torch.float32
+    assert kept == 4096 * 512 * 4  # the output; the inputs it saves for backward were already live
+    tracker = LiveBytes()
+    with tracker, Emulation().installed():
+        out = F.grouped_mm(tokens, experts, offs=offs)
+        out.sum().backward()
+    assert tokens.grad.shape == tokens.shape and experts.grad.shape == experts.shape
+
+
 def _qkv(dtype, heads=4, seq=1024):
     return [torch.empty(1, heads, seq, 64, device="meta", dtype=dtype, requires_grad=True) for _ in range(3)]
 
