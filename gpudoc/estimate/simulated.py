@@ -132,12 +132,11 @@ def _simulate(profile: Any, options: SimulateOptions, shape: ModelShape | None, 
     largest = None
     if gpu_total_bytes:
         largest = _largest_fitting(points, gpu_total_bytes * target, setup, run, extra, notes)
-        far_size, near_size = sorted(points)[-1:-3:-1]
-        far = (points[far_size].fb - points[near_size].fb) / (far_size - near_size)
-        if far_size > size + 1 and far > 4 * slope + _MIB:
+        far, far_slope = _top_line(points)
+        if far.size > size + 1 and far_slope > 4 * slope + _MIB:
             notes.append(f"one more sequence adds {format_bytes(slope)} at micro batch {size}: a part of the step "
                          f"that does not grow with the batch sets the peak there; at larger micro batches each "
-                         f"adds {format_bytes(far)}")
+                         f"adds {format_bytes(far_slope)}")
     context = terms.cuda_context_bytes()
     slack = round(terms.allocator_slack_bytes(peak, expandable_segments=setup.expandable_segments))
     stage = {"forward": "forward", "backward": "backward", "optimizer": "optimizer_step"}.get(chosen["stage"],
@@ -162,6 +161,13 @@ def _describe_any(shape: ModelShape | None, setup: TrainSetup) -> dict:
     return _describe(Inputs(shape=shape, setup=setup))
 
 
+def _top_line(points: Mapping[int, _Point]) -> tuple[_Point, float]:
+    """The largest micro batch simulated, and the forward/backward peak's growth per sample on the line
+    from the second largest to it."""
+    high, low = (points[size] for size in sorted(points)[-1:-3:-1])
+    return high, (high.fb - low.fb) / (high.size - low.size)
+
+
 def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup,
                      run: Callable[[list[int]], dict], extra: int, notes: list[str]) -> int:
     """The largest micro batch whose simulated peak + slack + context stays under ``budget``, by at
@@ -176,10 +182,10 @@ def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup
         slack = terms.allocator_slack_bytes(point.peak, expandable_segments=setup.expandable_segments)
         return point.peak + slack + context <= budget
 
-    def guess_from(high: _Point, low: _Point) -> int:
+    def guess() -> int:
+        high, line = _top_line(points)
         if not fits(replace(high, fb=0)):  # the optimizer step alone does not fit
             return 0
-        line = (high.fb - low.fb) / (high.size - low.size)
         if line <= 0:
             return MAX_SEARCH_MICRO_BATCH
         return max(0, min(MAX_SEARCH_MICRO_BATCH, math.floor(high.size + ((budget - context) / rate - high.fb) / line)))
@@ -187,16 +193,15 @@ def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup
     good = max((p.size for p in points.values() if fits(p)), default=0)
     bad = min((p.size for p in points.values() if not fits(p)), default=None)
     for _ in range(_SEARCH_SIMULATIONS):
-        high, low = (points[size] for size in sorted(points)[-1:-3:-1])
-        guess = min(guess_from(high, low), bad - 1 if bad is not None else MAX_SEARCH_MICRO_BATCH)
-        if guess <= good:
+        size = min(guess(), bad - 1 if bad is not None else MAX_SEARCH_MICRO_BATCH)
+        if size <= good:
             break
-        checked = _point(run([guess])["runs"][0], extra)
-        points[guess] = checked
+        checked = _point(run([size])["runs"][0], extra)
+        points[size] = checked
         if fits(checked):
-            good = guess
+            good = size
         else:
-            bad = guess
+            bad = size
         if bad is not None and bad - good <= 1:
             break
     if bad is not None and good == 0 and bad > 1 and 1 not in points:
