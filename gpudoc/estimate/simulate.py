@@ -69,8 +69,10 @@ def library_versions(python: str, environ: Mapping[str, str]) -> dict[str, str]:
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise SimulationUnavailable(f"the job's interpreter {python} did not answer: "
-                                    f"{(done.stderr or '').strip()[-200:] or 'no output'}") from None
+        # The last line of its complaint: a note is one line, and a traceback ends with its cause.
+        said = (done.stderr or "").strip().splitlines()
+        raise SimulationUnavailable(f"the job's interpreter {python} did not answer as Python does: "
+                                    f"{said[-1][-200:] if said else 'no output'}") from None
     if "torch" not in found:
         raise SimulationUnavailable(f"no torch in the job's interpreter ({python})")
     return {k: str(v) for k, v in found.items()}

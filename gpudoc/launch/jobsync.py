@@ -16,6 +16,9 @@ import stat
 import time
 from pathlib import Path
 
+from gpudoc.atomic import atomic_write_text
+from gpudoc.runs.store import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
+
 JOBS_DIR = ".jobs"
 # Clocks of different nodes disagree a little; a marker older than our own start by more than
 # this is a leftover of an earlier job that reused the same id.
@@ -46,10 +49,15 @@ class JobSync:
         doc = {"job_id": self.job_id, "run_id": self.run_id, "host": self.host, "cause": cause,
                "rank": rank, "line": line[:500], "time": time.time()}
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.dir / f".{self.run_id}.tmp"
-            tmp.write_text(json.dumps(doc), encoding="utf-8")
-            os.replace(tmp, self.dir / f"{self.run_id}.json")
+            self.dir.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.dir.mkdir(mode=PRIVATE_DIR_MODE)
+                os.chmod(self.dir, PRIVATE_DIR_MODE)  # exact, whatever the umask: its lines quote the job's log
+            except FileExistsError:
+                pass  # another node of this job made it (a shared GPUDOC_HOME)
+            # A fresh temporary file, renamed over the marker: a link planted in a shared home is
+            # replaced, never written through.
+            atomic_write_text(self.dir / f"{self.run_id}.json", json.dumps(doc), mode=PRIVATE_FILE_MODE)
         except OSError:
             pass  # a read-only or full runs directory must not touch the job
 

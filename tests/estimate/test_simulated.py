@@ -217,6 +217,14 @@ def test_an_interpreter_without_torch_falls_back(tmp_path):
     assert doc["source"] == "formula" and "no torch in the job's interpreter" in doc["notes"][0]
 
 
+def test_an_interpreter_that_is_not_python_falls_back_with_one_line(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    python = _fake_python(tmp_path, "echo 'line one of a complaint' >&2\necho 'import: not found' >&2\nexit 2\n")
+    _, doc = _estimate(tmp_path, _profile(), python=python)
+    assert doc["source"] == "formula"
+    assert doc["notes"][0].endswith("did not answer as Python does: import: not found")
+
+
 def test_a_helper_past_its_time_limit_falls_back(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     python = _fake_python(tmp_path, 'if [ "$1" = "-c" ]; then echo \'{"torch": "2.13.0", "transformers": "5"}\'; '

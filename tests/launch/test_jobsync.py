@@ -25,6 +25,26 @@ def test_a_marker_reaches_the_other_nodes_once(tmp_path):
     assert a.failures_elsewhere() == []  # its own marker is not news to it
 
 
+def test_a_link_planted_in_a_shared_home_is_never_written_through(tmp_path):
+    """In a team's GPUDOC_HOME anyone may plant links where a marker (or its temporary file) goes."""
+    victim = tmp_path / "victim"
+    victim.write_text("PRECIOUS")
+    folder = tmp_path / "runs" / ".jobs" / "slurm-42"
+    folder.mkdir(parents=True)
+    for name in (".run-a.tmp", "run-a.json"):
+        (folder / name).symlink_to(victim)
+    JobSync(tmp_path / "runs", "slurm-42", "run-a", "node-a").announce("gpu_oom", rank=0, line="OOM")
+    assert victim.read_text() == "PRECIOUS"
+    written = folder / "run-a.json"
+    assert not written.is_symlink() and json.loads(written.read_text())["cause"] == "gpu_oom"
+    assert written.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_new_marker_directory_is_private(tmp_path):
+    JobSync(tmp_path, "slurm-43", "run-a", "node-a").announce("gpu_oom", rank=0, line="OOM")
+    assert (tmp_path / ".jobs" / "slurm-43").stat().st_mode & 0o777 == 0o700
+
+
 def test_markers_of_an_earlier_job_with_the_same_id_are_ignored(tmp_path):
     old = JobSync(tmp_path, "rdzv-exp1", "run-old", "n1", started=time.time() - 3600)
     old.announce("gpu_oom", rank=0, line="x")
