@@ -46,6 +46,12 @@ def run_cli(argv: list[str] | None = None, workspace: Workspace | None = None) -
         _silence_stdout()
         return ExitStatus.NEGATIVE
     except Exception as exc:  # this is the boundary
+        if isinstance(exc, OSError) and exc.errno in _MACHINE_ERRNOS and exc.filename is None:
+            # Only a stream has no file name: gpudoc's own output (stdout into a full disk, /dev/full).
+            _silence_stdout()  # or the interpreter's last flush says it again, with a traceback
+            message = f"gpudoc: cannot write the output: {exc.strerror}"
+            err.write(message + "\n")
+            return ExitStatus.USAGE
         refused = _refused_by_the_machine(exc)
         if refused is not None:
             # A read-only, full or forbidden place a command had to write (or read): no bug, one line.

@@ -37,7 +37,7 @@ class ProfileList(Command):
 gpudoc profile list
 gpudoc profile list --json
 """
-    json = cli.Flag("--json", help="one JSON array")
+    json = cli.Flag("--json", help="the JSON envelope, its profiles under \"profiles\"")
 
     def main(self) -> int:
         from gpudoc.commands.profile import list_profiles

@@ -58,6 +58,9 @@ def read_sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, s
     return sources
 
 
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
 def _read_log(path: Path, name: str) -> str:
     """The log's tail, after the evidence of everything before it (a failure that a flood of
     output pushed out of the tail): bounded memory, one streaming pass, whatever the size."""
@@ -65,6 +68,10 @@ def _read_log(path: Path, name: str) -> str:
 
     try:
         with open(path, "rb") as handle:
+            if handle.read(2) in _UTF16_BOMS:
+                # Windows PowerShell's `>` and Tee-Object write UTF-16: decoded as a stream, tail only.
+                with open(path, encoding="utf-16", errors="replace") as text:
+                    return stream_tail(text)
             size = handle.seek(0, os.SEEK_END)
             earlier = evidence_before(handle, max(size - TAIL_BYTES, 0)) if size > TAIL_BYTES else ""
     except OSError as exc:

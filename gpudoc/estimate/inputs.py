@@ -8,8 +8,10 @@ calculators end up 10x off.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from gpudoc import allocator
 from gpudoc.errors import ProfileError
@@ -223,6 +225,24 @@ def _gated_guess(model: Mapping[str, Any], shape_wo_gate: dict) -> tuple[bool, b
     return shape_wo_gate["ffn"] != 4 * shape_wo_gate["hidden"], tied
 
 
+_Reader = TypeVar("_Reader", bound=Callable[..., Any])
+
+
+def _naming_the_profile(reader: _Reader) -> _Reader:
+    """A profile error raised while reading ``profile`` names its file, for the JSON envelope's
+    ``error.file`` (the messages name the table and key; the file is the profile's)."""
+    @functools.wraps(reader)
+    def read(profile: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return reader(profile, *args, **kwargs)
+        except ProfileError as exc:
+            if exc.file is None and getattr(profile, "path", None):
+                exc.file = str(profile.path)
+            raise
+    return read  # type: ignore[return-value]
+
+
+@_naming_the_profile
 def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
     """The ``[model]`` table (merged over ``hf_config`` when given) as a ``ModelShape``."""
     notes: list[str] = []
@@ -336,6 +356,7 @@ def _lora_targets(profile: Any) -> tuple[str, ...]:
 LORA_READING_NOTES = ("[train] lora_dropout not set:", "[model] lora_targets not set:")
 
 
+@_naming_the_profile
 def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None = None) -> TrainSetup:
     train = profile.train
     extras = extras or {}

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from gpudoc.cli import main as cli_main
 from gpudoc.errors import ExitStatus
-from tests.conftest import gpudoc_cli, needs_root
+from tests.conftest import REPO, gpudoc_cli, needs_root
 
 
 def test_unknown_switch_is_one_line_and_exit_2():
@@ -71,3 +74,12 @@ def test_a_read_only_working_directory_is_one_line_not_a_crash_report(tmpfs):
     done = gpudoc_cli("profile", "new", "mine", cwd=work)
     assert done.returncode == 2 and "Traceback" not in done.stderr and "crash" not in done.stderr
     assert done.stderr.strip().splitlines() == [f"gpudoc: {work / '.gpudoc'}: Read-only file system"]
+
+
+@pytest.mark.parametrize("argv", [("profile", "list"), ("completions", "bash")])
+def test_output_into_a_full_device_is_one_line_not_a_crash_report(tmp_path, argv):
+    with open("/dev/full", "w") as full:  # Linux's always-full device
+        done = subprocess.run([sys.executable, "-m", "gpudoc", *argv], cwd=tmp_path, stdout=full,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["gpudoc: cannot write the output: No space left on device"]

@@ -256,6 +256,15 @@ def test_a_text_log_without_a_failure_does_not_claim_the_run_succeeded(tmp_path)
     assert "no failure was found in the log" in done.stdout and "did not fail" not in done.stdout
 
 
+
+def test_a_utf16_log_as_powershell_writes_it_is_read(tmp_path):
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+           "of 23.68 GiB of which 1.12 GiB is free.\n")
+    (tmp_path / "ps.log").write_bytes(("step 1\n" + oom).encode("utf-16"))  # with its byte-order mark
+    done = gpudoc_cli("fix", "--log", "ps.log", "--json", cwd=tmp_path)
+    diagnosis = json.loads(done.stdout)["diagnosis"]
+    assert diagnosis["cause"] == "gpu_oom" and diagnosis["requested_bytes"] == 2 * 1024**3
+
 def test_an_early_failure_buried_under_a_flood_is_still_found(tmp_path):
     # The OOM is 6 MB from the end: far outside the tail, found by the streaming scan.
     oom = ("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total "

@@ -57,14 +57,17 @@ def test_missing_model_key_names_key_and_table(tmp_path, missing):
     model = {"hidden": 4096, "layers": 32, "heads": 32, "vocab": 32000}
     del model[missing]
     with pytest.raises(ProfileError, match=rf"\[model\] {missing} is missing: set \[model\] hf_config = \"ORG/NAME\" "
-                       rf"\(a config.json, its directory, or a model id in the local Hugging Face cache\) or {missing} = N"):
+                       rf"\(a config.json, its directory, or a model id in the local Hugging Face cache\) or {missing} = N") as raised:
         inputs_from_profile(_profile(tmp_path, model))
+    # The JSON envelope's error.file: the profile's own file, beside the key.
+    assert (raised.value.file, raised.value.key) == (str(tmp_path / "gpudoc.toml"), f"model.{missing}")
 
 
 def test_missing_seq_len_and_bad_values_are_profile_errors(tmp_path):
     model = {"hidden": 4096, "layers": 32, "heads": 32, "vocab": 32000}
-    with pytest.raises(ProfileError, match=r"\[train\] max_seq_len is missing"):
+    with pytest.raises(ProfileError, match=r"\[train\] max_seq_len is missing") as raised:
         inputs_from_profile(_profile(tmp_path, model, {"micro_batch_size": 1}))
+    assert raised.value.file == str(tmp_path / "gpudoc.toml")
     with pytest.raises(ProfileError, match="hidden = 4096 is not a multiple of heads = 30"):
         inputs_from_profile(_profile(tmp_path, {**model, "heads": 30}))
     with pytest.raises(ProfileError, match="hf_config = \"nope.json\": no such file beside"):
