@@ -59,6 +59,35 @@ def test_a_profile_edited_by_two_applies_comes_back_byte_for_byte(tmp_path):
     assert again.returncode == 0 and "Nothing to restore" in again.stdout
 
 
+def test_a_relaunch_by_hand_after_an_apply_restores_the_profile_it_ran_with(tmp_path):
+    """run -> fix --apply -> the user's own `gpudoc run` (a new chain, no edit of its own): what it
+    launched with is gpudoc's edit, so restoring the latest run puts the profile back."""
+    shutil.copy(JOB, tmp_path / "train.py")
+    profile = tmp_path / "gpudoc.toml"
+    profile.write_text(PROFILE)
+    for step in (("run", "--no-check", "--", sys.executable, "train.py"), ("fix", "--apply"),
+                 ("run", "--no-check", "--", sys.executable, "train.py")):
+        gpudoc_cli(*step, cwd=tmp_path)
+    assert "micro_batch_size = 8" in profile.read_text()
+    done = gpudoc_cli("restore", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert profile.read_text() == PROFILE
+
+
+def test_a_profile_changed_by_hand_after_the_apply_is_not_the_relaunchs_to_restore(tmp_path):
+    shutil.copy(JOB, tmp_path / "train.py")
+    profile = tmp_path / "gpudoc.toml"
+    profile.write_text(PROFILE)
+    gpudoc_cli("run", "--no-check", "--", sys.executable, "train.py", cwd=tmp_path)
+    gpudoc_cli("fix", "--apply", cwd=tmp_path)
+    mine = profile.read_text().replace("micro_batch_size = 8", "micro_batch_size = 6")
+    profile.write_text(mine)
+    gpudoc_cli("run", "--no-check", "--", sys.executable, "train.py", cwd=tmp_path)
+    done = gpudoc_cli("restore", cwd=tmp_path)
+    assert done.returncode == 0 and "Nothing to restore" in done.stdout, done.stderr
+    assert profile.read_text() == mine
+
+
 def test_a_file_changed_by_hand_since_is_refused_unless_forced(tmp_path):
     profile = _profile_applied_twice(tmp_path)
     hand = profile.read_text() + "# my own note\n"
