@@ -49,7 +49,7 @@ def refusing(func: Callable[[], T]) -> T:
     except LaunchError:
         raise
     except GpudocError as exc:
-        raise LaunchError(str(exc).removeprefix("gpudoc: ")) from None
+        raise LaunchError(str(exc).removeprefix("gpudoc: "), file=exc.file, key=exc.key) from None
 
 
 @dataclass

@@ -75,6 +75,7 @@ def test_the_run_record_at_the_end_of_a_run_is_the_envelope_on_stderr(isolated_h
     (["profile", "show", "bad.toml", "--json"], "profile show", 2, "bad.toml", "gpu.cuont"),
     (["estimate", "--gpu-memory", "-1", "--json"], "estimate", 2, None, None),
     (["run", "--no-check", "--json", "--", "no-such-program-anywhere"], "run", 127, None, None),
+    (["run", "-p", "bad.toml", "--json", "--", "true"], "run", 125, "bad.toml", "gpu.cuont"),
 ])
 def test_errors_are_the_envelope_once_json_was_asked(isolated_home, args, command, exit_code, file, key):
     (isolated_home / "gpudoc.toml").write_text(PROFILE)
