@@ -8,11 +8,13 @@ unless said, GPT-2's is tied). The defaults here are those of the transformers c
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoc.errors import ProfileError
 from gpudoc.estimate.model_source import find_model_config, read_config_json
 
 _HF_KEYS = {
@@ -51,6 +53,20 @@ def _number(config: Mapping[str, Any], *names: str) -> int | None:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return int(value)
     return None
+
+
+def _check_shape_values(config: Mapping[str, Any], source: str) -> None:
+    """A shape the config states must be a positive number: a typo'd or zeroed field is named,
+    not read as missing (null is a config class's "unset", and is)."""
+    for key, names in _HF_KEYS.items():
+        for name in names:
+            value = config.get(name)
+            if value is None:
+                continue
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or (value <= 0 and key not in ("kv_heads", "head_dim")) or value < 0:
+                raise ProfileError(f"{source}: {name} = {json.dumps(value)}: expected a positive number",
+                                   file=source, key=name)
 
 
 def _moe(config: Mapping[str, Any], out: dict[str, Any]) -> None:
@@ -180,4 +196,8 @@ def read_hf_config(profile: Any, name: str, environ: Mapping[str, str] | None = 
     where = getattr(profile, "path", None)
     path = find_model_config(name, bases=list(dict.fromkeys(bases)), environ=environ,
                              file=str(where) if where else None)
-    return read_config_json(path, name)
+    config = read_config_json(path, name)
+    for part in (config, config.get("text_config")):  # a multimodal wrapper keeps the LM's inside
+        if isinstance(part, Mapping):
+            _check_shape_values(part, str(path))
+    return config

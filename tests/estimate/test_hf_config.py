@@ -134,3 +134,20 @@ def test_qlora_quantizes_every_expert(tmp_path):
     weights = estimate(profile).breakdown["weights"]
     params = inputs_from_profile(profile).shape.params
     assert 0.5 * params < weights < 0.56 * params + 2 * 32000 * 4096 * 2
+
+
+@pytest.mark.parametrize("field, value", [("hidden_size", "big"), ("num_attention_heads", 0), ("vocab_size", -5),
+                                          ("num_hidden_layers", True)])
+def test_a_shape_the_config_states_wrongly_is_named_not_read_as_missing(tmp_path, field, value):
+    config = {**CONFIGS["meta-llama/Llama-3.2-1B"], field: value}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ProfileError, match=rf"config.json: {field} = {json.dumps(value)}: expected a positive number") \
+            as raised:
+        inputs_from_profile(_profile(tmp_path))
+    assert (raised.value.file, raised.value.key) == (str(tmp_path / "config.json"), field)
+
+
+def test_null_in_a_config_is_unset_not_wrong(tmp_path):
+    config = {**CONFIGS["meta-llama/Llama-3.2-1B"], "head_dim": None}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert inputs_from_profile(_profile(tmp_path)).shape.hidden == config["hidden_size"]
