@@ -86,6 +86,18 @@ def test_does_not_fit_is_exit_1(isolated_home):
     assert "does not fit" in out
 
 
+def test_largest_micro_batch_is_0_when_none_fits_and_null_when_the_card_is_unknown(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(PROFILE)
+    _, out = _run(as_json=True, gpu_memory_gib=4.0)
+    assert json.loads(out)["max_micro_batch_size"] == 0  # the 7B weights alone are above a 4 GB card
+
+    def no_gpu():
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    _, out = _run(as_json=True, gather=no_gpu)
+    assert json.loads(out)["max_micro_batch_size"] is None
+
+
 def test_above_the_target_but_on_the_card_is_a_warning_not_a_no(isolated_home):
     (isolated_home / "gpudoc.toml").write_text(PROFILE)
     _, out = _run(as_json=True, gpu_memory_gib=80.0, micro_batch_size=2)
