@@ -1,6 +1,6 @@
 """A word when a run ends: nobody has to poll a pane.
 
-After a run (the whole --retry-oom chain) that lasted at least ``[run] notify_after_s`` seconds
+After a run (the whole --retry-oom chain) that lasted at least ``[run] bell_after_s`` seconds
 (default 60): a terminal bell, when gpudoc's stderr is a terminal, and a desktop notification
 where one can be shown (``notify-send`` on PATH and a graphical session). ``[run] notify =
 "COMMAND"`` runs the user's own command (a webhook, mail) through the shell after every run,
@@ -20,14 +20,14 @@ from gpudoc.profiles.model import Profile
 from gpudoc.runs.record import RunRecord
 from gpudoc.workspace import Workspace
 
-DEFAULT_NOTIFY_AFTER_S = 60.0
+DEFAULT_BELL_AFTER_S = 60.0
 COMMAND_TIMEOUT_S = 30.0
 DESKTOP_TIMEOUT_S = 5.0
 
 
 def tell_the_end(record: RunRecord, profile: Profile, ws: Workspace) -> None:
     duration = record.duration_s or 0.0
-    after = profile.run.get("notify_after_s", DEFAULT_NOTIFY_AFTER_S)
+    after = profile.run.get("bell_after_s", DEFAULT_BELL_AFTER_S)
     if duration >= float(after):
         _bell(ws)
         _desktop(record, ws.environ)

@@ -8,6 +8,7 @@ override is written into the child the user named.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +82,11 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
         return path
     fresh_backup = None
     if not creating:
-        fresh_backup = None if path.with_name(path.name + ".gpudoc.bak").exists() else backup(path)
+        # backup() decides what to keep (the first real backup; a link planted where it goes is
+        # replaced, never taken for one); whether it wrote a new file shows in the inode.
+        before = _inode(path.with_name(path.name + ".gpudoc.bak"))
+        saved = backup(path)
+        fresh_backup = saved if _inode(saved) != before else None
     try:
         atomic_write_text(path, new_text, follow_link=True)  # the user's profile: a link is edited at its target
     except OSError:
@@ -89,6 +94,14 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
             fresh_backup.unlink(missing_ok=True)  # nothing written means nothing, a backup included
         raise
     return path
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def apply_recorded(profile: Profile, suggestion: Suggestion, *, cwd: Path, store: RunStore,

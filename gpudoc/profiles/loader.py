@@ -100,8 +100,10 @@ def load_profile(name: str | None = None, cwd: Path | None = None) -> Profile:
 
 def load_profile_file(path: Path, cwd: Path | None = None) -> Profile:
     chain: list[Path] = []
-    merged = _load_chain(Path(path), chain, cwd)
+    rung_files: list[Path] = []
+    merged = _load_chain(Path(path), chain, cwd, rung_files)
     _check_bindings(merged, chain[0])
+    _check_rung_knobs(merged, rung_files)
     shipped_dir = shipped_profiles_dir().resolve()
     leaf = chain[0]
     return Profile(
@@ -134,42 +136,78 @@ def _check_bindings(merged: Mapping[str, Any], leaf: Path) -> None:
         check_files_table(files, dict(merged.get("train") or {}), enums, str(leaf))
 
 
+def _check_rung_knobs(merged: Mapping[str, Any], rung_files: list[Path]) -> None:
+    """A user rung's knob against the merged ``[train]`` (a child may declare the knob a parent's
+    rung halves) and the standard knobs.
+
+    A knob declared nowhere is allowed: the SPEC's own example rung halves an undeclared
+    ``n_negatives``, and the ladder skips such a rung saying the knob is not declared. A name
+    close to a declared or standard knob is a typo that would leave the rung silently inert, so it
+    stops the load.
+    """
+    rungs = dict(merged.get("ladder") or {}).get("rung") or []
+    known = [*dict(merged.get("train") or {}), *schema.TABLES["train"]]
+    for index, (rung, path) in enumerate(zip(rungs, rung_files)):
+        knob = rung["knob"]
+        if knob in known:
+            continue
+        hint = _did_you_mean(knob, known)
+        if hint:
+            nth = sum(1 for p in rung_files[:index] if p == path)
+            raise _error_at(path, _read_quietly(path), "ladder.rung", "knob",
+                            f"rung '{rung['name']}': '{knob}' is not a knob in [train]{hint}", nth=nth)
+
+
 MAX_EXTENDS_DEPTH = 32  # a real chain is two or three deep; this stops a runaway before the stack does
 
 
-def _load_chain(path: Path, chain: list[Path], cwd: Path | None) -> dict:
+def _load_chain(path: Path, chain: list[Path], cwd: Path | None, rung_files: list[Path]) -> dict:
+    """The merged tables of ``path`` and its parents; ``rung_files`` gets, in the merged order,
+    the file each ``[[ladder.rung]]`` came from (errors found after the merge name it)."""
     resolved = path.resolve()
     if resolved in (p.resolve() for p in chain):
         cycle = " -> ".join(str(p) for p in [*chain, path])
-        raise ProfileError(f"{chain[0]}: 'extends' forms a cycle: {cycle}")
+        raise ProfileError(f"{chain[0]}: 'extends' forms a cycle: {cycle}", file=str(chain[0]), key="extends")
     chain.append(path)
     if len(chain) > MAX_EXTENDS_DEPTH:
         raise ProfileError(f"{chain[0]}: 'extends' goes more than {MAX_EXTENDS_DEPTH} profiles deep "
                            f"(at {path})", file=str(chain[0]), key="extends")
     data = parse_profile_text(path)
-    parent_name = data.get("extends")
-    if not parent_name:
+    own_rungs = [path] * len(dict(data.get("ladder") or {}).get("rung") or [])
+    if "extends" not in data:
+        rung_files.extend(own_rungs)
         return data
     # A parent is looked up like -p NAME, but a profile never extends itself by name: skip the
     # directory the child lives in when the names match (gpudoc.toml extends "a10g-24gb" is fine,
     # .gpudoc/profiles/a10g-24gb.toml extending "a10g-24gb" means the shipped one).
-    parent_path = _resolve_parent(parent_name, path, cwd)
-    parent = _load_chain(parent_path, chain, cwd)
+    parent_path = _resolve_parent(data["extends"], path, cwd)
+    parent = _load_chain(parent_path, chain, cwd, rung_files)
+    rung_files.extend(own_rungs)  # merge() puts a child's rungs after its parents'
     return merge(parent, data)
 
 
 def _resolve_parent(name: str, child: Path, cwd: Path | None) -> Path:
+    def fail(message: str) -> ProfileError:
+        return _error_at(child, _read_quietly(child), None, "extends", message, shown=f"extends = '{name}'")
+
+    if not name.strip():
+        raise fail("empty: name a profile or a file, or remove the key")
     if _looks_like_path(name):
         candidate = (child.parent / name) if not os.path.isabs(name) else Path(name)
         if not candidate.is_file():
-            raise ProfileError(f"{child}: extends = '{name}': file not found")
+            raise fail("file not found")
         return candidate
+    itself = False
     for directory in search_dirs(cwd):
         candidate = directory / f"{name}.toml"
-        if candidate.is_file() and candidate.resolve() != child.resolve():
-            return candidate
-    hint = _did_you_mean(name, sorted(list_profile_names(cwd)))
-    raise ProfileError(f"{child}: extends = '{name}': unknown profile{hint}")
+        if candidate.is_file():
+            if candidate.resolve() != child.resolve():
+                return candidate
+            itself = True
+    if itself:  # the only profile of that name is this file: "did you mean" itself would be a cycle
+        raise fail("the profile extends itself (a cycle); name another profile, or remove the key")
+    others = {p.stem for d in search_dirs(cwd) if d.is_dir() for p in d.glob("*.toml") if p.resolve() != child.resolve()}
+    raise fail(f"unknown profile{_did_you_mean(name, sorted(others))}")
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict:
@@ -195,24 +233,66 @@ def parse_profile_text(path: Path) -> dict:
     except UnicodeDecodeError as exc:
         raise ProfileError(f"{path}: not a text file in UTF-8 (byte {exc.start}): a profile is TOML text",
                            file=str(path)) from None
-    if sys.version_info >= (3, 11):  # imported here: `gpudoc check` without a profile never parses TOML
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.9/3.10 only
-        import tomli as tomllib
+    tomllib = _tomllib()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}", file=str(path)) from None
+    except RecursionError:  # tomllib parses nested arrays recursively; no profile nests thousands deep
+        raise ProfileError(f"{path}: not a profile: its arrays or tables nest too deeply to parse",
+                           file=str(path)) from None
     validate(data, path, text)
+    _one_spelling(data, path, text)
     return data
 
 
+# Keys renamed after profiles were written with the old spelling: (table, old) -> new. The loader
+# owns the spellings: past it, only the new name exists (merged across ``extends``, shown, recorded).
+OLD_SPELLINGS = {
+    ("run", "notify_after_s"): "bell_after_s",  # the SPEC's name ("See the run")
+}
+
+
+def _one_spelling(data: dict, path: Path, text: str) -> None:
+    for (table, old), new in OLD_SPELLINGS.items():
+        values = data.get(table)
+        if not isinstance(values, dict) or old not in values:
+            continue
+        if new in values:
+            raise _error_at(path, text, table, old, f"means the same as {table}.{new}, which is set too: keep one "
+                                                    f"({new} is the current name)")
+        values[new] = values.pop(old)
+
+
+def _error_at(path: Path, text: str, table: str | None, key: str, message: str, *, shown: str | None = None,
+              nth: int = 0) -> ProfileError:
+    """The one-line error for ``key`` in ``[table]`` of ``path``: ``FILE:LINE: KEY: message``.
+    ``shown`` replaces the dotted key in the message; ``nth`` picks one of several ``[[table]]``."""
+    line = _line_of(text, table, key, nth=nth)
+    where = f"{path}:{line}" if line else str(path)
+    dotted = f"{table}.{key}" if table else key
+    return ProfileError(f"{where}: {shown or dotted}: {message}", file=str(path), key=dotted)
+
+
+def _read_quietly(path: Path) -> str:
+    """The text of a profile already parsed once, to place an error found after parsing."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _tomllib() -> Any:
+    if sys.version_info >= (3, 11):  # imported here: `gpudoc check` without a profile never parses TOML
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.9/3.10 only
+        import tomli as tomllib
+    return tomllib
+
+
 def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
-    def fail(table: str | None, key: str, message: str) -> None:
-        line = _line_of(text, table, key)
-        where = f"{path}:{line}" if line else str(path)
-        dotted = f"{table}.{key}" if table else key
-        raise ProfileError(f"{where}: {dotted}: {message}", file=str(path), key=dotted)
+    def fail(table: str | None, key: str, message: str, shown: str | None = None) -> None:
+        raise _error_at(path, text, table, key, message, shown=shown)
 
     allowed_top = {**schema.TOP_LEVEL, **dict.fromkeys(schema.TABLES, (dict,)), "env": (dict,)}
     for key, value in data.items():
@@ -227,6 +307,7 @@ def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
             for var, v in value.items():
                 if not isinstance(v, (str, int, float, bool)):
                     fail("env", var, f"expected a string, got {type(v).__name__}")
+                _check_env_entry(var, v, fail)
             continue
         keys = schema.TABLES[table]
         for key, v in value.items():
@@ -255,6 +336,7 @@ def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
             if isinstance(stage, int) and not 0 <= stage <= 3:
                 fail("train", "zero_stage", f"expected 0..3, got {stage}")
         if table == "bind":
+            _check_arg_preset(value.get("args"), fail)
             via_env = value.get("via_env", [])
             if not all(isinstance(k, str) for k in via_env):
                 fail("bind", "via_env", "expected an array of knob names")
@@ -266,6 +348,35 @@ def validate(data: Mapping[str, Any], path: Path, text: str) -> None:
                 fail("ladder", "target_utilization", f"expected a fraction in (0, 1], got {tu}")
             for rung in value.get("rung", []):
                 _validate_rung(rung, fail)
+
+
+def _check_env_entry(name: str, value: Any, fail: Callable[..., None]) -> None:
+    """What execve can carry: ``NAME=VALUE`` C strings, so no NUL anywhere and no '=' in the name
+    (the job would read a different variable), and a name at all. Caught here, a bad entry is the
+    profile's error before anything runs, not a crash at launch that leaves a dead run record."""
+    import json  # only on a mistake: shows a NUL as \u0000 in the one-line error
+
+    shown = f"env.{json.dumps(name)}" if not name.isprintable() or not name or "=" in name else None
+    if not name:
+        fail("env", name, "a variable needs a name", shown)
+    if "\0" in name:
+        fail("env", name, "a variable name cannot hold a NUL character", shown)
+    if "=" in name:
+        fail("env", name, "a variable name cannot hold '=' (the environment splits NAME=VALUE at the first '=')",
+             shown)
+    if isinstance(value, str) and "\0" in value:
+        fail("env", name, "the value holds a NUL character, which no environment variable can carry", shown)
+
+
+def _check_arg_preset(preset: Any, fail: Callable[..., None]) -> None:
+    """``[bind] args`` names a preset the binder has (its table is the one list of them)."""
+    if not isinstance(preset, str):
+        return  # absent; a wrong type was reported with the other types
+    from gpudoc.bind.args import ARG_PRESETS  # only with a [bind] table: `check` stays light
+
+    if preset not in ARG_PRESETS:
+        fail("bind", "args", f"unknown preset '{preset}'{_did_you_mean(preset, ARG_PRESETS)}; "
+                             f"one of {', '.join(sorted(ARG_PRESETS))}")
 
 
 def _check_number(table: str, key: str, value: Any, fail: Callable[[str | None, str, str], None]) -> None:
@@ -321,20 +432,43 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
-def _line_of(text: str, table: str | None, key: str) -> int | None:
-    """1-based line of ``key`` inside ``[table]`` (tomllib keeps no positions, so look it up)."""
+def _line_of(text: str, table: str | None, key: str, nth: int = 0) -> int | None:
+    """1-based line of ``key`` inside ``[table]`` (the ``nth`` ``[[table]]`` of several);
+    tomllib keeps no positions, so look it up."""
     current = None
+    seen = -1  # headers of ``table`` passed so far, less one
     key_re = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
     dotted_re = re.compile(rf"^\s*{re.escape(table)}\.{re.escape(key)}\s*=") if table else None
-    for number, line in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
         header = _HEADER.match(line)
         if header:
             current = header.group(1).strip()
+            seen += current == table
             if table is None and current == key:
                 return number
             continue
-        if current == table and key_re.match(line):
+        if current == table and (table is None or seen == nth) and key_re.match(line):
             return number
         if current is None and dotted_re is not None and dotted_re.match(line):
             return number
+    return _escaped_key_line(lines, table, key)
+
+
+def _escaped_key_line(lines: list[str], table: str | None, key: str) -> int | None:
+    """A key written with escapes (``"A\\u0000B" = 1``) does not read as itself: parse each line
+    of ``[table]`` alone (only on an error, and only when the plain search found nothing)."""
+    toml = _tomllib()
+    current = None
+    for number, line in enumerate(lines, start=1):
+        header = _HEADER.match(line)
+        if header:
+            current = header.group(1).strip()
+            continue
+        if current == table and "=" in line:
+            try:
+                if key in toml.loads(line):
+                    return number
+            except toml.TOMLDecodeError:
+                continue  # a value spread over several lines: not this key's line anyway
     return None

@@ -91,7 +91,8 @@ TABLES: dict[str, dict[str, tuple]] = {
         "oom_grace_s": NUMBER,
         "shared": BOOL,  # run records readable by the group (a team's shared GPUDOC_HOME)
         "notify": STR,  # a command run (sh -c) after each run, told about it in GPUDOC_RUN_* variables
-        "notify_after_s": NUMBER,  # runs at least this long end with a bell and a desktop notification
+        "bell_after_s": NUMBER,  # runs at least this long end with a bell and a desktop notification
+        "notify_after_s": NUMBER,  # the older spelling of bell_after_s (the loader renames it)
         "tmux_keep": STR,  # --tmux: keep the window after the run: failure (default) | always | never
         "resume": BOOL,  # --retry-oom / fix --rerun resume from the newest complete checkpoint (default true)
     },
@@ -108,7 +109,7 @@ RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("train", "gradient_accumulation_steps"): (1, 10**6),
     ("train", "global_batch_size"): (1, 10**9),
     ("train", "max_seq_len"): (1, 10**8),
-    ("train", "lora_rank"): (1, 65536),
+    ("train", "lora_rank"): (0, 65536),  # 0 = full fine-tune (no LoRA adapters)
     ("launch", "nproc_per_node"): (1, 1024),
     ("launch", "nnodes"): (1, 10**5),
     ("launch", "tensor_parallel"): (1, 1024),
@@ -129,6 +130,7 @@ RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("estimate", "timeout_s"): (1, 86400),
     ("run", "sample_interval_s"): (0.05, 3600),
     ("run", "oom_grace_s"): (-1, 3600),
+    ("run", "bell_after_s"): (0, 10**7),
     ("run", "notify_after_s"): (0, 10**7),
 }
 

@@ -46,7 +46,7 @@ def test_a_long_run_rings_and_notifies_the_desktop_a_short_one_does_not(tmp_path
     with open(slave, "w", closefd=False) as terminal:
         ws = captured_workspace(tmp_path, environ={"PATH": f"{fake}:/usr/bin:/bin", "DISPLAY": ":0"})
         ws.console.err = terminal  # gpudoc's stderr is a terminal here
-        profile = Profile(name="p", run={"notify_after_s": 10})
+        profile = Profile(name="p", run={"bell_after_s": 10})
         tell_the_end(_record(3.0), profile, ws)
         assert not (tmp_path / "desktop.txt").exists()
         tell_the_end(_record(30.0), profile, ws)

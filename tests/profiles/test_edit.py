@@ -11,6 +11,7 @@ from gpudoc.errors import ProfileError, UsageError
 from gpudoc.ladder.model import Suggestion
 from gpudoc.profiles.edit import apply_changes
 from gpudoc.profiles.loader import load_profile, load_profile_file, shipped_profiles_dir
+from tests.conftest import gpudoc_cli
 
 PROFILE = """\
 # My job on 4x A10G.
@@ -155,3 +156,30 @@ def test_written_file_keeps_permissions_and_no_temp_files_left(tmp_path):
     apply_changes(load_profile_file(path), HALVE, cwd=tmp_path)
     assert path.stat().st_mode & 0o777 == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.toml", "job.toml.gpudoc.bak"]
+
+
+def test_a_link_planted_where_the_backup_goes_is_replaced_by_a_real_backup(tmp_path):
+    path = write(tmp_path / "job.toml")
+    elsewhere = write(tmp_path / "elsewhere", "not a backup\n")
+    planted = tmp_path / "job.toml.gpudoc.bak"
+    planted.symlink_to(elsewhere)
+    apply_changes(load_profile_file(path), HALVE, cwd=tmp_path)
+    assert not planted.is_symlink() and planted.read_text() == PROFILE
+    assert elsewhere.read_text() == "not a backup\n"
+    # That real backup is the first one: the next edit keeps it.
+    apply_changes(load_profile_file(path), Suggestion("zero-stage", {"zero_stage": [2, 3]}), cwd=tmp_path)
+    assert planted.read_text() == PROFILE
+
+
+def test_fix_apply_reports_a_backup_that_holds_the_profile_even_over_a_planted_link(isolated_home):
+    original = "[train]\nmicro_batch_size = 8\ngradient_accumulation_steps = 4\n"
+    write(isolated_home / "gpudoc.toml", original)
+    write(isolated_home / "oom.log", "CUDA out of memory. Tried to allocate 2.26 GiB (GPU 0; 6.00 GiB total capacity; "
+          "781.59 MiB already allocated; 3.03 GiB free; 1.24 GiB reserved in total by PyTorch)\n")
+    elsewhere = write(isolated_home / "elsewhere", "not a backup\n")
+    (isolated_home / "gpudoc.toml.gpudoc.bak").symlink_to(elsewhere)
+    done = gpudoc_cli("fix", "--log", "oom.log", "--apply", cwd=isolated_home)
+    assert done.returncode == 0, done.stderr
+    assert f"(backup: {isolated_home / 'gpudoc.toml.gpudoc.bak'})" in done.stdout
+    assert (isolated_home / "gpudoc.toml.gpudoc.bak").read_text() == original
+    assert elsewhere.read_text() == "not a backup\n"

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from gpudoc.bind.args import ARG_PRESETS
 from gpudoc.errors import ProfileError
+from gpudoc.estimate import estimate
 from gpudoc.profiles import load_profile, shipped_profiles_dir
 from gpudoc.profiles.loader import list_profile_names, resolve_profile_path
 from gpudoc.profiles.model import EMPTY
+from tests.conftest import gpudoc_cli
 
 
 def write(path: Path, text: str) -> Path:
@@ -180,6 +185,12 @@ def test_toml_syntax_error_names_the_file(isolated_home):
     expect_error(path, str(path), "not valid TOML", "line 1")
 
 
+def test_arrays_nested_thousands_deep_are_refused_not_a_crash(isolated_home):
+    path = isolated_home / "deep.toml"
+    path.write_text("a = " + "[" * 5000 + "1" + "]" * 5000 + "\n")
+    expect_error(path, str(path), "nest too deeply")
+
+
 def test_unknown_profile_suggests_a_close_name():
     with pytest.raises(ProfileError, match="did you mean 'gpu-24gb'"):
         load_profile("gpu-24bg")
@@ -285,3 +296,162 @@ def test_parallel_layouts_and_target_length_are_profile_keys(isolated_home):
     expect_error(write(isolated_home / "b.toml", '[launch]\npipeline_parallel = "2"\n'), "launch.pipeline_parallel",
                  "expected an integer")
     expect_error(write(isolated_home / "c.toml", "[launch]\ncontext_paralel = 2\n"), "did you mean 'context_parallel'")
+
+
+# The example profile of SPEC.md ("Profiles (TOML)"), copied as it stands: it is the contract.
+SPEC_EXAMPLE = '''\
+description = "4x A10G 24 GB, Llama-3.2-1B pretraining, DeepSpeed ZeRO"
+extends = "a10g-24gb"               # optional: inherit, then override
+
+[gpu]
+count = 4                           # GPUs the job needs
+min_free_gib = 20                   # per GPU, checked before launch
+
+[env]
+PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True"
+TOKENIZERS_PARALLELISM = "false"
+OMP_NUM_THREADS = "4"
+
+[train]                              # the knobs
+micro_batch_size = 2
+gradient_accumulation_steps = 32
+max_seq_len = 1024
+gradient_checkpointing = true
+precision = "bf16"                   # fp32 | fp16 | bf16 (mixed, fp32 master) | bf16-true
+zero_stage = 2                       # 0..3
+offload_optimizer = false
+offload_params = false
+optimizer = "adamw"                  # adamw | adamw_8bit | adafactor | sgd
+lora_rank = 0                        # 0 = full fine-tune
+quantization = "none"                # none | nf4 | int8 (frozen base weights, QLoRA)
+attention = "sdpa"                   # sdpa (flash/mem-efficient) | eager
+# gradient_checkpointing may also be "selective"
+
+[launch]
+nproc_per_node = 4                   # world size = nproc_per_node x nnodes (also read
+nnodes = 1                           # from a torchrun COMMAND; disagreement is a finding)
+
+[model]                              # for estimate/fix; or hf_config = "path/config.json"
+arch = "decoder"                     # decoder | encoder | encoder-decoder
+params = 1.24e9
+layers = 16
+hidden = 2048
+heads = 32
+kv_heads = 8
+ffn = 8192
+vocab = 128256
+
+[bind]                               # how knobs reach the job
+env = true                           # export GPUDOC_MICRO_BATCH_SIZE, ... (default true)
+args = "hf-trainer"                  # append/replace the framework's own flags in COMMAND
+[bind.files."ds_config.json"]        # edit keys inside a JSON/YAML/TOML config file
+micro_batch_size = "train_micro_batch_size_per_gpu"
+gradient_accumulation_steps = "gradient_accumulation_steps"
+zero_stage = "zero_optimization.stage"
+
+[ladder]
+allow_semantic = false
+target_utilization = 0.85
+[[ladder.rung]]                      # a user rung
+name = "fewer-negatives"
+knob = "n_negatives"                 # any extra knob declared in [train]
+op = "halve"                         # halve | decrement | set
+semantic = true
+'''
+
+
+def test_the_spec_example_profile_loads_and_shows(isolated_home):
+    path = write(isolated_home / "spec.toml", SPEC_EXAMPLE)
+    profile = load_profile(str(path))
+    assert profile.knobs["lora_rank"] == 0
+    assert [p.stem for p in profile.chain] == ["spec", "a10g-24gb", "gpu-24gb"]
+    assert profile.bind["args"] == "hf-trainer" and profile.user_rungs[0].knob == "n_negatives"
+    shown = gpudoc_cli("profile", "show", str(path), "--json", cwd=isolated_home)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["profile"]["knobs"]["lora_rank"] == 0
+
+
+def test_lora_rank_zero_is_a_full_fine_tune_for_the_estimate(isolated_home):
+    profile = load_profile(str(write(isolated_home / "spec.toml", SPEC_EXAMPLE)))
+    without = replace(profile, train={k: v for k, v in profile.train.items() if k != "lora_rank"})
+    assert estimate(profile).peak_bytes == estimate(without).peak_bytes
+    assert estimate(profile.with_train({"lora_rank": 16})).peak_bytes < estimate(profile).peak_bytes
+    expect_error(write(isolated_home / "p.toml", "[train]\nlora_rank = -1\n"), "train.lora_rank", "expected 0 to 65,536")
+
+
+def test_bell_after_s_is_the_key_and_notify_after_s_its_older_spelling(isolated_home):
+    new = write(isolated_home / "new.toml", "[run]\nbell_after_s = 30\n")
+    assert load_profile(str(new)).run == {"bell_after_s": 30}
+    old = write(isolated_home / "old.toml", "[run]\nnotify_after_s = 45\n")
+    assert load_profile(str(old)).run == {"bell_after_s": 45}
+    # Across `extends` the two spellings are one key: the child's value wins whichever it uses.
+    child = write(isolated_home / "child.toml", 'extends = "./old.toml"\n[run]\nbell_after_s = 5\n')
+    assert load_profile(str(child)).run == {"bell_after_s": 5}
+    both = write(isolated_home / "both.toml", "[run]\nbell_after_s = 30\nnotify_after_s = 45\n")
+    expect_error(both, f"{both}:3", "run.notify_after_s", "run.bell_after_s")
+    expect_error(write(isolated_home / "neg.toml", "[run]\nbell_after_s = -1\n"), "run.bell_after_s", "expected 0 to")
+
+
+@pytest.mark.parametrize("entry, words", [
+    ('FOO = "a\\u0000b"', ["env.FOO", "NUL"]),
+    ('"A\\u0000B" = "x"', ['env."A\\u0000B"', "NUL"]),
+    ('"C=D" = "1"', ['env."C=D"', "'='"]),
+    ('"" = "x"', ['env.""', "needs a name"]),
+])
+def test_env_entries_that_no_environment_can_carry_are_refused_at_load(isolated_home, entry, words):
+    path = write(isolated_home / "p.toml", f'[env]\nOK = "1"\n{entry}\n')
+    expect_error(path, f"{path}:3:", *words)
+
+
+def test_a_nul_in_the_environment_stops_run_before_any_record(isolated_home):
+    path = write(isolated_home / "nul.toml", '[env]\nFOO = "a\\u0000b"\n')
+    for args in (["check", "-p", str(path)], ["run", "-p", str(path), "--no-check", "--", "echo", "hi"]):
+        done = gpudoc_cli(*args, cwd=isolated_home)
+        assert done.returncode in (2, 125), done.stderr  # run's own refusals are 125 (README)
+        assert done.stderr.strip().splitlines() == [f"gpudoc: {path}:2: env.FOO: the value holds a NUL character, "
+                                                    "which no environment variable can carry"]
+    assert not (isolated_home / ".gpudoc").exists()  # no "lost" run record
+
+
+def test_a_profile_extending_its_own_name_is_a_cycle(isolated_home):
+    own = write(isolated_home / ".gpudoc" / "profiles" / "mine.toml", 'description = "x"\nextends = "mine"\n')
+    message = expect_error(own, f"{own}:2", "extends = 'mine'", "extends itself (a cycle)")
+    assert "did you mean" not in message
+    # A near miss of its own name is no hint either: following it would be the same cycle.
+    near = write(isolated_home / ".gpudoc" / "profiles" / "mine.toml", 'extends = "mien"\n')
+    assert "did you mean" not in expect_error(near, "extends = 'mien'", "unknown profile")
+
+
+def test_an_empty_extends_is_an_error_naming_the_key(isolated_home):
+    path = write(isolated_home / "p.toml", 'description = "x"\nextends = ""\n')
+    expect_error(path, f"{path}:2", "extends = ''", "empty")
+
+
+def test_an_unknown_args_preset_is_refused_at_load_with_a_did_you_mean(isolated_home):
+    path = write(isolated_home / "p.toml", '[train]\nmicro_batch_size = 2\n[bind]\nenv = true\nargs = "hf-trainr"\n')
+    expect_error(path, f"{path}:5", "bind.args", "unknown preset 'hf-trainr'", "did you mean 'hf-trainer'",
+                 *ARG_PRESETS)
+    done = gpudoc_cli("check", "-p", str(path), cwd=isolated_home)
+    assert done.returncode == 2 and "bind.args" in done.stderr
+
+
+def test_a_rung_whose_knob_is_a_near_miss_of_a_declared_knob_is_refused(isolated_home):
+    path = write(isolated_home / "p.toml", """
+        [train]
+        n_negatives = 24
+        [[ladder.rung]]
+        name = "fewer-positives"
+        knob = "micro_batch_size"
+        op = "halve"
+        [[ladder.rung]]
+        name = "fewer-negatives"
+        knob = "n_negativs"
+        op = "halve"
+    """)
+    expect_error(path, f"{path}:10", "ladder.rung.knob", "rung 'fewer-negatives'", "did you mean 'n_negatives'")
+    # The knob may be declared by the child of the profile that holds the rung.
+    write(isolated_home / "base.toml", '[[ladder.rung]]\nname = "r"\nknob = "n_negatives"\nop = "halve"\n')
+    child = write(isolated_home / "child.toml", 'extends = "./base.toml"\n[train]\nn_negatives = 8\n')
+    assert load_profile(str(child)).user_rungs[0].knob == "n_negatives"
+    typo = write(isolated_home / "typo.toml", 'extends = "./base.toml"\n[train]\nn_negatives_ = 8\n')
+    expect_error(typo, f"{isolated_home / 'base.toml'}:3", "rung 'r'", "did you mean 'n_negatives_'")
