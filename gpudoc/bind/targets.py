@@ -98,6 +98,22 @@ def targets(where: str, knob: str, spec: Any) -> list[Target]:
     return out
 
 
+def _check_file_preset(label: str, path_text: str, preset: Any) -> None:
+    """A file's preset is one the binder has: a config format's, or for a shell script an argument
+    preset (its command line is edited as gpudoc's COMMAND would be)."""
+    if preset is None:
+        return
+    # Here, not at the top: the presets' modules load only for a profile with [bind.files].
+    from gpudoc.bind.args import ARG_PRESETS
+    from gpudoc.bind.filepresets import FILE_PRESETS
+
+    known = ARG_PRESETS if path_text.endswith((".sh", ".bash")) else FILE_PRESETS
+    if not isinstance(preset, str) or preset not in known:
+        close = difflib.get_close_matches(str(preset), list(known), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ProfileError(f"{label}: unknown preset '{preset}'{hint}; one of {', '.join(sorted(known))}")
+
+
 def check_files_table(files: Any, knobs: Mapping[str, Any], enums: Mapping[str, tuple[str, ...]],
                       where: str) -> None:
     """The shape of ``[bind.files]`` as the profile loads (no file is read here): every binding
@@ -106,10 +122,11 @@ def check_files_table(files: Any, knobs: Mapping[str, Any], enums: Mapping[str, 
         raise ProfileError(f"{where}: [bind.files] must be a table of \"FILE\" = preset or table")
     for path_text, spec in files.items():
         label = f"{where}: [bind.files.\"{path_text}\"]"
+        if not isinstance(spec, (str, Mapping)):
+            raise ProfileError(f"{label}: expected a preset name or a table of knob = \"key.path\"")
+        _check_file_preset(label, path_text, spec if isinstance(spec, str) else spec.get("preset"))
         if isinstance(spec, str):
             continue
-        if not isinstance(spec, Mapping):
-            raise ProfileError(f"{label}: expected a preset name or a table of knob = \"key.path\"")
         for knob, binding in spec.items():
             if knob == "preset":
                 continue

@@ -287,6 +287,21 @@ def test_bind_files_are_checked_as_the_profile_loads_against_the_merged_train(is
         load_profile(str(key))
 
 
+def test_a_file_preset_the_binder_lacks_is_refused_as_the_profile_loads(isolated_home):
+    table = write(isolated_home / "table.toml", '[train]\nmicro_batch_size = 2\n[bind.files."ds.json"]\n'
+                                               'preset = "deepspeeed"\n')
+    expect_error(table, '[bind.files."ds.json"]: unknown preset \'deepspeeed\' (did you mean \'deepspeed\'?)')
+    short = write(isolated_home / "short.toml", '[train]\nmicro_batch_size = 2\n[bind.files]\n"a.yaml" = "axolotel"\n')
+    expect_error(short, "unknown preset 'axolotel' (did you mean 'axolotl'?)")
+    # A shell script's preset is an argument preset: its command line is edited as COMMAND's would be.
+    shell = write(isolated_home / "shell.toml", '[train]\nmicro_batch_size = 2\n[bind.files]\n'
+                                               '"run.sh" = "hf-trainer"\n"b.sh" = "deepspeed"\n')
+    expect_error(shell, '[bind.files."b.sh"]: unknown preset \'deepspeed\'')
+    ok = write(isolated_home / "ok.toml", '[train]\nmicro_batch_size = 2\n[bind.files]\n"ds.json" = "deepspeed"\n'
+                                         '"run.sh" = "hf-trainer"\n')
+    assert load_profile(str(ok)).bind["files"]["run.sh"] == "hf-trainer"
+
+
 def test_parallel_layouts_and_target_length_are_profile_keys(isolated_home):
     ok = write(isolated_home / "ok.toml", "[launch]\nnproc_per_node = 8\ntensor_parallel = 2\npipeline_parallel = 2\n"
                                           "context_parallel = 2\n[train]\nmax_target_len = 128\n")
