@@ -92,10 +92,10 @@ def _refused_by_the_machine(exc: BaseException) -> OSError | None:
 
 
 def _say_foreign_records(ws: Workspace) -> None:
-    """Records another user planted in the runs directory were ignored: say so, once."""
+    """Records the command skipped (another user's, unreadable ones) were left out of its answer:
+    say so, once (the store owns the notes and remembers which were said)."""
     store = ws.__dict__.get("store")  # only when the command looked at the runs at all
-    note = store.foreign_note() if store is not None else None
-    if note:
+    for note in store.take_notes() if store is not None else ():
         ws.console.error(note)
 
 

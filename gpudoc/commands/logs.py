@@ -3,13 +3,11 @@ followed from another pane until the run ends."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 from gpudoc.errors import InputError
-from gpudoc.runs.record import RunRecord
-from gpudoc.runs.store import RECORD, RunStore
+from gpudoc.runs.store import RunStore
 from gpudoc.workspace import Workspace
 
 CHUNK = 1 << 16
@@ -30,12 +28,12 @@ def _copy(fd_in: int, fd_out: int) -> int:
 def _still_running(store: RunStore, run_id: str) -> bool:
     from gpudoc.runs.record import live_status
 
-    try:
-        with open(store.run_dir(run_id) / RECORD, encoding="utf-8") as handle:
-            doc = json.load(handle)
-    except (OSError, ValueError):
-        return True  # mid-write: ask again
-    return live_status(RunRecord.from_dict(doc)) == "running"
+    record = store.record_or_none(run_id)
+    if record is None:
+        # Records are replaced atomically (never half-written): one that went away (pruned) or
+        # became unreadable (the store's note says why) will not end by waiting for it.
+        return False
+    return live_status(record) == "running"
 
 
 def rank_log(ws: Workspace, run_id: str | None, rank: int, *, out_fd: int | None = None) -> int:
@@ -63,6 +61,10 @@ def logs(ws: Workspace, run_id: str | None = None, *, follow: bool = False, out_
          poll_s: float = 0.2) -> int:
     console, store = ws.console, ws.store
     run_id = store.named_or_latest(run_id).id
+    for note in store.take_notes():
+        # Now, not at the end: the log printed may be an older run's than the user thinks (the
+        # newest record was skipped), and a followed log can run for hours.
+        console.error(note)
     path = store.log_path(run_id)
     console.flush()
     out = out_fd if out_fd is not None else console.out.fileno()

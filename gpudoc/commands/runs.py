@@ -23,6 +23,7 @@ def all_runs(ws: Workspace, *, as_json: bool = False, limit: int | None = None) 
 
 
 def runs(ws: Workspace, *, as_json: bool = False, limit: int | None = None) -> int:
+    ws.store.require_readable()  # a runs directory that cannot be read is not "no runs yet"
     return show(_table(ws.store, limit), ws.console, as_json=as_json)
 
 
@@ -31,7 +32,30 @@ def _table(store: RunStore, limit: int | None) -> RunsResult:
     hostname = socket.gethostname()
     records = tuple(store.records(newest=limit or None))
     return RunsResult(runs_dir=str(store.root), records=records,
-                      live_status=tuple(live_status(r, hostname=hostname) for r in records))
+                      live_status=tuple(live_status(r, hostname=hostname) for r in records),
+                      before=_compared_with(store, records))
+
+
+def _compared_with(store: RunStore, records: tuple[RunRecord, ...]) -> dict[str, RunRecord]:
+    """Per listed run, the run its CHANGED column compares with: the run it retried (``parent``:
+    `--retry-oom`, `fix --rerun`), else the readable run before it. Read from the store when the
+    listing leaves it out (`--last N`): a row says the same whatever else is listed."""
+    ids = store.ids()
+    position = {run_id: number for number, run_id in enumerate(ids)}
+    listed = {record.id: record for record in records}
+    found: dict[str, RunRecord] = {}
+    for record in records:
+        if record.parent:
+            # Only a run of this store: a parent is a directory name, never a path to follow.
+            base = (listed.get(record.parent) or store.record_or_none(record.parent)
+                    if record.parent in position else None)
+        else:
+            earlier = (listed.get(run_id) or store.record_or_none(run_id)
+                       for run_id in reversed(ids[:position.get(record.id, 0)]))
+            base = next((candidate for candidate in earlier if candidate is not None), None)
+        if base is not None:
+            found[record.id] = base
+    return found
 
 
 def prune(ws: Workspace, *, keep: int | None = None, older_than_days: float | None = None, dry_run: bool = False,

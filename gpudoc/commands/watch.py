@@ -61,17 +61,27 @@ def watch(ws: Workspace, run_id: str | None = None, *, interval_s: float = 1.0, 
 
 
 def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]:
-    """One screenful, as lines."""
+    """One screenful, as lines. A run that is over is shown as it ended: its exit, its recorded
+    samples and peaks, and no processes (their PIDs may belong to anything by now)."""
+    live = status == RUNNING
     started = parse_iso(record.started_at)
-    elapsed = format_duration(time.time() - started) if started is not None and status == RUNNING else \
-        format_duration(record.duration_s)
-    lines = [f"gpudoc watch: run {record.id}  {status}  {elapsed}",
-             f"  {printable(' '.join(record.command))[:100]}"]
+    if live:
+        elapsed = format_duration(time.time() - started) if started is not None else format_duration(None)
+        head = f"{status}  {elapsed}"
+    elif status == "lost":
+        head = "lost: its gpudoc ended without recording how the run ended"
+    else:
+        exit_code = f", exit {record.exit_code}" if record.exit_code is not None else ""
+        head = f"finished: {status}{exit_code}, after {format_duration(record.duration_s)}"
+    lines = [f"gpudoc watch: run {record.id}  {head}",
+             f"  {printable(' '.join(record.launched))[:100]}"]
     gpus = read_newest_samples(samples)
     target = float(((record.profile or {}).get("ladder") or {}).get("target_utilization", DEFAULT_TARGET_UTILIZATION))
     peaks = record.peak_memory_bytes or {}
-    if not gpus:
+    if not gpus and live:
         lines.append("  no GPU samples yet (none visible, or the first second has not passed)")
+    elif not gpus:
+        lines.extend(_recorded_peaks(record) or ["  no GPU samples recorded (no GPU seen, or the run was too short)"])
     for index, now in sorted(gpus.items()):
         used = now.used[-1] if now.used else 0
         total = now.total or max(now.used or [1])
@@ -80,7 +90,8 @@ def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]
         lines.append(f"  GPU {index}  {format_bytes(used):>9} / {format_bytes(now.total):<9} {marks:<{HISTORY}}  "
                      f"util {now.utilization or '-':>3}%  peak {peak / total:.0%} (target {target:.0%})"
                      + ("  job " + format_bytes(now.job_bytes) if now.job_bytes else ""))
-    seen = [p for p in record.pids if isinstance(p, dict)]  # every process the launcher has seen in the job
+    # Every process the launcher has seen in the job; once the run is over, none of them is its.
+    seen = [p for p in record.pids if isinstance(p, dict)] if live else []
     held = _held(Path(samples).with_name(PROCESSES))
     if seen:
         shown = [f"{p.get('pid')}" + (f" ({format_bytes(held[str(p.get('pid'))])})" if str(p.get("pid")) in held
@@ -88,6 +99,17 @@ def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]
         lines.append(f"  processes: {', '.join(shown)}" + (f" and {len(seen) - 12} more" if len(seen) > 12 else ""))
     last = [ln for ln in read_tail(log, 16 * 1024).splitlines() if ln.strip()][-1:]
     lines.append(f"  last line: {printable(last[0])[:120]}" if last else "  last line: (no output yet)")
+    return lines
+
+
+def _recorded_peaks(record: RunRecord) -> list[str]:
+    """The run's peaks per GPU from its record (a run whose ``gpu.csv`` is gone or never written)."""
+    totals = record.gpu_totals
+    lines = []
+    for index, peak in sorted(record.peak_memory_bytes.items(), key=lambda kv: (len(kv[0]), kv[0])):
+        total = totals.get(index)
+        share = f" of {format_bytes(total)} ({peak / total:.0%})" if total else ""
+        lines.append(f"  GPU {index}  peak {format_bytes(peak)}{share}")
     return lines
 
 

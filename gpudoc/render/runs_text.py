@@ -38,13 +38,11 @@ def _runs(result: RunsResult, console: Console) -> None:
         console.print(f"No runs yet in {result.runs_dir} (start one with `gpudoc run -- COMMAND`).")
         return
     rows = []
-    previous = None
     for record, status in zip(result.records, result.live_status):
-        command = printable(shlex.join(record.command))
+        command = printable(shlex.join(record.launched))
         rows.append((record.id, _started(record.started_at), format_duration(record.duration_s), status,
-                     record.cause or "-", _peak_share(record), _knobs_changed(previous, record),
+                     record.cause or "-", _peak_share(record), _knobs_changed(result.before.get(record.id), record),
                      command if len(command) <= 60 else command[:59] + "…"))
-        previous = record
     widths = [max(len(_RUNS_COLUMNS[i]), *(len(row[i]) for row in rows)) for i in range(len(_RUNS_COLUMNS) - 1)]
     header = "  ".join(c.upper().ljust(w) for c, w in zip(_RUNS_COLUMNS, widths)) + "  COMMAND"
     console.print(console.style(header, "bold"))
@@ -68,9 +66,10 @@ def _run_show(result: RunShowResult, console: Console) -> None:
     record, say = result.record, console.print
     say(console.style(f"run {record.id}", "bold") + f"  {result.live_status}"
         + (f", {record.cause}" if record.cause else "") + f", {format_duration(record.duration_s)}")
-    say(f"  command: {printable(shlex.join(record.command))}")
-    if record.argv and list(record.argv) != list(record.command):
-        say(f"  launched as: {printable(shlex.join(record.argv))}  (the knobs bound in its arguments)")
+    say(f"  command: {printable(shlex.join(record.launched))}")
+    if record.launched != list(record.command):
+        # A retry's rung, or the knobs bound into the arguments: what the user typed differs.
+        say(f"  as typed: {printable(shlex.join(record.command))}")
     say(f"  started: {_started(record.started_at)} in {printable(record.cwd)}")
     if record.diagnosis is not None and record.diagnosis.summary:
         say(f"  diagnosis: {printable(record.diagnosis.summary)}")
@@ -139,7 +138,7 @@ def _all_runs(result: AllRunsResult, console: Console) -> None:
 @text.register
 def _prune(result: PruneResult, console: Console) -> None:
     verb = "would remove" if result.dry_run else "removed"
-    left = result.total - (0 if result.dry_run else len(result.removed))
+    left = result.total - len(result.removed)  # a dry run says what would be left
     console.print(f"{verb} {len(result.removed)} of {result.total} run(s) in {result.runs_dir}; {left} left")
     if result.removed:
         shown = ", ".join(result.removed[:3]) + (", ..." if len(result.removed) > 3 else "")
@@ -158,12 +157,13 @@ def _peak_share(record: RunRecord) -> str:
     return format_bytes(peak) if peak else "-"
 
 
-def _knobs_changed(previous: RunRecord | None, record: RunRecord) -> str:
-    """What this run turned differently from the run listed before it: "mbs 8→4, accum 2→4"."""
-    if previous is None:
+def _knobs_changed(before: RunRecord | None, record: RunRecord) -> str:
+    """What this run turned differently from the run it is compared with (``RunsResult.before``):
+    "mbs 8→4, accum 2→4"."""
+    if before is None:
         return "-"
     turned = [f"{_KNOB_SHORT.get(k, k)} {'-' if old is None else old}→{'-' if new is None else new}"
-              for k, old, new in changes(previous.knobs, record.knobs)]
+              for k, old, new in changes(before.knobs, record.knobs)]
     text = printable(", ".join(turned)) or "-"
     return text if len(text) <= 40 else text[:39] + "…"
 

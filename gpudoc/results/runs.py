@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpudoc.errors import ExitStatus
@@ -19,6 +20,9 @@ class RunsResult:
     runs_dir: str
     records: tuple[RunRecord, ...]
     live_status: tuple[str, ...]  # per record: its status, "lost" when its launcher is gone
+    # Per record id, the run its knobs are compared with (its parent, else the run before it),
+    # found even when the listing leaves that run out.
+    before: Mapping[str, RunRecord] = field(default_factory=dict)
     exit_code: int = ExitStatus.OK
     status: str = "ok"
 

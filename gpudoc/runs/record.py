@@ -6,10 +6,14 @@ Other rooms read a record through the accessors below (``knobs``, ``peak_bytes``
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import time
+import types
+import typing
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -80,13 +84,33 @@ class RunRecord:
         return doc
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        known = set(cls.__dataclass_fields__)
-        record = cls(**{k: v for k, v in data.items() if k in known and k != "diagnosis"})
+    def from_dict(cls, data: Any) -> RunRecord:
+        """A record read back from ``run.json``. Keys a newer gpudoc added are ignored; a known key
+        holding the wrong type raises ``RecordError`` naming it: every command reads records, and
+        `fix --rerun` relaunches one's command, so a damaged or hand-made record is refused here,
+        once, instead of crashing whichever command touches the field first. The diagnosis keeps
+        its own tolerance (``Diagnosis.from_dict``)."""
+        if not isinstance(data, dict):
+            raise RecordError(f"expected a JSON object, found {_shown(data)}")
+        types_ = _field_types()
+        for name in _REQUIRED:
+            if name not in data:
+                raise RecordError(f"missing key '{name}'", key=name)
+        for name, value in data.items():
+            hint = types_.get(name)
+            if hint is not None and name != "diagnosis" and not _fits(value, hint):
+                raise RecordError(f"key '{name}' holds {_shown(value)}, expected {_spelled(hint)}", key=name)
+        record = cls(**{k: v for k, v in data.items() if k in types_ and k != "diagnosis"})
         record.diagnosis = Diagnosis.from_dict(data.get("diagnosis"))
         return record
 
     # -- what other rooms ask of a record ------------------------------------------------------
+
+    @property
+    def launched(self) -> list[str]:
+        """What ran: ``argv`` (the command after gpudoc bound the knobs into it, or the next rung's
+        arguments on a retry) when recorded, else the user's ``command``."""
+        return list(self.argv or self.command)
 
     @property
     def profile_path(self) -> str | None:
@@ -176,6 +200,57 @@ class RunRecord:
     @property
     def ended_epoch(self) -> float | None:
         return parse_iso(self.ended_at)
+
+
+class RecordError(ValueError):
+    """A ``run.json`` that is not the record gpudoc writes: the message (and ``key``) say where."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+_REQUIRED = tuple(f.name for f in fields(RunRecord) if f.default is MISSING and f.default_factory is MISSING)
+
+
+@functools.cache
+def _field_types() -> dict[str, Any]:
+    # The annotations are strings (``from __future__ import annotations``): resolved once.
+    return typing.get_type_hints(RunRecord)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Does a JSON value have the annotated type (and, for lists and dicts, do its elements)?"""
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if origin is list:
+        return isinstance(value, list) and all(_fits(item, args[0]) for item in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
+    if hint is float:  # JSON has one number type: 12 is a fine duration
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:  # True is an int to Python, not to a record
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin or hint)
+
+
+def _spelled(hint: Any) -> str:
+    if hint is type(None):
+        return "null"
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_spelled(arg) for arg in typing.get_args(hint))
+    return hint.__name__ if isinstance(hint, type) else str(hint)
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as the message quotes it: short, whatever its size."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def now_iso() -> str:

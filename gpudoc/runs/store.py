@@ -73,6 +73,15 @@ class ForeignRecord(InputError):
     """A run record this user did not write (another owner, or a symlink): never trusted."""
 
 
+class UnreadableRecord(InputError):
+    """A ``run.json`` that is there but is not a record gpudoc wrote for that directory (bad JSON,
+    a key of the wrong type, another run's record copied in): ``why`` says what is wrong."""
+
+    def __init__(self, path: Path, why: str, *, key: str | None = None) -> None:
+        super().__init__(f"{path}: unreadable run record: {why}", file=str(path), key=key)
+        self.why = why
+
+
 class RunStore:
     """The runs directory: ``$GPUDOC_HOME/runs``, else ``.gpudoc/runs`` under the working directory.
 
@@ -84,6 +93,8 @@ class RunStore:
         self.root = self.home / "runs"
         self._cache: dict[str, tuple[int, RunRecord]] = {}  # run id -> (run.json mtime, record)
         self.foreign: set[str] = set()  # ids of records another user wrote here: never read
+        self.unreadable: dict[str, str] = {}  # ids of records skipped as unreadable -> why
+        self._said: set[str] = set()  # the notes already said (``take_notes``)
 
     @classmethod
     def locate(cls, cwd: Path, environ: Mapping[str, str]) -> RunStore:
@@ -160,11 +171,19 @@ class RunStore:
             else:
                 raise InputError(f"no run '{run_id}' in {self.root} (see `gpudoc runs`)")
         self._check_ours(path)
+        from gpudoc.runs.record import RunRecord  # here: `gpudoc check` reads no record
         try:
-            from gpudoc.runs.record import RunRecord  # here: `gpudoc check` reads no record
-            return RunRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError) as exc:
-            raise InputError(f"{path}: unreadable run record: {exc}") from None
+            record = RunRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except OSError as exc:
+            raise UnreadableRecord(path, exc.strerror or str(exc)) from None
+        except ValueError as exc:  # not JSON, or not a record's layout (RecordError names the key)
+            raise UnreadableRecord(path, str(exc), key=getattr(exc, "key", None)) from None
+        if record.id != path.parent.name:
+            # A record copied from another run's directory would send `logs`, `fix --rerun` or
+            # `restore` to that other run's files under this run's name.
+            raise UnreadableRecord(path, f"its id '{record.id}' is not its directory's name "
+                                         f"(copied from another run?)", key="id")
+        return record
 
     def _check_ours(self, path: Path) -> None:
         """gpudoc trusts only records it wrote: in a directory others can write (a team's
@@ -178,6 +197,17 @@ class RunStore:
             raise ForeignRecord(f"{path}: not written by you (owner uid {info.st_uid}"
                                 f"{', a symlink' if stat.S_ISLNK(info.st_mode) else ''}): ignored")
 
+    def require_readable(self) -> None:
+        """Raise when the runs directory is there but cannot be listed (a file in its place, no
+        permission): ``ids()`` answers "no runs" then, which would hide what is wrong."""
+        try:
+            os.scandir(self.root).close()
+        except FileNotFoundError:
+            return  # no runs yet
+        except OSError as exc:
+            raise InputError(f"{self.root}: cannot read the run records: {exc.strerror or exc}",
+                             file=str(self.root)) from None
+
     def ids(self) -> list[str]:
         """Every run's id, oldest first: names only (ids sort by start time), no record read."""
         try:
@@ -188,7 +218,7 @@ class RunStore:
 
     def records(self, *, newest: int | None = None) -> Iterator[RunRecord]:
         """Oldest first (only the ``newest`` so many runs, when given); records that cannot be
-        read are skipped (a run may be mid-write).
+        read are skipped (``take_notes`` says which).
 
         Each ``run.json`` is parsed once per store and again only when it changed on disk, so a
         command that asks several questions of the history reads it once, and a long-lived store
@@ -200,7 +230,8 @@ class RunStore:
 
     def record_or_none(self, run_id: str) -> RunRecord | None:
         """The run's record, parsed once per store (again when it changed on disk); None when it
-        is missing, unreadable or another user's (``load`` says why)."""
+        is missing (a run directory mid-creation), unreadable (kept in ``unreadable``, said by
+        ``take_notes``) or another user's (kept in ``foreign``)."""
         path = self.run_dir(run_id) / RECORD
         try:
             stamp = path.stat().st_mtime_ns
@@ -211,8 +242,12 @@ class RunStore:
             return cached[1]
         try:
             record = self.load(run_id)
+        except UnreadableRecord as exc:
+            self.unreadable[run_id] = exc.why
+            return None
         except InputError:
             return None
+        self.unreadable.pop(run_id, None)  # rewritten since: readable again
         self._cache[run_id] = (stamp, record)
         return record
 
@@ -293,7 +328,9 @@ class RunStore:
         if run_id is not None:
             return self.load(run_id)
         if (latest := self.latest()) is None:
-            raise InputError(f"no runs in {self.root} (see `gpudoc runs`)")
+            self.require_readable()
+            skipped = f"; {said}" if (said := self._skipped()) else ""
+            raise InputError(f"no runs in {self.root} (see `gpudoc runs`){skipped}")
         return latest
 
     def latest(self) -> RunRecord | None:
@@ -327,6 +364,27 @@ class RunStore:
             return None
         return (f"gpudoc: note: ignored {len(self.foreign)} run record(s) in {self.root} that you did not write "
                 f"({', '.join(sorted(self.foreign)[:3])}{', ...' if len(self.foreign) > 3 else ''})")
+
+    def unreadable_note(self) -> str | None:
+        """One line about records skipped because they could not be read, when there are any: a
+        command that quietly fell back to an older run would mislead."""
+        said = self._skipped()
+        return f"gpudoc: note: {said}" if said else None
+
+    def _skipped(self) -> str:
+        if not self.unreadable:
+            return ""
+        shown = "; ".join(f"{run_id}: {why}" for run_id, why in sorted(self.unreadable.items())[:3])
+        return (f"skipped {len(self.unreadable)} unreadable run record(s) in {self.root} "
+                f"({shown}{'; ...' if len(self.unreadable) > 3 else ''})")
+
+    def take_notes(self) -> list[str]:
+        """The notes about skipped records not said yet, each said once per store: at the end of
+        the command (``gpudoc.cli.main``), or earlier by a command that must say it before going
+        on (`logs -f` follows for hours)."""
+        notes = [note for note in (self.foreign_note(), self.unreadable_note()) if note and note not in self._said]
+        self._said.update(notes)
+        return notes
 
     def history(self, *, profile_path: str | Path | None, profile_name: str | None,
                 upto: RunRecord | None = None) -> list[RunRecord]:

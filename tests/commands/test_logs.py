@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -38,3 +39,35 @@ def test_follow_prints_until_the_run_ends(isolated_home):
     assert g.wait(30) == 0
     assert follower.returncode == 0, follower.stderr
     assert follower.stdout == b"".join(f"line {i:05d}\n".encode() for i in range(30))
+
+
+def test_a_record_copied_from_another_run_never_prints_that_runs_log(isolated_home):
+    from gpudoc.runs.store import RECORD
+
+    for code in ("print('one')", "print('two')"):
+        assert gpudoc_cli("run", "--no-check", "--", "python", "-c", code).returncode == 0
+    first, second = run_dirs(isolated_home)
+    (second / RECORD).write_text((first / RECORD).read_text())
+    named = gpudoc_cli("logs", second.name)
+    assert named.returncode == 2 and named.stdout == ""
+    assert named.stderr == (f"gpudoc: {second / RECORD}: unreadable run record: its id '{first.name}' is not its "
+                            "directory's name (copied from another run?)\n")
+    # Without a RUN_ID the newest readable run is printed, and the skipped one is said before it.
+    latest = gpudoc_cli("logs")
+    assert latest.returncode == 0 and latest.stdout == "one\n"
+    assert latest.stderr.startswith(f"gpudoc: note: skipped 1 unreadable run record(s) in {first.parent} "
+                                    f"({second.name}: its id")
+    assert latest.stderr.count("\n") == 1  # once, not again at the end
+
+
+def test_follow_stops_when_the_record_can_no_longer_be_read(isolated_home):
+    from gpudoc.commands.logs import _still_running
+    from gpudoc.runs.record import RunRecord
+    from gpudoc.runs.store import RECORD, RunStore
+
+    store = RunStore(isolated_home / ".gpudoc")
+    record = RunRecord(id="20260101-000000000-aaaaaa", command=["t"], cwd=".", launcher_pid=os.getpid())
+    store.create(record)
+    assert _still_running(store, record.id)
+    (store.run_dir(record.id) / RECORD).write_text("[]")  # waiting will not make it readable
+    assert not _still_running(store, record.id)

@@ -205,4 +205,90 @@ def test_runs_show_in_a_real_tmux_pane_shows_the_chart_and_where_knobs_went(isol
             assert "GPU 0 ████" in screen and "= 91%" in screen, screen
         else:
             # The latest run is the bound one: its arguments carry the profile's knob.
-            assert "launched as:" in screen and "--per_device_train_batch_size 4" in screen, screen
+            assert "command: python -c 'print(1)' --per_device_train_batch_size 4" in screen, screen
+            assert "as typed: python -c 'print(1)' --per_device_train_batch_size 8" in screen, screen
+
+
+def _retry_chain(isolated_home):
+    """What `run --retry-oom 2 -- python train.py --per_device_train_batch_size 16` records: each
+    attempt keeps the user's command and launches the rung's arguments, linked to the one before."""
+    from gpudoc.runs.store import RunStore
+
+    store = RunStore(isolated_home / ".gpudoc")
+    typed = ["python", "train.py", "--per_device_train_batch_size", "16"]
+    parent = None
+    chain = []
+    for number, (mbs, accum) in enumerate(((16, 2), (8, 4), (4, 8))):
+        record = RunRecord(id=f"20260101-00000{number}000-aaaaa{number}", command=list(typed),
+                           argv=[*typed[:-1], str(mbs)], cwd=str(isolated_home), status="failed", cause="gpu_oom",
+                           parent=parent, profile={"knobs": {"micro_batch_size": mbs,
+                                                             "gradient_accumulation_steps": accum}})
+        store.create(record)
+        chain.append(record)
+        parent = record.id
+    return store, chain
+
+
+def test_runs_lists_what_each_attempt_ran_and_what_it_changed_whatever_the_window(isolated_home):
+    _, chain = _retry_chain(isolated_home)
+    rows = gpudoc_cli("runs", cwd=isolated_home).stdout.splitlines()[1:]
+    assert [row.endswith(f"--per_device_train_batch_size {mbs}") for row, mbs in zip(rows, (16, 8, 4))] == [True] * 3
+    assert "accum 4→8, mbs 8→4" in rows[2]
+    [last] = gpudoc_cli("runs", "--last", "1", cwd=isolated_home).stdout.splitlines()[1:]
+    assert last.split() == rows[2].split()  # its parent is outside the window, and still what it is compared with
+    text = gpudoc_cli("runs", "show", chain[2].id, cwd=isolated_home).stdout
+    assert "command: python train.py --per_device_train_batch_size 4" in text
+
+
+def test_a_run_without_a_parent_is_compared_with_the_run_before_it_even_when_not_listed(isolated_home):
+    from gpudoc.runs.store import RunStore
+
+    store = RunStore(isolated_home / ".gpudoc")
+    for run_id, mbs in (("20260101-000000000-aaaaaa", 8), ("20260101-000100000-bbbbbb", 4)):
+        store.create(RunRecord(id=run_id, command=["python", "train.py"], cwd=str(isolated_home), status="ok",
+                               profile={"knobs": {"micro_batch_size": mbs}}))
+    [row] = gpudoc_cli("runs", "--last", "1", cwd=isolated_home).stdout.splitlines()[1:]
+    assert "mbs 8→4" in row
+
+
+def test_a_runs_path_that_is_a_file_is_said_not_no_runs(isolated_home):
+    (isolated_home / ".gpudoc").mkdir()
+    (isolated_home / ".gpudoc" / "runs").write_text("")
+    for args in (("runs",), ("logs",)):
+        done = gpudoc_cli(*args, cwd=isolated_home)
+        assert done.returncode == 2 and "No runs yet" not in done.stdout, done
+        assert done.stderr == f"gpudoc: {isolated_home / '.gpudoc' / 'runs'}: cannot read the run records: " \
+                              "Not a directory\n"
+
+
+def test_a_runs_directory_that_cannot_be_read_is_said(isolated_home):
+    import os
+
+    import pytest
+
+    if os.getuid() == 0:
+        pytest.skip("root reads any directory")
+    (isolated_home / ".gpudoc" / "runs").mkdir(parents=True)
+    (isolated_home / ".gpudoc" / "runs").chmod(0)
+    try:
+        done = gpudoc_cli("runs", cwd=isolated_home)
+    finally:
+        (isolated_home / ".gpudoc" / "runs").chmod(0o700)
+    assert done.returncode == 2 and "cannot read the run records: Permission denied" in done.stderr
+
+
+def test_a_malformed_record_is_skipped_with_a_note_and_named_when_asked_for(isolated_home):
+    from gpudoc.runs.store import RECORD
+
+    store, chain = _retry_chain(isolated_home)
+    bad = chain[1]
+    for malformed in ("[]", json.dumps(bad.to_dict() | {"started_at": 5}), json.dumps(bad.to_dict() | {"duration_s": "x"})):
+        (store.run_dir(bad.id) / RECORD).write_text(malformed)
+        listed = gpudoc_cli("runs", cwd=isolated_home)
+        assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+        assert bad.id not in listed.stdout and chain[2].id in listed.stdout
+        [note] = listed.stderr.splitlines()
+        assert note.startswith(f"gpudoc: note: skipped 1 unreadable run record(s) in {store.root} ({bad.id}: ")
+        shown = gpudoc_cli("runs", "show", bad.id, cwd=isolated_home)
+        assert shown.returncode == 2 and len(shown.stderr.splitlines()) == 1, shown.stderr
+        assert f"{store.run_dir(bad.id) / RECORD}: unreadable run record: " in shown.stderr

@@ -101,3 +101,30 @@ def test_watch_in_a_real_tmux_pane_follows_fake_nvml_samples_and_ends_with_the_r
     store.save(record)  # the run ends: the follower says so and stops
     shown = tmux_screen(env, "=follow:", until=f"run {record.id} ended: ok", timeout=10)
     assert f"run {record.id} ended: ok" in shown, shown
+
+
+def test_a_finished_run_is_shown_as_it_ended_without_live_processes(tmp_path):
+    store, record = _running_run(tmp_path, status="failed")
+    record.exit_code, record.duration_s = 1, 40.0
+    store.save(record)
+    ws = captured_workspace(tmp_path, environ={"GPUDOC_HOME": str(store.home)})
+    assert watch(ws, record.id) == 1
+    out = ws.console.out.getvalue()
+    assert f"gpudoc watch: run {record.id}  finished: failed, exit 1, after 40" in out
+    assert "processes:" not in out  # their PIDs are anybody's now
+    assert len([line for line in out.splitlines() if line.strip().startswith("GPU ")]) == 2  # its recorded samples
+
+
+def test_a_finished_run_without_samples_shows_its_recorded_peaks(tmp_path):
+    store = RunStore(tmp_path / ".gpudoc")
+    record = RunRecord(id="20260101-000000000-dddddd", command=["python", "train.py"], cwd=str(tmp_path),
+                       status="ok", exit_code=0, duration_s=3.0, launcher_pid=2**22 + 4321,
+                       pids=[{"pid": 2**22 + 4322, "create_time": 1.0}], peak_memory_bytes={"0": 12 * 2**30},
+                       gpus=[{"index": 0, "name": "A10G", "total_bytes": 24 * 2**30}])
+    store.create(record)
+    ws = captured_workspace(tmp_path, environ={"GPUDOC_HOME": str(store.home)})
+    assert watch(ws, record.id) == 0
+    out = ws.console.out.getvalue()
+    assert f"run {record.id}  finished: ok, exit 0" in out
+    assert "GPU 0  peak 12.0 GiB of 24.0 GiB (50%)" in out
+    assert "no GPU samples yet" not in out and str(2**22 + 4322) not in out

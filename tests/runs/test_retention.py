@@ -82,6 +82,7 @@ def test_runs_prune_from_the_cli_and_keep_applied_after_each_run(isolated_home):
     assert len(store.ids()) == 2  # the oldest went after the third run
     dry = gpudoc_cli("runs", "prune", "--keep", "1", "--dry-run", cwd=isolated_home)
     assert dry.returncode == 0 and "would remove 1 of 2 run(s)" in dry.stdout and len(store.ids()) == 2
+    assert "; 1 left" in dry.stdout  # what would be left, not what is there now
     done = gpudoc_cli("runs", "prune", "--keep", "1", cwd=isolated_home)
     assert done.returncode == 0 and "removed 1 of 2 run(s)" in done.stdout and len(store.ids()) == 1
     refused = gpudoc_cli("runs", "prune", cwd=isolated_home)

@@ -205,3 +205,88 @@ def test_runs_fix_and_logs_work_from_a_subdirectory(isolated_home):
     assert gpudoc_cli("run", "--no-check", "--", "true", cwd=below).returncode == 0
     assert not (below / ".gpudoc").exists()
     assert len(list((isolated_home / ".gpudoc" / "runs").iterdir())) == 2
+
+
+def test_an_unreadable_record_is_skipped_and_said_once_with_why(tmp_path):
+    store = RunStore(tmp_path)
+    good = make(store)
+    bad = make(store)
+    (store.run_dir(bad.id) / RECORD).write_text("[]")
+    assert store.latest().id == good.id  # the fallback past the newest...
+    [note] = store.take_notes()  # ...is said, naming the record and what is wrong with it
+    assert note.startswith(f"gpudoc: note: skipped 1 unreadable run record(s) in {store.root}")
+    assert f"{bad.id}: expected a JSON object" in note
+    assert store.take_notes() == []  # once per command
+    assert [r.id for r in store.records()] == [good.id]
+
+
+def test_a_record_of_the_wrong_shape_is_one_error_naming_file_and_key(tmp_path):
+    store = RunStore(tmp_path)
+    record = make(store)
+    path = store.run_dir(record.id) / RECORD
+    path.write_text(json.dumps(record.to_dict() | {"duration_s": "x"}))
+    with pytest.raises(InputError, match=r"run\.json: unreadable run record: key 'duration_s' holds \"x\"") as raised:
+        store.load(record.id)
+    assert raised.value.file == str(path) and raised.value.key == "duration_s"
+
+
+def test_a_record_copied_into_another_runs_directory_is_not_trusted(tmp_path):
+    store = RunStore(tmp_path)
+    first = make(store)
+    second = make(store)
+    copied = store.run_dir(second.id) / RECORD
+    copied.write_text((store.run_dir(first.id) / RECORD).read_text())
+    with pytest.raises(InputError, match=f"its id '{first.id}' is not its directory's name"):
+        store.load(second.id)
+    assert store.latest().id == first.id
+    assert second.id in store.unreadable and "is not its directory's name" in store.unreadable[second.id]
+
+
+def test_a_record_mid_creation_is_skipped_without_a_note(tmp_path):
+    store = RunStore(tmp_path)
+    good = make(store)
+    store.run_dir("20991231-235959000-ffffff").mkdir()  # `create` made the directory, not yet the record
+    assert store.latest().id == good.id and store.take_notes() == []
+
+
+def test_a_runs_path_that_cannot_be_listed_is_an_error_not_no_runs(tmp_path):
+    store = RunStore(tmp_path)
+    store.require_readable()  # nothing there yet: no runs, no error
+    tmp_path.mkdir(exist_ok=True)
+    store.root.write_text("")
+    with pytest.raises(InputError, match="runs: cannot read the run records: Not a directory"):
+        store.require_readable()
+    with pytest.raises(InputError, match="Not a directory"):
+        store.named_or_latest(None)
+
+
+def test_no_readable_runs_says_which_were_skipped(tmp_path):
+    store = RunStore(tmp_path)
+    bad = make(store)
+    (store.run_dir(bad.id) / RECORD).write_text("{not json")
+    with pytest.raises(InputError, match=f"no runs in .*; skipped 1 unreadable run record.*{bad.id}: Expecting"):
+        store.named_or_latest(None)
+
+
+def test_commands_that_fall_back_past_an_unreadable_newest_record_say_so(isolated_home):
+    import sys
+
+    from tests.conftest import gpudoc_cli
+
+    for code in ("raise SystemExit(3)", "print('b')"):
+        gpudoc_cli("run", "--no-check", "--", sys.executable, "-c", code, cwd=isolated_home)
+    store = RunStore(isolated_home / ".gpudoc")
+    older, newest = store.ids()
+    bad = store.run_dir(newest) / RECORD
+    for malformed in ('[]', json.dumps(json.loads(bad.read_text()) | {"command": None})):
+        bad.write_text(malformed)
+        for args in (("fix",), ("logs",), ("restore", "--dry-run"), ("runs",)):
+            done = gpudoc_cli(*args, cwd=isolated_home)
+            assert done.returncode in (0, 1) and "Traceback" not in done.stderr, (args, done.stderr)
+            notes = [line for line in done.stderr.splitlines() if "unreadable run record" in line]
+            assert notes == [f"gpudoc: note: skipped 1 unreadable run record(s) in {store.root} ({newest}: "
+                             + ("expected a JSON object, found [])" if malformed == "[]" else
+                                "key 'command' holds null, expected list[str])")], (args, done.stderr)
+        assert older in gpudoc_cli("fix", "--json", cwd=isolated_home).stdout  # it read the run before
+        named = gpudoc_cli("fix", newest, cwd=isolated_home)
+        assert named.returncode == 2 and named.stderr.startswith(f"gpudoc: {bad}: unreadable run record: ")

@@ -1,0 +1,58 @@
+"""`gpudoc runs` as text: what ran, what changed from the run compared with, what pruning leaves."""
+
+from __future__ import annotations
+
+import io
+
+from gpudoc.output import Console
+from gpudoc.render.text import text
+from gpudoc.results.runs import PruneResult, RunShowResult, RunsResult
+from gpudoc.runs.record import RunRecord
+
+TYPED = ["python", "train.py", "--per_device_train_batch_size", "16"]
+
+
+def _console() -> Console:
+    return Console(out=io.StringIO(), err=io.StringIO(), colour=False)
+
+
+def _attempt(run_id: str, mbs: int, accum: int, *, parent: str | None = None) -> RunRecord:
+    argv = [*TYPED[:-1], str(mbs)]
+    return RunRecord(id=run_id, command=list(TYPED), argv=argv, cwd="/x", status="failed", parent=parent,
+                     profile={"knobs": {"micro_batch_size": mbs, "gradient_accumulation_steps": accum}})
+
+
+def test_a_retried_attempt_shows_the_command_it_ran_and_what_changed_from_its_parent():
+    first = _attempt("20260101-000000000-aaaaaa", 16, 2)
+    second = _attempt("20260101-000001000-bbbbbb", 8, 4, parent=first.id)
+    console = _console()
+    # Only the retry is listed (`--last 1`): its parent is outside the window, handed in beside it.
+    text(RunsResult(runs_dir="/x/runs", records=(second,), live_status=("failed",), before={second.id: first}),
+         console)
+    [_, row] = console.out.getvalue().splitlines()
+    assert "accum 2→4, mbs 16→8" in row
+    assert row.endswith("python train.py --per_device_train_batch_size 8")
+
+
+def test_a_run_with_nothing_to_compare_with_changed_nothing():
+    only = _attempt("20260101-000000000-aaaaaa", 16, 2)
+    console = _console()
+    text(RunsResult(runs_dir="/x/runs", records=(only,), live_status=("failed",)), console)
+    assert console.out.getvalue().splitlines()[1].split()[6] == "-"
+
+
+def test_runs_show_leads_with_what_ran_and_keeps_what_was_typed():
+    record = _attempt("20260101-000001000-bbbbbb", 4, 8)
+    console = _console()
+    text(RunShowResult(record=record, live_status="failed", start=None, end=None, used={}, total={}), console)
+    out = console.out.getvalue()
+    assert "  command: python train.py --per_device_train_batch_size 4\n" in out
+    assert "  as typed: python train.py --per_device_train_batch_size 16\n" in out
+
+
+def test_a_dry_run_prune_says_what_would_be_left():
+    for dry_run, said in ((True, "would remove 2 of 3 run(s) in /x/runs; 1 left"),
+                          (False, "removed 2 of 3 run(s) in /x/runs; 1 left")):
+        console = _console()
+        text(PruneResult(runs_dir="/x/runs", removed=("a", "b"), kept_live=(), total=3, dry_run=dry_run), console)
+        assert console.out.getvalue().splitlines()[0] == said
