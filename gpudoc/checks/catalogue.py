@@ -32,7 +32,9 @@ class Check:
     group: str
     title: str
     func: Callable[[Facts, Profile, CheckContext], Finding | Iterable[Finding]]
-    needs: tuple[str, ...] = ()  # "gpus": skipped when no GPU facts; "profile": skipped without one
+    # "gpus": skipped when no GPU facts; "profile": skipped without one; "host": skipped when the
+    # facts say nothing of the host (a saved nvidia-smi file), rather than judging this machine's.
+    needs: tuple[str, ...] = ()
 
 
 CATALOGUE: tuple[Check, ...] = (
@@ -44,12 +46,12 @@ CATALOGUE: tuple[Check, ...] = (
     Check(allocator.ALLOC_CONF, "env", "allocator variable (PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF)",
           allocator.check_alloc_conf),
     Check(env.TOKENIZERS, "env", "TOKENIZERS_PARALLELISM", env.check_tokenizers),
-    Check(env.OMP, "env", "OMP_NUM_THREADS vs CPUs per process", env.check_omp),
+    Check(env.OMP, "env", "OMP_NUM_THREADS vs CPUs per process", env.check_omp, ("host",)),
     Check(env.CUDA_DEBUG, "env", "CUDA_LAUNCH_BLOCKING and other performance-limiting variables", env.check_cuda_debug),
     Check(env.NCCL, "env", "NCCL fail-fast settings for multi-process jobs", env.check_nccl, ("profile",)),
-    Check(host.SHM, "host", "/dev/shm size", host.check_shm),
-    Check(host.RAM_OFFLOAD, "host", "host RAM for CPU offload", host.check_ram_offload, ("profile",)),
-    Check(host.DISK, "host", "free disk where run logs go", host.check_disk),
+    Check(host.SHM, "host", "/dev/shm size", host.check_shm, ("host",)),
+    Check(host.RAM_OFFLOAD, "host", "host RAM for CPU offload", host.check_ram_offload, ("profile", "host")),
+    Check(host.DISK, "host", "free disk where run logs go", host.check_disk, ("host",)),
     Check(health.ECC, "gpu", "ECC errors and retired pages", health.check_ecc, ("gpus",)),
     Check(health.THROTTLE, "gpu", "clock throttling", health.check_throttle, ("gpus",)),
     Check(gpus.MIG, "gpu", "MIG mode", gpus.check_mig, ("gpus",)),
@@ -93,7 +95,21 @@ def _skip_reason(check: Check, facts: Facts, profile: Profile) -> Finding | None
     if "profile" in check.needs and not has_profile(profile):
         return Finding(check.id, Severity.SKIP, f"{check.title}: no profile", "this check needs the job's profile",
                        "gpudoc check -p PROFILE")
+    if "host" in check.needs and _host_unknown(facts):
+        snapshot = facts.source.startswith("snapshot")
+        title = f"{check.title}: not checked" + (" (the snapshot has no host facts)" if snapshot else "")
+        remedy = ("on that machine: gpudoc check --json > facts.json  # its host facts; pass that to --snapshot"
+                  if snapshot else "nproc; free -g; df -h /dev/shm .  # what gpudoc could not read")
+        return Finding(check.id, Severity.SKIP, title, facts.host.unavailable.get("host", ""), remedy)
     return None
+
+
+def _host_unknown(facts: Facts) -> bool:
+    """Host facts were not gathered at all (as opposed to one value being N/A, which each check says)."""
+    host = facts.host
+    return "host" in host.unavailable and all(
+        value is None for value in (host.cpu_count, host.ram_available_bytes, host.shm_total_bytes,
+                                    host.runs_dir_free_bytes))
 
 
 def _as_list(result: Finding | Iterable[Finding] | None) -> list[Finding]:

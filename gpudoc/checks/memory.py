@@ -25,18 +25,23 @@ TIGHT_MARGIN = 1.05  # within 5 % of the need: an allocator spike or a CUDA cont
 BUSY_SHARE = 0.5  # with no stated need, a GPU more than half used is worth a warning
 
 
+def _estimated_need(ctx: CheckContext) -> int | None:
+    est = ctx.estimate
+    if est is None or not getattr(est, "peak_bytes", None):
+        return None
+    # peak_bytes predicts max_memory_allocated; the card must also hold the CUDA context and the
+    # allocator's slack, which total_bytes adds.
+    return int(getattr(est, "total_bytes", None) or est.peak_bytes)
+
+
 def _need(profile: Profile, ctx: CheckContext) -> tuple[int | None, str]:
     candidates: list[tuple[int, str]] = []
     if has_profile(profile) and profile.gpu.get("min_free_gib") is not None:
         candidates.append((int(float(profile.gpu["min_free_gib"]) * GIB),
                            f"gpu.min_free_gib in {profile_name(profile, ctx)}"))
-    est = ctx.estimate
-    if est is not None and getattr(est, "peak_bytes", None):
-        source = getattr(est, "source", None) or "estimate"
-        # peak_bytes predicts max_memory_allocated; the card must also hold the CUDA context and
-        # the allocator's slack, which total_bytes adds.
-        need = getattr(est, "total_bytes", None) or est.peak_bytes
-        candidates.append((int(need), f"gpudoc estimate ({source})"))
+    estimated = _estimated_need(ctx)
+    if estimated is not None:
+        candidates.append((estimated, f"gpudoc estimate ({getattr(ctx.estimate, 'source', None) or 'estimate'})"))
     if not candidates:
         return None, ""
     return max(candidates, key=lambda c: c[0])
@@ -112,9 +117,7 @@ def check_free_memory(facts: Facts, profile: Profile, ctx: CheckContext) -> list
 def _remedy(facts: Facts, gpu: Gpu, total: int | None, need: float, holders: list[GpuHolder], gpus: Sequence[Gpu],
             profile: Profile, ctx: CheckContext) -> str:
     if total is not None and total < need:
-        label = profile_name(profile, ctx)
-        return (f"the card holds {format_bytes(total)}: lower micro_batch_size in [train] of {label} "
-                f"(`gpudoc estimate -p {label}` shows the largest that fits)")
+        return _card_too_small(facts, total, profile, ctx)
     if any(h.own for h in holders):
         return f"gpudoc clean --gpus {gpu.index}"
     keep = [g.index for g in gpus if g.index != gpu.index and (_usable(g)[0] or 0) >= need]
@@ -125,3 +128,25 @@ def _remedy(facts: Facts, gpu: Gpu, total: int | None, need: float, holders: lis
     if holders:
         return holders[0].remedy()
     return f"nvidia-smi -i {gpu.index}  # see who holds the memory"
+
+
+def _card_too_small(facts: Facts, total: int, profile: Profile, ctx: CheckContext) -> str:
+    """What to change when no amount of freeing memory helps. `gpudoc estimate` is named only when
+    it answers for this profile (the check got an estimate): without a [model] it exits 2."""
+    label = profile_name(profile, ctx)
+    card = f"the card holds {format_bytes(total)}"
+    estimated = _estimated_need(ctx)
+    if estimated is not None and estimated <= total:
+        # The job fits the card; only the profile's floor was written for a bigger one.
+        return f"{card} and the job needs about {format_bytes(estimated)}: lower min_free_gib in [gpu] of {label}"
+    if estimated is not None and getattr(ctx.estimate, "max_micro_batch_size", None) == 0:
+        # Not even one sample fits: a smaller micro batch is no answer.
+        return (f"{card}, too little even for micro_batch_size 1: gradient checkpointing, LoRA or a shorter "
+                f"max_seq_len in {label} (`gpudoc estimate -p {label}` shows what takes the memory)")
+    if estimated is not None:
+        return (f"{card}: lower micro_batch_size in [train] of {label} "
+                f"(`gpudoc estimate -p {label}` shows the largest that fits)")
+    new = "gpudoc profile new NAME --from-gpu" + (" --snapshot FILE" if facts.source.startswith("snapshot") else "")
+    sizing = (f"complete {label} until `gpudoc estimate -p {label}` answers (it names what is missing)"
+              if has_profile(profile) and profile.model else f"add [model] to {label} so `gpudoc estimate` can size the job")
+    return f"{card}, less than min_free_gib in [gpu] of {label}: run a smaller job with a profile for this card (`{new}`), or {sizing}"

@@ -1,6 +1,7 @@
 """Gather every fact once into one immutable ``Facts`` snapshot. Never crashes.
 
-GPU facts come from NVML, or from saved files when ``snapshot_files`` are given. Process facts
+GPU facts come from NVML, or from saved files when ``snapshot_files`` are given (then host facts
+are left unknown unless the file is gpudoc's own JSON, which carries its machine's). Process facts
 are looked up only for the PIDs the GPUs report, and only when those PIDs belong to this machine
 (NVML): PIDs in a saved nvidia-smi file come from another machine or another time, and looking
 them up here would describe unrelated processes. A gpudoc ``--json`` snapshot brings its own
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from gpudoc.facts.model import Facts, HostFacts, ProcessInfo, TorchFacts
+
+SNAPSHOT_HOST = ("nvidia-smi output says nothing of its machine's CPUs, RAM, /dev/shm or disk "
+                 "(and this machine's are not the ones to judge)")
 
 
 def _now() -> str:
@@ -43,7 +47,9 @@ def gather_facts(*, snapshot_files: Iterable[Path | str] = (), deep: bool = Fals
             if deep and facts.torch is None:
                 facts = replace(facts, torch=_torch(python))
             return facts
-        facts = replace(facts, env=relevant_env(environ), host=_host(runs, environ))
+        # This machine's /dev/shm, CPUs and disk say nothing of the one the file came from: checks
+        # over them would pass or fail the wrong box. The reason travels in the facts (and the JSON).
+        facts = replace(facts, env=relevant_env(environ), host=HostFacts(unavailable={"host": SNAPSHOT_HOST}))
     else:
         facts = _from_nvml(nvml_backend)
         facts = replace(facts, processes=_processes(facts, runs), env=relevant_env(environ), host=_host(runs, environ))

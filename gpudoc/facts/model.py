@@ -7,9 +7,14 @@ owner's ``unavailable`` map (field name -> reason) so renderers can say "N/A (no
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, is_dataclass
+import collections.abc
+import math
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cached_property
 from typing import Any, Mapping, Protocol
+
+from gpudoc.jsonshape import field_types, is_union, shown
 
 SCHEMA_VERSION = 1
 
@@ -157,10 +162,12 @@ class Facts:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Facts:
-        """Inverse of ``to_dict``; accepts a whole ``check --json`` document too (reads ``facts``)."""
-        if "facts" in data and isinstance(data["facts"], Mapping):
-            data = data["facts"]
-        return _from_jsonable(cls, data)
+        """Inverse of ``to_dict``; accepts a whole ``check --json`` document too (reads ``facts``).
+        Raises ``FactsFormatError`` naming the path of the first value of the wrong type."""
+        where = ""
+        if "facts" in data:
+            data, where = data["facts"], "facts"
+        return _from_jsonable(cls, data, where)
 
 
 def _to_jsonable(value: Any) -> Any:
@@ -173,28 +180,90 @@ def _to_jsonable(value: Any) -> Any:
     return value
 
 
-_NESTED = {
-    ("Facts", "gpus"): Gpu,
-    ("Facts", "processes"): ProcessInfo,
-    ("Facts", "host"): HostFacts,
-    ("Facts", "torch"): TorchFacts,
-    ("Gpu", "processes"): GpuProcess,
-}
+class FactsFormatError(ValueError):
+    """Facts JSON that is not what ``to_dict`` writes: ``key`` is the path of the bad value
+    (``gpus[0].memory_total_bytes``), the message says what was expected and what was found."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
 
 
-def _from_jsonable(cls: Any, data: Mapping[str, Any]) -> Any:
+def _from_jsonable(cls: Any, data: Any, where: str) -> Any:
+    """Build ``cls`` from JSON, checking every value against the field's annotation: a snapshot is
+    read from a file someone may have edited, and checks do arithmetic on what they are given."""
+    if not isinstance(data, Mapping):
+        raise FactsFormatError(where, f"expected an object, got {shown(data)}")
+    hints = field_types(cls)
     kwargs = {}
-    names = {f.name for f in fields(cls)}
-    for key, value in data.items():
-        if key not in names:
-            continue  # schema_version and keys from newer gpudoc versions
-        nested = _NESTED.get((cls.__name__, key))
-        if nested is not None and value is not None:
-            if isinstance(value, list):
-                value = tuple(_from_jsonable(nested, v) for v in value)
-            else:
-                value = _from_jsonable(nested, value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        kwargs[key] = value
+    for f in fields(cls):
+        key = f"{where}.{f.name}" if where else f.name
+        if f.name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise FactsFormatError(key, "missing (every gpudoc facts document has it)")
+            continue
+        kwargs[f.name] = _from_value(hints[f.name], data[f.name], key)
+    # Other keys (schema_version, keys of newer gpudoc versions) are left out.
     return cls(**kwargs)
+
+
+def _from_value(hint: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if is_union(hint):
+        if value is None and type(None) in args:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]  # every optional field has one other type
+        return _from_value(hint, value, where)
+    if hint is Any:
+        return value
+    if value is None:
+        raise FactsFormatError(where, f"expected {_spelled(hint)}, got null")
+    if is_dataclass(hint):
+        return _from_jsonable(hint, value, where)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise FactsFormatError(where, f"expected a list, got {shown(value)}")
+        return tuple(_from_value(args[0], item, f"{where}[{i}]") for i, item in enumerate(value))
+    if hint is dict:  # Gpu.mig, the one free-form object: checks read its keys, so they are checked too
+        return _mig(value, where)
+    if origin in (collections.abc.Mapping, dict):
+        if not isinstance(value, Mapping):
+            raise FactsFormatError(where, f"expected an object, got {shown(value)}")
+        return {str(k): _from_value(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if hint is int:  # True is an int to Python, not to a snapshot
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:  # JSON has one number type: 60 is a fine temperature
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return value
+    elif isinstance(value, hint):
+        return value
+    raise FactsFormatError(where, f"expected {_spelled(hint)}, got {shown(value)}")
+
+
+def _mig(value: Any, where: str) -> dict:
+    if not isinstance(value, Mapping):
+        raise FactsFormatError(where, f"expected an object or null, got {shown(value)}")
+    out = dict(value)
+    if "enabled" in value:
+        out["enabled"] = _from_value(bool, value["enabled"], f"{where}.enabled")
+    if "devices" in value:
+        devices = value["devices"]
+        if not isinstance(devices, list):
+            raise FactsFormatError(f"{where}.devices", f"expected a list, got {shown(devices)}")
+        for i, device in enumerate(devices):
+            _from_jsonable(MigDevice, device, f"{where}.devices[{i}]")  # checked, kept as the dict it is
+        out["devices"] = [dict(d) for d in devices]
+    return out
+
+
+def _spelled(hint: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object"}
+    if hint in names:
+        return names[hint]
+    if typing.get_origin(hint) is tuple:
+        return "a list"
+    return "an object"
+
+

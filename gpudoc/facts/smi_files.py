@@ -13,6 +13,11 @@ Accepted, detected from the content (never the file name):
 Several files combine: GPUs found in more than one file are merged (values from the first file
 win, gaps are filled from the later ones), processes from a compute-apps file are attached to
 their GPUs. Sizes are MiB in all nvidia-smi outputs and become bytes here.
+
+What is read is checked here, once, so that checks can trust it: gpudoc JSON value by value against
+the facts' types, every format for sizes no GPU reports (negative, past 16 TiB, used above the total).
+A file that fails names itself and the value (``InputError``, exit 2). A --query-compute-apps file
+alone with no rows says nothing of the GPUs and is refused rather than read as "no GPU".
 """
 
 from __future__ import annotations
@@ -35,9 +40,19 @@ def load_snapshot(paths: Iterable[Path | str]) -> Facts:
     files = [Path(p) for p in paths]
     if not files:
         raise InputError("no snapshot file given")
-    return _combine([_parse_file(path) for path in files], files)
+    return _combine([_plausible(_parse_file(path)) for path in files], files)
 
 
+def _plausible(part: v.Part) -> v.Part:
+    """Refuse sizes no GPU reports (the JSON reader names them by their keys itself)."""
+    problem = None if part.kind == "gpudoc-json" else v.implausible_memory(part.gpus)
+    for position, (_, _, _, proc) in enumerate(part.process_rows):
+        if problem is None:
+            problem = v.implausible_size(f"processes[{position}]", f"process {proc.pid} used memory",
+                                         proc.used_memory_bytes)
+    if problem is not None:
+        raise InputError(f"{part.path}: {problem.as_smi()}", file=str(part.path))
+    return part
 
 
 def _read_text(path: Path) -> str:
@@ -129,6 +144,14 @@ def _combine(parts: list[v.Part], paths: list[Path]) -> Facts:
         if part.kind == "compute-apps":
             gpus = _attach_processes(part, gpus)
 
+    if not gpus and all(part.kind == "compute-apps" for part in parts):
+        # A --query-compute-apps capture names GPUs only in its rows; with none (an idle machine) it
+        # says nothing of the GPUs, and "no GPU" would be a false diagnosis of the driver.
+        raise InputError(
+            f"{parts[0].path}: a --query-compute-apps capture without process rows holds no GPU facts; "
+            "give the same machine's `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,"
+            "memory.used,memory.free --format=csv` (or `nvidia-smi -q -x`) output as another --snapshot",
+            file=str(parts[0].path))
     source = "snapshot:" + ",".join(p.name for p in paths)
     collected = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if base is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpudoc.errors import InputError
 from gpudoc.facts import smi_values as v
-from gpudoc.facts.model import Facts, GpuProcess, MigDevice
+from gpudoc.facts.model import Facts, FactsFormatError, GpuProcess, MigDevice
 from gpudoc.units import MIB
 
 _TABLE_HEADER_RE = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*(\S+)(?:\s+CUDA Version:\s*(\S+))?")
@@ -162,16 +162,27 @@ def _parse_json(path: Path, text: str) -> v.Part:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc}); {v.EXPECTED}") from None
+        raise InputError(f"{path}: not valid JSON ({exc}); {v.EXPECTED}", file=str(path)) from None
     if not isinstance(data, dict):
-        raise InputError(f"{path}: JSON is not an object ({v.EXPECTED})")
+        raise InputError(f"{path}: JSON is not an object ({v.EXPECTED})", file=str(path))
+    # A whole `check --json` document has "facts"; the facts object alone has "gpus". Anything else
+    # is some other JSON; past this point the file is gpudoc's, and what is wrong in it is named.
+    if "facts" not in data and "gpus" not in data:
+        raise InputError(f"{path}: JSON without gpudoc facts (no \"facts\" with \"gpus\"); {v.EXPECTED}",
+                         file=str(path))
+    prefix = "facts." if "facts" in data else ""
     body = data.get("facts", data)
-    if not isinstance(body, dict) or "gpus" not in body or "collected_at" not in body:
-        raise InputError(f"{path}: JSON without gpudoc facts (no \"facts\" with \"gpus\"); {v.EXPECTED}")
+    if isinstance(body, dict) and "gpus" not in body:
+        # An empty list is an answer (the driver saw no GPU); a missing one is a document cut short.
+        raise InputError(f"{path}: {prefix}gpus: missing (gpudoc facts always list the GPUs, [] for none)",
+                         file=str(path), key=f"{prefix}gpus")
     try:
-        facts = Facts.from_dict(body)
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise InputError(f"{path}: gpudoc facts that cannot be read back: {exc}") from None
+        facts = Facts.from_dict(data)
+    except FactsFormatError as exc:
+        raise InputError(f"{path}: {exc}", file=str(path), key=exc.key) from None
+    problem = v.implausible_memory(facts.gpus)
+    if problem is not None:
+        raise InputError(f"{path}: {prefix}{problem.as_json()}", file=str(path), key=prefix + problem.key)
     part = v.Part(path, "gpudoc-json", gpus=list(facts.gpus), facts=facts)
     part.driver_version = facts.driver_version
     part.cuda_driver_version = facts.cuda_driver_version

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from gpudoc.facts.model import Facts, Gpu, GpuProcess, MigDevice
 from gpudoc.units import MIB
@@ -75,15 +76,100 @@ def number(value: str | None) -> float | None:
     return float(match.group(1)) if match else None
 
 
+def _exact(value: str | None) -> Fraction | None:
+    # Exact, however many digits: a float turns a mangled 400-digit value into infinity, which no
+    # integer holds; as a fraction it stays a number that the plausibility check below can name.
+    text = given(value)
+    match = NUM_RE.match(text) if text is not None else None
+    return Fraction(match.group(1)) if match else None
+
+
 def mib(value: str | None) -> int | None:
     """``"81559 MiB"`` / ``"81559MiB"`` / ``"81559"`` (MiB is nvidia-smi's only memory unit)."""
-    found = number(value)
+    found = _exact(value)
     return None if found is None else int(found * MIB)
 
 
 def as_int(value: str | None) -> int | None:
-    found = number(value)
+    found = _exact(value)
     return None if found is None else int(found)
+
+
+# Far above any GPU made (the largest hold a few hundred GiB): a bigger size is a corrupted capture.
+MAX_GPU_MEMORY_BYTES = 16 * 1024**4
+_MEMORY_LABELS = {"memory_total_bytes": "memory total", "memory_used_bytes": "memory used",
+                  "memory_free_bytes": "memory free"}
+
+
+@dataclass(frozen=True)
+class Implausible:
+    """A memory size no GPU reports, and where it is: ``key`` is its path in the facts JSON."""
+
+    key: str
+    label: str  # how the nvidia-smi formats name it: "GPU 0 memory used"
+    value: int
+    why: str  # "negative", "beyond", "over-total"
+    total: int | None = None
+
+    def as_json(self) -> str:
+        """For gpudoc JSON: the key and the value in bytes, as the file spells them."""
+        return f"{self.key}: {self.value} {self._why(str(self.total))}"
+
+    def as_smi(self) -> str:
+        """For nvidia-smi output: the value in MiB, as nvidia-smi printed it."""
+        return f"{self.label} {_mib_text(self.value)} {self._why(_mib_text(self.total))}"
+
+    def _why(self, total: str) -> str:
+        if self.why == "negative":
+            return "is negative"
+        if self.why == "beyond":
+            return f"is more than any GPU holds ({MAX_GPU_MEMORY_BYTES // 1024**4} TiB): a corrupted capture?"
+        return f"is more than the GPU's total ({total})"
+
+
+def _mib_text(value: int | None) -> str:
+    # Integer arithmetic only: a mangled size can be past what a float holds.
+    whole, rest = divmod(value or 0, MIB)
+    text = str(whole) if not rest else f"{whole}.{rest * 10 // MIB}"
+    if len(str(whole)) > 16:  # a mangled capture's 400 digits say nothing more than their length
+        text = f"{text[:6]}... ({len(str(whole))} digits)"
+    return text + " MiB"
+
+
+def implausible_memory(gpus: Iterable[Gpu]) -> Implausible | None:
+    """The first memory size in these GPUs that no real GPU reports: negative, beyond 16 TiB, or
+    used / free above the total. Checks do arithmetic on these; nonsense in is nonsense out."""
+    for position, gpu in enumerate(gpus):
+        where, name = f"gpus[{position}]", f"GPU {gpu.index}"
+        sizes: list[tuple[str, str, Any, Any]] = [
+            (f"{where}.{key}", f"{name} {label}", getattr(gpu, key), gpu.memory_total_bytes)
+            for key, label in _MEMORY_LABELS.items()
+        ]
+        for i, dev in enumerate((gpu.mig or {}).get("devices") or ()):
+            if isinstance(dev, Mapping):
+                sizes += [(f"{where}.mig.devices[{i}].{key}", f"{name} MIG device {dev.get('index', i)} {label}",
+                           dev.get(key), dev.get("memory_total_bytes")) for key, label in _MEMORY_LABELS.items()]
+        for i, proc in enumerate(gpu.processes or ()):
+            sizes.append((f"{where}.processes[{i}].used_memory_bytes", f"{name} process {proc.pid} used memory",
+                          proc.used_memory_bytes, None))
+        for key, label, value, total in sizes:
+            found = implausible_size(key, label, value, None if key.endswith("memory_total_bytes") else total)
+            if found is not None:
+                return found
+    return None
+
+
+def implausible_size(key: str, label: str, value: Any, total: Any = None) -> Implausible | None:
+    """``value`` (bytes; None or a non-integer is not this function's to judge) when no GPU reports it."""
+    if not isinstance(value, int):
+        return None
+    if value < 0:
+        return Implausible(key, label, value, "negative")
+    if value > MAX_GPU_MEMORY_BYTES:
+        return Implausible(key, label, value, "beyond")
+    if isinstance(total, int) and 0 <= total < value:
+        return Implausible(key, label, value, "over-total", total)
+    return None
 
 
 def enabled(value: str | None) -> str | None:

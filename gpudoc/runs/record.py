@@ -6,11 +6,8 @@ Other rooms read a record through the accessors below (``knobs``, ``peak_bytes``
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import time
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -19,6 +16,7 @@ from typing import Any
 
 from gpudoc import __version__
 from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.jsonshape import field_types, is_union, shown
 
 # What a run ended as: running | ok | failed | interrupted | refused
 RUNNING = "running"
@@ -91,15 +89,15 @@ class RunRecord:
         once, instead of crashing whichever command touches the field first. The diagnosis keeps
         its own tolerance (``Diagnosis.from_dict``)."""
         if not isinstance(data, dict):
-            raise RecordError(f"expected a JSON object, found {_shown(data)}")
-        types_ = _field_types()
+            raise RecordError(f"expected a JSON object, found {shown(data)}")
+        types_ = field_types(RunRecord)
         for name in _REQUIRED:
             if name not in data:
                 raise RecordError(f"missing key '{name}'", key=name)
         for name, value in data.items():
             hint = types_.get(name)
             if hint is not None and name != "diagnosis" and not _fits(value, hint):
-                raise RecordError(f"key '{name}' holds {_shown(value)}, expected {_spelled(hint)}", key=name)
+                raise RecordError(f"key '{name}' holds {shown(value)}, expected {_spelled(hint)}", key=name)
         record = cls(**{k: v for k, v in data.items() if k in types_ and k != "diagnosis"})
         record.diagnosis = Diagnosis.from_dict(data.get("diagnosis"))
         return record
@@ -213,12 +211,6 @@ class RecordError(ValueError):
 _REQUIRED = tuple(f.name for f in fields(RunRecord) if f.default is MISSING and f.default_factory is MISSING)
 
 
-@functools.cache
-def _field_types() -> dict[str, Any]:
-    # The annotations are strings (``from __future__ import annotations``): resolved once.
-    return typing.get_type_hints(RunRecord)
-
-
 def _fits(value: Any, hint: Any) -> bool:
     """Does a JSON value have the annotated type (and, for lists and dicts, do its elements)?"""
     if hint is Any:
@@ -226,7 +218,7 @@ def _fits(value: Any, hint: Any) -> bool:
     if hint is type(None):
         return value is None
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
+    if is_union(hint):
         return any(_fits(value, arg) for arg in args)
     if origin is list:
         return isinstance(value, list) and all(_fits(item, args[0]) for item in value)
@@ -242,15 +234,11 @@ def _fits(value: Any, hint: Any) -> bool:
 def _spelled(hint: Any) -> str:
     if hint is type(None):
         return "null"
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+    if is_union(hint):
         return " or ".join(_spelled(arg) for arg in typing.get_args(hint))
+    if typing.get_args(hint):  # list[str]: its element types too (3.9 also calls it a type)
+        return str(hint).replace("typing.", "")
     return hint.__name__ if isinstance(hint, type) else str(hint)
-
-
-def _shown(value: Any) -> str:
-    """A JSON value as the message quotes it: short, whatever its size."""
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def now_iso() -> str:

@@ -75,3 +75,23 @@ def test_profile_dependent_checks_skip_without_profile():
     assert findings["env.nccl-fail-fast"].severity is Severity.SKIP
     assert findings["host.ram-offload"].severity is Severity.SKIP
     assert findings["env.nccl-fail-fast"].remedy == "gpudoc check -p PROFILE"
+
+
+def test_host_checks_skip_when_the_facts_hold_no_host():
+    # What a saved nvidia-smi file gives: no host facts, and the reason. Judging this machine's
+    # /dev/shm, CPUs and disk instead would pass or fail the wrong box.
+    from gpudoc.facts.model import HostFacts
+
+    why = "nvidia-smi output says nothing of its machine's CPUs"
+    facts = snap(T4, host=HostFacts(unavailable={"host": why}))
+    findings = run_checks(facts, profile(gpu={"count": 2}, train={"offload_optimizer": True}, model={"params": 1e9}),
+                          only=["host", "env.omp-threads"])
+    assert {f.id for f in findings} == {"host.shm", "host.ram-offload", "host.disk", "env.omp-threads"}
+    for f in findings:
+        assert f.severity is Severity.SKIP, f
+        assert f.title.endswith(": not checked (the snapshot has no host facts)")
+        assert f.detail == why
+        assert f.remedy.startswith("on that machine: gpudoc check --json")
+    # With the host facts a gpudoc --json snapshot carries, the same checks run.
+    ran = run_checks(snap(T4), profile(), only=["host.shm", "host.disk", "env.omp-threads"])
+    assert [f.severity for f in ran] == [Severity.OK, Severity.OK, Severity.OK]

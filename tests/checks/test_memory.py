@@ -14,6 +14,7 @@ class Est:
     peak_bytes: int
     source: str = "formula"
     total_bytes: int | None = None
+    max_micro_batch_size: int | None = None
 
 
 def test_profile_need_fails_on_the_busy_gpu_and_names_the_source():
@@ -41,10 +42,44 @@ def test_the_estimate_counts_context_and_slack_not_just_the_allocator_peak():
     assert "needs 14.0 GiB" in f.title
 
 
-def test_a_card_too_small_says_to_shrink_the_job():
+def test_a_card_too_small_for_the_estimate_says_to_shrink_the_micro_batch():
+    # The estimate answers for this profile (it has a [model]), so `gpudoc estimate` can size the batch.
+    est = Est(18 * 2**30, max_micro_batch_size=2)
+    findings = check_free_memory(snap(T4), profile(gpu={"min_free_gib": 2}, model={"hf_config": "x"}),
+                                 CheckContext(estimate=est))
+    f = only(findings, Severity.FAIL)
+    assert f.remedy == ("the card holds 15.0 GiB: lower micro_batch_size in [train] of job "
+                        "(`gpudoc estimate -p job` shows the largest that fits)")
+
+
+def test_a_card_too_small_without_an_estimate_never_points_at_estimate():
+    # a10g-24gb on a T4: min_free_gib 20 on a 15 GiB card, and no [model]: `gpudoc estimate -p` exits 2.
     findings = check_free_memory(snap(T4), profile(gpu={"min_free_gib": 20}), CheckContext())
     f = only(findings, Severity.FAIL)
-    assert "the card holds 15.0 GiB" in f.remedy and "gpudoc estimate -p job" in f.remedy
+    assert "the card holds 15.0 GiB, less than min_free_gib in [gpu] of job" in f.remedy
+    assert "gpudoc estimate -p" not in f.remedy
+    assert "gpudoc profile new NAME --from-gpu --snapshot FILE" in f.remedy  # the facts came from a file
+    assert "add [model] to job" in f.remedy
+
+
+def test_a_card_too_small_with_a_model_the_estimate_cannot_read_says_to_complete_it():
+    findings = check_free_memory(snap(T4), profile(gpu={"min_free_gib": 20}, model={"params": 7e9}), CheckContext())
+    f = only(findings, Severity.FAIL)
+    assert "complete job until `gpudoc estimate -p job` answers" in f.remedy
+
+
+def test_a_card_too_small_for_the_profile_floor_but_not_the_job_says_to_lower_the_floor():
+    findings = check_free_memory(snap(T4), profile(gpu={"min_free_gib": 20}, model={"hf_config": "x"}),
+                                 CheckContext(estimate=Est(6 * 2**30)))
+    f = only(findings, Severity.FAIL)
+    assert f.remedy == "the card holds 15.0 GiB and the job needs about 6.0 GiB: lower min_free_gib in [gpu] of job"
+
+
+def test_a_card_too_small_for_even_one_sample_does_not_suggest_a_smaller_batch():
+    est = Est(40 * 2**30, max_micro_batch_size=0)
+    findings = check_free_memory(snap(T4), profile(model={"hf_config": "x"}), CheckContext(estimate=est))
+    f = only(findings, Severity.FAIL)
+    assert "too little even for micro_batch_size 1" in f.remedy and "lower micro_batch_size" not in f.remedy
 
 
 def test_tight_margin_warns():

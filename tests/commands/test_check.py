@@ -126,6 +126,86 @@ def test_bad_snapshot_and_bad_profile_are_exit_2(tmp_path):
     assert result.returncode == 2 and "unknown profile 'no-such-profile'" in result.stderr
 
 
+IDLE_APPS = str(NVIDIA_SMI / "nvidia_gpu_exporter__internal__captures__linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05__idle__query-compute-apps.csv")
+H200_GPU = str(NVIDIA_SMI / "nvidia_gpu_exporter__internal__captures__linux-x86_64__nvidia-h200__590.48.01__load__query-gpu.csv")
+
+
+def _one_line_exit_2(result: subprocess.CompletedProcess, message: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.strip() == f"gpudoc: {message}"
+    assert result.stdout == ""
+
+
+def test_a_hand_edited_json_snapshot_is_one_line_naming_the_field_not_a_crash(tmp_path):
+    doc = json.loads(gpudoc_cli("check", "--snapshot", A5000, "--json").stdout)
+    for key, value, message in (
+        ("memory_total_bytes", "x", 'facts.gpus[0].memory_total_bytes: expected an integer, got "x"'),
+        ("index", None, "facts.gpus[0].index: expected an integer, got null"),
+        ("mig", "yes", 'facts.gpus[0].mig: expected an object or null, got "yes"'),
+        ("memory_free_bytes", -1, "facts.gpus[0].memory_free_bytes: -1 is negative"),
+    ):
+        edited = json.loads(json.dumps(doc))
+        edited["facts"]["gpus"][0][key] = value
+        path = tmp_path / "j.json"
+        path.write_text(json.dumps(edited))
+        _one_line_exit_2(gpudoc_cli("check", "--snapshot", str(path)), f"{path}: {message}")
+    edited = json.loads(json.dumps(doc))
+    edited["facts"]["gpus"][0]["processes"][0]["pid"] = "abc"
+    path.write_text(json.dumps(edited))
+    result = gpudoc_cli("check", "--snapshot", str(path), "--json")
+    assert result.returncode == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["file"] == str(path) and error["key"] == "facts.gpus[0].processes[0].pid"
+
+
+def test_a_json_snapshot_with_facts_but_no_collected_at_says_so(tmp_path):
+    doc = json.loads(gpudoc_cli("check", "--snapshot", A5000, "--json").stdout)
+    del doc["facts"]["collected_at"]
+    path = tmp_path / "j.json"
+    path.write_text(json.dumps(doc))
+    result = gpudoc_cli("check", "--snapshot", str(path))
+    _one_line_exit_2(result, f"{path}: facts.collected_at: missing (every gpudoc facts document has it)")
+
+
+def test_impossible_memory_sizes_are_bad_input(tmp_path):
+    csv = tmp_path / "gpus.csv"
+    csv.write_text("index, name, memory.total [MiB], memory.used [MiB], memory.free [MiB]\n0, X, -1 MiB, -1 MiB, -1 MiB\n")
+    _one_line_exit_2(gpudoc_cli("check", "--snapshot", str(csv)), f"{csv}: GPU 0 memory total -1 MiB is negative")
+
+
+def test_an_idle_compute_apps_capture_alone_is_bad_input_and_fine_with_a_gpu_capture():
+    alone = gpudoc_cli("check", "--snapshot", IDLE_APPS)
+    assert alone.returncode == 2 and "Traceback" not in alone.stderr
+    assert f"{IDLE_APPS}: a --query-compute-apps capture without process rows holds no GPU facts" in alone.stderr
+    both = json.loads(gpudoc_cli("check", "--snapshot", H200_GPU, "--snapshot", IDLE_APPS, "--only", "driver.nvml,proc",
+                                 "--json").stdout)
+    assert [g["processes"] for g in both["facts"]["gpus"]] == [[]]
+    assert next(f for f in both["findings"] if f["id"] == "driver.nvml")["severity"] == "ok"
+
+
+def test_host_checks_are_not_run_against_an_nvidia_smi_snapshot(tmp_path):
+    result = gpudoc_cli("check", "--snapshot", A5000, "--only", "host,env.omp-threads", "--json", cwd=tmp_path)
+    doc = json.loads(result.stdout)
+    assert {f["id"]: f["severity"] for f in doc["findings"]} == {
+        "env.omp-threads": "skip", "host.shm": "skip", "host.ram-offload": "skip", "host.disk": "skip"}
+    host = doc["facts"]["host"]
+    assert host["cpu_count"] is None and host["shm_total_bytes"] is None and host["runs_dir"] is None
+    assert str(tmp_path) not in result.stdout  # nothing of this machine's disk
+    text = gpudoc_cli("check", "--snapshot", A5000, "--only", "host", cwd=tmp_path).stdout
+    assert "/dev/shm size: not checked (the snapshot has no host facts)" in text
+    assert text.count("fix: on that machine: gpudoc check --json") == 1
+
+
+def test_a_profile_without_a_model_is_never_sent_to_gpudoc_estimate(isolated_home):
+    # a10g-24gb asks 20 GiB free on a 15 GiB T4 and has no [model]: `gpudoc estimate -p a10g-24gb` exits 2.
+    result = gpudoc_cli("check", "-p", "a10g-24gb", "--snapshot", T4, "--only", "gpu.free-memory", "--json",
+                        cwd=isolated_home)
+    [f] = json.loads(result.stdout)["findings"]
+    assert f["severity"] == "fail" and "gpudoc estimate -p" not in f["remedy"]
+    assert "the card holds 15.0 GiB, less than min_free_gib in [gpu] of a10g-24gb" in f["remedy"]
+    assert gpudoc_cli("estimate", "-p", "a10g-24gb", cwd=isolated_home).returncode == 2  # why it must not
+
+
 def _modules_after(args: list[str]) -> set[str]:
     code = (
         "import sys, runpy\n"

@@ -72,7 +72,18 @@ def test_snapshot_files_replace_nvml_and_pids_are_not_looked_up_here():
     assert [p.pid for p in facts.gpus[0].processes] == [20037, 20038]
     assert facts.processes == ()  # another machine's PIDs say nothing about this one's
     assert facts.env == {"OMP_NUM_THREADS": "4"}
-    assert facts.host.hostname
+
+
+def test_an_nvidia_smi_snapshot_leaves_the_host_unknown_with_the_reason(tmp_path):
+    # The file came from another machine: this one's CPUs, /dev/shm and disk must not stand in.
+    facts = gather_facts(snapshot_files=[L40S], environ={})
+    assert facts.host.hostname is None and facts.host.cpu_count is None
+    assert facts.host.shm_total_bytes is None and facts.host.runs_dir_free_bytes is None
+    assert "nvidia-smi output says nothing of its machine's CPUs" in facts.host.unavailable["host"]
+    # Saved as gpudoc JSON and read back, the facts still say so, and nothing of this machine.
+    saved = tmp_path / "check.json"
+    saved.write_text(json.dumps({"facts": facts.to_dict()}))
+    assert gather_facts(snapshot_files=[saved], environ={}).host == facts.host
 
 
 def test_gpudoc_json_snapshot_keeps_its_own_host_env_and_processes(tmp_path, sleeper):
@@ -109,6 +120,6 @@ def test_runs_dir_comes_from_the_run_store(tmp_path):
     from gpudoc.runs.store import RunStore
 
     store = RunStore(tmp_path / "home")
-    facts = gather_facts(snapshot_files=[L40S], runs=store, environ={})
+    facts = gather_facts(nvml_backend=FakeNvml.from_snapshot(L40S), runs=store, environ={})
     assert facts.host.runs_dir == str(store.root)
     assert facts.host.runs_dir_free_bytes > 0

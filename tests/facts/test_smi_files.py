@@ -388,9 +388,23 @@ def test_compute_apps_csv_windows_paths_and_na_memory():
     assert by_pid[2056] == r"C:\Windows\System32\dwm.exe"
 
 
-def test_compute_apps_csv_header_only_has_no_gpus_and_no_processes():
-    facts = snap(CAP + "linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05__idle__query-compute-apps.csv")
-    assert facts.gpus == ()
+IDLE_APPS = CAP + "linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05__idle__query-compute-apps.csv"
+
+
+def test_compute_apps_csv_header_only_alone_holds_no_gpu_facts():
+    # An idle machine's capture: the header and no rows. Read as "no GPU" it failed the driver check.
+    with pytest.raises(InputError) as err:
+        snap(IDLE_APPS)
+    assert str(err.value).startswith(f"{NVIDIA_SMI / IDLE_APPS}: a --query-compute-apps capture without "
+                                     "process rows holds no GPU facts")
+    assert "--query-gpu" in str(err.value) and err.value.file == str(NVIDIA_SMI / IDLE_APPS)
+
+
+def test_compute_apps_csv_header_only_with_a_gpu_capture_means_no_processes():
+    facts = snap(CAP + "linux-x86_64__nvidia-h200__590.48.01__load__query-gpu.csv", IDLE_APPS)
+    (gpu,) = facts.gpus
+    assert gpu.memory_total_bytes == 143771 * MIB
+    assert gpu.processes == ()  # the rows list every compute process: none
 
 
 def test_masked_uuid_with_one_gpu_still_matches_by_bus_id(tmp_path):
@@ -493,3 +507,126 @@ def test_a_csv_with_carriage_returns_is_read_line_by_line(tmp_path):
         load_snapshot([stray])  # a line cut in two: read as what it is, or refused, never a crash
     except InputError as exc:
         assert str(stray) in str(exc)
+
+
+# ------------------------------------------------------------------------------------------
+# gpudoc JSON with values of the wrong type, and sizes no GPU reports
+
+
+def _edited_check_json(tmp_path: Path, edit) -> Path:
+    """A real capture saved as `check --json` would save it, then edited by hand."""
+    doc = {"schema_version": 1, "command": "check", "facts": snap(TG + "dual_a5000-v13.xml").to_dict(),
+           "findings": []}
+    edit(doc["facts"])
+    path = tmp_path / "check.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _set(*keys, value):
+    def edit(facts):
+        target = facts
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_set("gpus", 0, "memory_total_bytes", value="x"), 'facts.gpus[0].memory_total_bytes: expected an integer, got "x"'),
+    (_set("gpus", 0, "index", value=None), "facts.gpus[0].index: expected an integer, got null"),
+    (_set("gpus", 1, "mig", value="yes"), 'facts.gpus[1].mig: expected an object or null, got "yes"'),
+    (_set("gpus", 0, "processes", 0, "pid", value="abc"), 'facts.gpus[0].processes[0].pid: expected an integer, got "abc"'),
+    (_set("gpus", 0, "memory_used_bytes", value=True), "facts.gpus[0].memory_used_bytes: expected an integer, got true"),
+    (_set("gpus", 0, "processes", value={}), "facts.gpus[0].processes: expected a list, got {}"),
+    (_set("gpus", 0, "temperature_c", value="hot"), 'facts.gpus[0].temperature_c: expected a number, got "hot"'),
+    (_set("gpus", 0, "mig", value={"enabled": "no"}), 'facts.gpus[0].mig.enabled: expected true or false, got "no"'),
+    (_set("gpus", 0, "mig", value={"enabled": True, "devices": [{"index": 0, "memory_free_bytes": "1"}]}),
+     'facts.gpus[0].mig.devices[0].memory_free_bytes: expected an integer, got "1"'),
+    (_set("host", "cpu_count", value="8"), 'facts.host.cpu_count: expected an integer, got "8"'),
+    (_set("env", value={"OMP_NUM_THREADS": 4}), "facts.env.OMP_NUM_THREADS: expected a string, got 4"),
+    (_set("gpus", value=[1]), "facts.gpus[0]: expected an object, got 1"),
+    (lambda facts: facts.pop("collected_at"), "facts.collected_at: missing"),
+    (lambda facts: facts.pop("gpus"), "facts.gpus: missing"),
+    (lambda facts: facts["gpus"][0].pop("index"), "facts.gpus[0].index: missing"),
+])
+def test_gpudoc_json_of_the_wrong_type_names_the_file_and_the_field(tmp_path, edit, message):
+    path = _edited_check_json(tmp_path, edit)
+    with pytest.raises(InputError) as err:
+        load_snapshot([path])
+    assert str(err.value).startswith(f"{path}: {message}")
+    assert err.value.file == str(path) and err.value.key == message.split(":")[0]
+
+
+def test_gpudoc_json_facts_alone_names_fields_without_the_facts_prefix(tmp_path):
+    facts = snap(TG + "dual_a5000-v13.xml").to_dict()
+    facts["gpus"][0]["memory_free_bytes"] = [1]
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(facts))
+    with pytest.raises(InputError, match=r"facts.json: gpus\[0\].memory_free_bytes: expected an integer, got \[1\]$"):
+        load_snapshot([path])
+
+
+def test_gpudoc_json_with_a_facts_value_that_is_not_an_object(tmp_path):
+    path = tmp_path / "check.json"
+    path.write_text('{"facts": [1, 2]}')
+    with pytest.raises(InputError, match=r"check.json: facts: expected an object, got \[1, 2\]$"):
+        load_snapshot([path])
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_set("gpus", 0, "memory_total_bytes", value=-1), "facts.gpus[0].memory_total_bytes: -1 is negative"),
+    (_set("gpus", 0, "memory_used_bytes", value=30 * 1024**3),
+     "facts.gpus[0].memory_used_bytes: 32212254720 is more than the GPU's total (25757220864)"),
+    (_set("gpus", 1, "memory_total_bytes", value=17 * 1024**4),
+     "facts.gpus[1].memory_total_bytes: 18691697672192 is more than any GPU holds (16 TiB)"),
+    (_set("gpus", 0, "processes", 0, "used_memory_bytes", value=-5),
+     "facts.gpus[0].processes[0].used_memory_bytes: -5 is negative"),
+])
+def test_gpudoc_json_with_impossible_memory_names_the_field_and_value(tmp_path, edit, message):
+    path = _edited_check_json(tmp_path, edit)
+    with pytest.raises(InputError) as err:
+        load_snapshot([path])
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+def _edited(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    """A real capture with one value changed, as a mangled paste would change it."""
+    text = (NVIDIA_SMI / name).read_text()
+    assert old in text
+    path = tmp_path / name
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+H200_CSV = CAP + "linux-x86_64__nvidia-h200__590.48.01__load__query-gpu.csv"
+L40S_TABLE = CAP + "linux-x86_64__nvidia-l40s__595.80__load__nvidia-smi.txt"
+
+
+@pytest.mark.parametrize("name, old, new, message", [
+    # query-gpu CSV: "-1 MiB" read as a size gave "only -1.0 MiB of -1.0 MiB free"
+    (H200_CSV, " 143771 MiB", " -1 MiB", "GPU 0 memory total -1 MiB is negative"),
+    # the plain table: 26 digits gave "90949470177292.8 EiB"
+    (L40S_TABLE, "46068MiB", "99999999999999999999999999MiB",
+     "GPU 0 memory total 999999... (26 digits) MiB is more than any GPU holds (16 TiB)"),
+    (L40S_TABLE, "  1235MiB /", " 50000MiB /", "GPU 0 memory used 50000 MiB is more than the GPU's total (46068 MiB)"),
+    # 400 digits overflowed a float into infinity: an internal error, not a message
+    (H200_CSV, " 143771 MiB", " " + "9" * 400 + " MiB",
+     "GPU 0 memory total 999999... (400 digits) MiB is more than any GPU holds"),
+    (TG + "tesla-t4.xml", "<used_memory>1005 MiB</used_memory>", "<used_memory>-3 MiB</used_memory>",
+     "GPU 0 process 5762 used memory -3 MiB is negative"),
+])
+def test_impossible_memory_in_nvidia_smi_output_is_refused_naming_file_and_value(tmp_path, name, old, new, message):
+    path = _edited(tmp_path, name, old, new)
+    with pytest.raises(InputError) as err:
+        load_snapshot([path])
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+def test_impossible_process_memory_in_a_compute_apps_csv_is_refused(tmp_path):
+    name = CAP + "linux-x86_64__nvidia-l40s__595.80__load__query-compute-apps.csv"
+    text = (NVIDIA_SMI / name).read_text()
+    path = tmp_path / "apps.csv"
+    path.write_text(text.replace(" MiB", "0000000000000 MiB", 1))
+    with pytest.raises(InputError, match=r"apps.csv: process \d+ used memory \d+ MiB is more than any GPU holds"):
+        load_snapshot([path])
