@@ -13,6 +13,7 @@ from gpudoc.commands.retry import record_diagnosis
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.diagnose.lines import is_log_text
 from gpudoc.errors import InputError
+from gpudoc.runs.attempts import job_records
 from gpudoc.runs.record import RunRecord
 from gpudoc.runs.store import TAIL_BYTES, RunStore, read_tail
 
@@ -52,7 +53,7 @@ def read_sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, s
             )
         # One node's record of a multi-node job rarely holds the cause (it sees a timeout, or
         # gpudoc ended it because another node failed): read every node's record of this attempt.
-        members = store.job_records(latest.job_id, attempt_of=latest) if latest.job_id else [latest]
+        members = job_records(store, latest.job_id, attempt_of=latest) if latest.job_id else [latest]
         sources.extend(Source(f"run {r.id}", record=r) for r in (members or [latest]))
     _label_nodes(sources)
     return sources

@@ -17,26 +17,7 @@ from gpudoc import allocator
 from gpudoc.errors import ProfileError
 from gpudoc.estimate.defaults import ASSUMED_LORA_DROPOUT, PARALLEL_KEYS, family_dropout
 from gpudoc.estimate.hf_config import model_from_hf_config, read_hf_config
-
-# Names users and frameworks give to the linear layers LoRA can target, mapped onto the roles the
-# model knows. "mlp" and "all-linear" expand to several roles.
-_TARGET_ALIASES = {
-    "q": ("q",), "q_proj": ("q",), "query": ("q",), "wq": ("q",),
-    "k": ("k",), "k_proj": ("k",), "key": ("k",), "wk": ("k",),
-    "v": ("v",), "v_proj": ("v",), "value": ("v",), "wv": ("v",),
-    "o": ("o",), "o_proj": ("o",), "output_proj": ("o",), "out_proj": ("o",), "dense": ("o",),
-    "projection": ("o",), "proj": ("o",), "wo": ("o",),
-    "qkv": ("q", "k", "v"), "c_attn": ("q", "k", "v"), "query_key_value": ("q", "k", "v"),
-    "gate": ("gate",), "gate_proj": ("gate",), "w1": ("gate",),
-    "up": ("up",), "up_proj": ("up",), "w3": ("up",), "fc1": ("up",), "c_fc": ("up",),
-    "down": ("down",), "down_proj": ("down",), "w2": ("down",), "fc2": ("down",), "c_proj": ("down",),
-    "mlp": ("gate", "up", "down"),
-    "output": ("head",), "lm_head": ("head",), "head": ("head",),
-    "all-linear": ("q", "k", "v", "o", "gate", "up", "down"),
-    "all_linear": ("q", "k", "v", "o", "gate", "up", "down"),
-}
-# PEFT's default for Llama-family models when no target_modules are given.
-DEFAULT_LORA_TARGETS = ("q", "v")
+from gpudoc.estimate.lora_targets import DEFAULT_LORA_TARGETS, lora_targets_of
 
 _PRECISIONS = {"fp32", "fp16", "bf16", "bf16-true", "fp16-true"}
 _OPTIMIZERS = {"adamw", "adam", "adamw_8bit", "adafactor", "sgd", "lion"}
@@ -331,26 +312,6 @@ def _checkpointing(value: Any) -> str:
     raise ProfileError(f"[train] gradient_checkpointing = {value!r}: expected true, false or \"selective\"")
 
 
-def _lora_targets(profile: Any) -> tuple[str, ...]:
-    raw = profile.model.get("lora_targets") or profile.train.get("lora_targets")
-    if not raw:
-        return DEFAULT_LORA_TARGETS
-    if isinstance(raw, str):
-        raw = [part.strip() for part in raw.split(",")]
-    roles: list[str] = []
-    for name in raw:
-        key = str(name).strip().lower()
-        if key not in _TARGET_ALIASES:
-            raise ProfileError(
-                f"[model] lora_targets: unknown layer {name!r} (use q, k, v, o, gate, up, down, mlp, "
-                "output or all-linear)"
-            )
-        for role in _TARGET_ALIASES[key]:
-            if role not in roles:
-                roles.append(role)
-    return tuple(roles)
-
-
 # The notes that say how a silent profile's LoRA adapters are read: moot when a factory's model
 # brings its own adapters (the simulation then says so instead).
 LORA_READING_NOTES = ("[train] lora_dropout not set:", "[model] lora_targets not set:")
@@ -401,7 +362,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         optimizer=_choice("train", "optimizer", train.get("optimizer"), _OPTIMIZERS, "adamw"),
         momentum=float(train.get("momentum", 0.9) or 0.0),
         lora_rank=lora_rank,
-        lora_targets=_lora_targets(profile),
+        lora_targets=lora_targets_of(profile),
         lora_dropout=float(lora_dropout or 0.0),
         quantization=_choice("train", "quantization", train.get("quantization"), _QUANT, "none"),
         attention=_choice("train", "attention", train.get("attention"), _ATTENTION, "sdpa"),

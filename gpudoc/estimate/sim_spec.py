@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoc.estimate.hf_config import read_hf_config
-from gpudoc.estimate.inputs import _TARGET_ALIASES, ModelShape, TrainSetup, n_blocks
+from gpudoc.estimate.inputs import ModelShape, TrainSetup, n_blocks
+from gpudoc.estimate.lora_targets import target_names
 
 
 def unsupported_reason(profile: Any, setup: TrainSetup) -> str | None:
@@ -32,13 +33,6 @@ def unsupported_reason(profile: Any, setup: TrainSetup) -> str | None:
         return ("selective checkpointing: the policy is the job's own code (transformers has no switch for it; "
                 "a [model] factory that takes gradient_checkpointing applies it)")
     return None
-
-
-def _lora_target_names(roles: tuple[str, ...]) -> list[str]:
-    """Every layer name the profile's roles go by (q -> q_proj, query, wq, c_attn, ...)."""
-    wanted = set(roles)
-    return sorted(name for name, covers in _TARGET_ALIASES.items()
-                  if wanted & set(covers) and name not in ("mlp", "all-linear", "all_linear"))
 
 
 def _config_from_shape(shape: ModelShape, setup: TrainSetup) -> dict:
@@ -86,7 +80,7 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
     if setup.lora_rank:
         explicit = profile.model.get("lora_targets") or profile.train.get("lora_targets")
         spec["lora"] = {"rank": setup.lora_rank, "dropout": setup.lora_dropout,
-                        "target_names": _lora_target_names(setup.lora_targets) if explicit else None}
+                        "target_names": target_names(setup.lora_targets) if explicit else None}
     factory = profile.model.get("factory")
     if factory:
         spec["factory"] = str(factory)
