@@ -50,6 +50,22 @@ def _job_model(ws: Workspace, profile: Profile, command: list[str]) -> tuple[Pro
     return profile, note
 
 
+def _job_as_it_is(ws: Workspace, profile: Profile, command: list[str]) -> tuple[Profile, list[str]]:
+    """With no profile, the job as `gpudoc run` reads it: the knobs, launcher and model of the
+    command given here, else of the newest run launched without a profile; and what was read."""
+    from gpudoc.profiles.from_job import describe, job_profile, recorded_job_profile
+
+    if command:
+        read = job_profile(command, ws.cwd, ws.environ)
+    else:
+        latest = ws.store.latest()
+        recorded = recorded_job_profile(latest, ws.environ) if latest is not None else None
+        if recorded is None:
+            return profile, []
+        read = recorded
+    return read, [line.removeprefix("note: ") for line in describe(read)]
+
+
 LOGITS_NOTE = ("the logits dominate: a chunked or fused cross-entropy never holds them whole (HF Trainer: "
                "--use_liger_kernel with liger-kernel installed; torchtune: loss._component_ = "
                "torchtune.modules.loss.CEWithChunkedOutputLoss; Lightning or your own loop: Liger's "
@@ -88,6 +104,9 @@ def estimate_command(
     if micro_batch_size is not None and not low <= micro_batch_size <= high:
         raise UsageError(f"gpudoc estimate: --micro-batch-size {micro_batch_size}: expected {low:g} to {high:g}")
     profile = ws.load_profile(profile_name)
+    job_notes: list[str] = []
+    if profile.path is None:  # no profile: the job's own command line and configs describe it
+        profile, job_notes = _job_as_it_is(ws, profile, command or [])
     profile, model_note = _job_model(ws, profile, command or [])
     if micro_batch_size is not None:
         profile = profile.with_train({"micro_batch_size": micro_batch_size})
@@ -103,8 +122,8 @@ def estimate_command(
 
     estimator = ws.estimator(profile, simulate=simulate or python is not None, python=python, command=command)
     result = estimator(profile, gpu_total_bytes=gpu_bytes, history=ws.history(profile))
-    if model_note:
-        result = replace(result, notes=[model_note, *result.notes])
+    if model_note or job_notes:
+        result = replace(result, notes=[*job_notes, *([model_note] if model_note else []), *result.notes])
     if _logits_dominate(result.breakdown):
         result = replace(result, notes=[*result.notes, LOGITS_NOTE])
     # Above the target utilisation is a warning; only more than the card holds is a negative answer.

@@ -31,7 +31,9 @@ def job_profile(command: Sequence[str], cwd: Path, environ: Mapping[str, str] | 
     reading = read_job(command, cwd)
     profile = Profile(name=JOB_PROFILE_NAME, train=reading.values, launch=dict(reading.launch), job=reading)
     try:
-        profile, _note = with_job_model(profile, command, cwd, environ, config_data=reading.config_data)
+        profile, found = with_job_model(profile, command, cwd, environ, config_data=reading.config_data)
+        if found:
+            reading.notes.append(found)  # which config.json the estimate reads
     except ProfileError as exc:  # a model not cached here: no estimate, but the job runs as it is
         reading.notes.append(str(exc))
     return profile

@@ -224,6 +224,30 @@ def test_without_a_command_the_profiles_last_run_names_the_model(isolated_home, 
     assert _json(ws)["inputs"]["params"] == 1_235_814_400
 
 
+def test_with_no_profile_the_knobs_come_from_the_job_as_run_reads_them(isolated_home, tmp_path):
+    hub = tmp_path / "hf" / "hub"
+    env = {"HF_HOME": str(hub.parent)}
+    cache_model(hub, "meta-llama/Llama-3.2-1B", CONFIGS["meta-llama/Llama-3.2-1B"])
+    command = ["torchrun", "--nproc_per_node", "2", "train.py", "--model_name_or_path", "meta-llama/Llama-3.2-1B",
+               "--per_device_train_batch_size", "3", "--max_seq_length", "256", "--bf16"]
+    ws = captured_workspace(isolated_home, environ=env)
+    estimate_command(ws, as_json=True, gpu_memory_gib=80.0, command=command)
+    data = _json(ws)
+    inputs = data["inputs"]
+    assert (inputs["micro_batch_size"], inputs["max_seq_len"], inputs["precision"], inputs["world_size"]) == \
+        (3, 256, "bf16", 2)
+    read = next(note for note in data["notes"] if note.startswith("read from the command"))
+    assert "micro_batch_size = 3 (argv:--per_device_train_batch_size)" in read
+    # Without a command: the newest run launched without a profile, with the knobs it ran with.
+    (isolated_home / "train.py").write_text("")
+    ran = gpudoc_cli("run", "--no-check", "--", "python", "train.py", *command[4:8], "--max_seq_length", "64",
+                     cwd=isolated_home, env=env)
+    assert ran.returncode == 0, ran.stderr
+    again = captured_workspace(isolated_home, environ=env)
+    estimate_command(again, as_json=True, gpu_memory_gib=80.0)
+    assert (_json(again)["inputs"]["micro_batch_size"], _json(again)["inputs"]["max_seq_len"]) == (3, 64)
+
+
 def test_a_job_that_names_no_model_is_said_so(isolated_home):
     (isolated_home / "gpudoc.toml").write_text(JOB_PROFILE)
     with pytest.raises(ProfileError, match=r"no \[model\], and the job's command names no model \(--model_name_or_path"):

@@ -19,7 +19,9 @@ def test_the_model_the_command_names_is_found_in_the_cache(tmp_path):
     assert profile.model["hf_config"] == str(config)
     assert profile.train["micro_batch_size"] == 8 and profile.train["max_seq_len"] == 2048
     assert profile.world_size == 2
-    assert profile.job is not None and profile.job.notes == []
+    # Which config.json was read, said before launch and in the estimate's notes.
+    assert profile.job is not None and profile.job.notes == [
+        f"[model] from the job's --model_name_or_path = meta-llama/Llama-3.2-1B: {config}"]
 
 
 def test_a_model_not_in_the_cache_is_a_note_and_the_job_still_runs(tmp_path):
