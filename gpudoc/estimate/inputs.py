@@ -340,6 +340,11 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
                            f"does not divide the world size {world} (nproc_per_node x nnodes)",
                            key="launch.tensor_parallel")
     seq = train.get("max_seq_len")
+    if not seq and getattr(profile, "path", None) is None and getattr(profile, "job", None) is not None:
+        # No profile: the job was read from its command, which states no sequence length.
+        raise ProfileError("the job's command and configs give no sequence length (--max_seq_length, "
+                           "max_seq_len=, ...): a profile with [train] max_seq_len = N says it "
+                           "(`gpudoc estimate -p FILE -- COMMAND`)", key="train.max_seq_len")
     if not seq:
         raise _missing("train", "max_seq_len")
     mbs = train.get("micro_batch_size")

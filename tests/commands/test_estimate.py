@@ -248,6 +248,16 @@ def test_with_no_profile_the_knobs_come_from_the_job_as_run_reads_them(isolated_
     assert (_json(again)["inputs"]["micro_batch_size"], _json(again)["inputs"]["max_seq_len"]) == (3, 64)
 
 
+def test_with_no_profile_a_command_without_a_sequence_length_is_told_how_to_give_one(isolated_home, tmp_path):
+    hub = tmp_path / "hf" / "hub"
+    cache_model(hub, "meta-llama/Llama-3.2-1B", CONFIGS["meta-llama/Llama-3.2-1B"])
+    ws = captured_workspace(isolated_home, environ={"HF_HOME": str(hub.parent)})
+    with pytest.raises(ProfileError, match=r"^the job's command and configs give no sequence length .*"
+                                           r"\[train\] max_seq_len = N") as raised:
+        estimate_command(ws, command=["python", "train.py", "--model_name_or_path", "meta-llama/Llama-3.2-1B"])
+    assert "profile" not in str(raised.value).split(":")[0]  # there is none to set it in yet
+
+
 def test_a_job_that_names_no_model_is_said_so(isolated_home):
     (isolated_home / "gpudoc.toml").write_text(JOB_PROFILE)
     with pytest.raises(ProfileError, match=r"no \[model\], and the job's command names no model \(--model_name_or_path"):
