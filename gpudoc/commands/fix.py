@@ -2,7 +2,8 @@
 
 Flow: sources (run records, log files, stdin) -> diagnosis -> profile -> ladder -> result ->
 ``gpudoc.render``; with --apply, the first profile-changing rung is written; with --rerun, the
-recorded command is relaunched under it.
+recorded command is relaunched under it, and whether its change reached the job is checked as
+--retry-oom checks it (``retry.say_arrival``). A knob that did not reach the job gets no further rung.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoc.atomic import edit_lock
 from gpudoc.commands.fix_sources import Source, diagnose_source, first_failure, read_sources, role
-from gpudoc.commands.retry import job_torch_facts
+from gpudoc.commands.retry import how_to_bind, job_torch_facts, unreached_knobs
 from gpudoc.commands.run_options import RunOptions, relaunch_switches
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.errors import ExitStatus, InputError, UsageError
 from gpudoc.ladder import suggest, upward_result
+from gpudoc.ladder.arrival import without_unreached
 from gpudoc.ladder.model import LadderResult, Suggestion
 from gpudoc.profiles.edit import apply_recorded, target_path
 from gpudoc.profiles.loader import load_profile, load_profile_file
@@ -79,6 +81,8 @@ def fix(
         ladder = upward_result(profile, record, facts, estimate=weigh, history=history)
     else:
         ladder = suggest(diag, profile, facts, history, allow_semantic=allow_semantic, estimate=weigh)
+    unreached = unreached_knobs(record, ws.store) if record is not None else {}
+    ladder = without_unreached(ladder, {knob: f"run {run}: {why}" for knob, (run, why) in unreached.items()})
 
     next_job: Profile | None = None
     if profile.job is not None and record is not None and (apply or rerun):
@@ -99,7 +103,7 @@ def fix(
         profile_path=str(profile.path) if profile.path else None, profile_env=dict(profile.env),
         knob_places=profile.job.places if profile.job is not None else {},
         target_path=str(target_path(profile, cwd)), exit_code=answer, applied=applied,
-        notes=(*_arrival_notes(record), *ladder.notes, *notes),
+        notes=(*_arrival_notes(unreached, profile), *ladder.notes, *notes),
         rerun={"command": ["gpudoc", *relaunch.to_argv()], "parent": record.id, "cwd": record.cwd}
         if relaunch and record else None,
         nodes=_nodes(sources, diagnoses, chosen_index) if len(sources) > 1 else (),
@@ -170,11 +174,10 @@ def _holds(chosen: Suggestion, now: Profile) -> bool:
             and all(now.env.get(var) == value for var, value in chosen.env.items()))
 
 
-def _arrival_notes(record: RunRecord | None) -> list[str]:
+def _arrival_notes(unreached: dict[str, tuple[str, str]], profile: Profile) -> list[str]:
     """A relaunch whose changes did not reach the job: the next rung of the same knob would not either."""
-    missing = ((record.arrival or {}).get("missing") or {}) if record is not None else {}
-    return [f"{knob} did not reach the job in this run ({why}): bind it where the job reads it before "
-            "trying another rung of it" for knob, why in missing.items()]
+    return [f"{knob} did not reach the job in run {run} ({why}): no rung of it is proposed until the job "
+            f"reads it; {how_to_bind(profile, knob)}" for knob, (run, why) in unreached.items()]
 
 
 def _covers(suggestion: Suggestion, ladder: LadderResult) -> bool:
@@ -267,5 +270,13 @@ def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: b
         from gpudoc.commands.resume import with_resume
 
         options = with_resume(options, record, profile, ws)
-    status, _new = launch_once(options, profile, ws, parent=record.id)
+    status, new = launch_once(options, profile, ws, parent=record.id)
+    if new is not None:
+        from gpudoc.commands.retry import say_arrival
+
+        arrival = say_arrival(record, new, profile, ws)
+        if arrival is not None and arrival.missing and not new.succeeded:
+            # As --retry-oom stops: `gpudoc fix` on this run proposes no further rung of these knobs.
+            console.error(f"gpudoc: the ladder stops at {', '.join(arrival.missing)}: its next rung would change "
+                          f"a setting the job does not read (`gpudoc fix {new.id}` proposes the rest)")
     return int(status)

@@ -103,6 +103,43 @@ def verify_arrival(before: RunRecord, after: RunRecord, store: RunStore) -> Arri
     return arrival
 
 
+def say_arrival(before: RunRecord, after: RunRecord, profile: Profile, ws: Workspace) -> Arrival | None:
+    """``verify_arrival``, and each changed knob that did not reach the job said on stderr, with
+    where to bind it (``profile``: the one ``after`` ran under). The caller decides whether its
+    ladder stops."""
+    arrival = verify_arrival(before, after, ws.store)
+    if arrival is None or not arrival.missing:
+        return arrival
+    from gpudoc.bind.values import format_value
+
+    for knob, why in arrival.missing.items():
+        ws.console.error(f"gpudoc: {knob} = {format_value(after.knobs.get(knob))} did not reach the job: {why}; "
+                         f"{how_to_bind(profile, knob)}")
+    return arrival
+
+
+UNREACHED_LOOKBACK = 32  # parents read back through a retry chain, at most
+
+
+def unreached_knobs(record: RunRecord, store: RunStore) -> dict[str, tuple[str, str]]:
+    """Knobs whose last change did not reach the job, as of ``record``: knob -> (the run that
+    showed it, why). Read from ``record``'s own arrival and its parents': a knob stays unreached while the
+    chain still holds the value the job did not see (a later rung of another knob does not
+    prove the job now reads it)."""
+    found: dict[str, tuple[str, str]] = {}
+    current = record.knobs
+    seen: set[str] = set()
+    run: RunRecord | None = record
+    while run is not None and run.id not in seen and len(seen) < UNREACHED_LOOKBACK:
+        seen.add(run.id)
+        missing = (run.arrival or {}).get("missing") or {}
+        for knob, why in missing.items():
+            if knob not in found and run.knobs.get(knob) == current.get(knob):
+                found[str(knob)] = (run.id, str(why))
+        run = store.record_or_none(run.parent) if run.parent else None
+    return found
+
+
 def how_to_bind(profile: Profile, knob: str) -> str:
     """Where a knob that did not arrive should be put, for this kind of profile."""
     if profile.job is not None:

@@ -51,10 +51,14 @@ def _fix(result: FixResult, console: Console) -> None:
             if result.applied.get("backup"):
                 line += f" (backup: {result.applied['backup']})"
             console.print(style(line, "green"))
-        elif result.applied:
+        elif result.applied and (result.applied.get("files") or result.rerun is not None):
             files = result.applied.get("files") or []
             written = f" to {', '.join(files)}" if files and result.rerun is None else ""
             console.print(style(f"Applied {result.applied['rung']}{written}.", "green"))
+        elif result.applied:
+            # A job read from its command whose rung lives in flags and variables: there is nothing
+            # to write (a second --apply would write nothing either); the next command carries it.
+            console.print(f"Nothing to write for {result.applied['rung']}: the next command, below, carries it.")
         elif result.rerun is not None or any(note.startswith("nothing written") for note in result.notes):
             pass  # the relaunch, or why nothing was written, is said below
         elif ladder.first_profile_change() is not None and result.knob_places:

@@ -128,9 +128,19 @@ def test_a_silent_job_whose_oom_did_not_move_stops_the_ladder(tmp_path):
             "(asked for 2.0 GiB with 15.2 GiB allocated)") in done.stderr
 
 
-def test_fix_on_a_run_whose_change_did_not_arrive_says_so(tmp_path):
-    _ignoring_job(tmp_path, IGNORES_KNOBS)
+def test_fix_on_a_run_whose_change_did_not_arrive_says_so_and_proposes_no_further_rung_of_it(tmp_path):
+    _done, records = _ignoring_job(tmp_path, IGNORES_KNOBS)
     shown = gpudoc_cli("fix", "--json", cwd=tmp_path)
-    notes = json.loads(shown.stdout)["notes"]
-    assert notes[0] == ("micro_batch_size did not reach the job in this run (the job printed micro_batch_size = 8 "
-                        "again, not 4): bind it where the job reads it before trying another rung of it")
+    body = json.loads(shown.stdout)
+    assert body["notes"][0] == (
+        f"micro_batch_size did not reach the job in run {records[1].id} (the job printed micro_batch_size = 8 "
+        "again, not 4): no rung of it is proposed until the job reads it; bind micro_batch_size where the job "
+        "reads it: [bind] args = PRESET for its flags, [bind.files] for its config file, a {micro_batch_size} "
+        "placeholder in the command, or read GPUDOC_MICRO_BATCH_SIZE in the job")
+    # Without the check the ladder would go on to 4 -> 2, which the job would not see either.
+    assert not [s for s in body["suggestions"] if "micro_batch_size" in s["changes"]]
+    assert {"rung": "halve-micro-batch",
+            "reason": f"micro_batch_size did not reach the job (run {records[1].id}: the job printed "
+                      "micro_batch_size = 8 again, not 4)"} in body["skipped"]
+    gpudoc_cli("fix", "--apply", cwd=tmp_path)
+    assert "micro_batch_size = 4\n" in (tmp_path / "gpudoc.toml").read_text()  # not halved again

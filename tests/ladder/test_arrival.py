@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpudoc.diagnose.diagnosis import Diagnosis
-from gpudoc.ladder.arrival import check_arrival
+from gpudoc.ladder.arrival import check_arrival, without_unreached
+from gpudoc.ladder.model import LadderResult, Suggestion
 
 GIB = 1 << 30
 
@@ -42,3 +43,21 @@ def test_silent_job_whose_oom_moved_or_has_no_figures_is_not_accused():
     unknown = Diagnosis(cause="gpu_oom", summary="oom")
     assert check_arrival(HALVE, {}, unknown, unknown).missing == {}
     assert check_arrival(HALVE, {}, _oom(4, 21), Diagnosis(cause="error", summary="boom")).missing == {}
+
+
+def test_rungs_of_a_knob_that_did_not_arrive_are_taken_out_with_the_reason():
+    halve = Suggestion("halve-micro-batch", {"micro_batch_size": [4, 2], "gradient_accumulation_steps": [4, 8]})
+    checkpointing = Suggestion("gradient-checkpointing", {"gradient_checkpointing": [False, True]})
+    shorter = Suggestion("shorter-sequences", {"max_seq_len": [1024, 768], "micro_batch_size": [4, 4]}, semantic=True)
+    ladder = LadderResult(suggestions=[halve, checkpointing], semantic_held_back=[shorter])
+    why = {"micro_batch_size": "run R: the job printed micro_batch_size = 8 again, not 4"}
+    kept = without_unreached(ladder, why)
+    assert kept.suggestions == [checkpointing] and kept.semantic_held_back == [] and not kept.exhausted
+    assert [(s.rung, s.reason) for s in kept.skipped] == [
+        ("halve-micro-batch", "micro_batch_size did not reach the job (run R: the job printed micro_batch_size = 8 "
+                              "again, not 4)"),
+        ("shorter-sequences", "micro_batch_size did not reach the job (run R: the job printed micro_batch_size = 8 "
+                              "again, not 4)")]
+    # Nothing else left: the ladder is exhausted for this job until the knob is bound.
+    assert without_unreached(LadderResult(suggestions=[halve]), why).exhausted
+    assert without_unreached(ladder, {}) is ladder
