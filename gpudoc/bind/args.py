@@ -129,6 +129,7 @@ class PresetResult:
     """What a preset did with the knobs: ``expressed`` knobs reach the job; ``cannot`` says why not."""
 
     expressed: set[str] = field(default_factory=set)
+    overrides: set[str] = field(default_factory=set)  # written as ``key=value``: beats the config file
     cannot: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
@@ -292,11 +293,13 @@ def torchtune(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
         if knob in knobs:
             ed.set_kv(key, str(knobs[knob]))
             res.expressed.add(knob)
+            res.overrides.add(knob)
     gc = knobs.get("gradient_checkpointing")
     if gc is not None:
         if isinstance(gc, bool):
             ed.set_kv("enable_activation_checkpointing", str(gc))
             res.expressed.add("gradient_checkpointing")
+            res.overrides.add("gradient_checkpointing")
         else:
             res.cannot["gradient_checkpointing"] = f"{name}: enable_activation_checkpointing is True/False; '{gc}' has no override"
     prec = knobs.get("precision")
@@ -304,6 +307,7 @@ def torchtune(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
         if prec in ("bf16", "bf16-true", "fp32"):
             ed.set_kv("dtype", "fp32" if prec == "fp32" else "bf16")
             res.expressed.add("precision")
+            res.overrides.add("precision")
             if prec == "bf16":
                 res.notes.append("torchtune's dtype=bf16 trains in pure bf16 (no fp32 master weights); "
                                  "precision = \"bf16-true\" describes it exactly for `gpudoc estimate`")
@@ -312,6 +316,7 @@ def torchtune(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     if "lora_rank" in knobs:
         if knobs["lora_rank"]:
             ed.set_kv("model.lora_rank", str(knobs["lora_rank"]))
+            res.overrides.add("lora_rank")
         res.expressed.add("lora_rank")
     if "offload_params" in knobs:
         if knobs["offload_params"] or any(t.startswith("fsdp_cpu_offload=") for t in ed.tokens):

@@ -60,7 +60,13 @@ def refuse(profile: Profile, contradictions: list[str]) -> None:
         raise ProfileError(where + "; ".join(dict.fromkeys(contradictions)))
 
 
-def unbound_flag_conflicts(args: list[str], knobs: Mapping[str, Any]) -> list[str]:
+def whose(profile: Profile) -> str:
+    """Who sets the knobs, for the notes: the profile, or gpudoc itself changing a job read from its
+    command line (there is no profile to name)."""
+    return "the profile says" if profile.job is None else "gpudoc now sets"
+
+
+def unbound_flag_conflicts(args: list[str], knobs: Mapping[str, Any], *, by: str = "the profile says") -> list[str]:
     out = []
     ed = ArgEdits(args)
     for flag, knob in KNOWN_FLAGS.items():
@@ -68,22 +74,27 @@ def unbound_flag_conflicts(args: list[str], knobs: Mapping[str, Any]) -> list[st
             continue
         for occ in ed.find((flag,)):
             if occ.value is not None and occ.value != format_value(knobs[knob]):
-                out.append(f"the command passes {flag} {occ.value} but the profile says {knob} = "
+                out.append(f"the command passes {flag} {occ.value} but {by} {knob} = "
                            f"{format_value(knobs[knob])}, and [bind] args is not set to pass it")
     return out
 
 
 def unbound_file_conflicts(st: FileState, knobs: Mapping[str, Any], bound: set[str], *,
-                           preset: str | None = None) -> list[str]:
+                           preset: str | None = None, overridden: frozenset[str] = frozenset(),
+                           by: str = "the profile says") -> list[str]:
+    """A knob the file hard-codes at another value, bound nowhere in it. ``overridden``: knobs a
+    ``key=value`` override on the command line carries, which beats this file (torchtune's
+    ``--config``, Hydra's composed config) but not a DeepSpeed JSON (DeepSpeed reads it itself)."""
     if st.fmt == "sh" or st.data is None:
         return []
     preset = preset or detect_preset(st.data, st.path.suffix.lower())
     if preset is None:
         return []
+    carried = set(bound) | (set() if preset == "deepspeed" else set(overridden))
     out = []
     for knob, value in FILE_PRESETS[preset].read(st.data).items():
-        if knob in knobs and knob not in bound and value != knobs[knob]:
-            out.append(f"{st.label} hard-codes {knob} = {format_value(value)} but the profile says "
+        if knob in knobs and knob not in carried and value != knobs[knob]:
+            out.append(f"{st.label} hard-codes {knob} = {format_value(value)} but {by} "
                        f"{format_value(knobs[knob])} and does not bind it into that file")
     return out
 

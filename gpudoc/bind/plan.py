@@ -18,6 +18,7 @@ from gpudoc.bind.conflicts import (
     require_expressed,
     unbound_file_conflicts,
     unbound_flag_conflicts,
+    whose,
 )
 from gpudoc.bind.filecontext import MISSING, FileContext, FileResult
 from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
@@ -135,6 +136,8 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     explicit: set[str] = set()
     bound_in_file: dict[Path, set[str]] = {}
     deepspeed_jsons: set[Path] = set()
+    overridden: set[str] = set()  # knobs on the command line as ``key=value``: they beat the config files
+    by = whose(profile)
 
     def state(path_text: str) -> FileState:
         path = (cwd / path_text) if not Path(path_text).is_absolute() else Path(path_text)
@@ -173,11 +176,13 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         arg_knobs = knobs if only is None else {k: v for k, v in knobs.items() if k in only}
         res = ARG_PRESETS[arg_preset](args_ed, arg_knobs, ArgContext(world, parts.launcher))
         results.append((arg_preset, res))
+        overridden |= res.overrides
         for ds in res.deepspeed_files:
             run_file_preset(state(ds), "deepspeed", True)
     else:
-        conflicts.extend(unbound_flag_conflicts(argv[parts.args_start:], knobs))
-    explicit |= apply_overrides(args_ed, bind, knobs)
+        conflicts.extend(unbound_flag_conflicts(argv[parts.args_start:], knobs, by=by))
+    overridden |= apply_overrides(args_ed, bind, knobs)
+    explicit |= overridden
     argv = argv[: parts.args_start] + args_ed.result()
     bindings.extend(arg_changes(args_ed))
 
@@ -205,7 +210,8 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
             explicit.add(knob)
             bound_in_file.setdefault(st.path.resolve(), set()).add(knob)
         if not preset:
-            conflicts.extend(unbound_file_conflicts(st, knobs, bound_in_file.get(st.path.resolve(), set())))
+            conflicts.extend(unbound_file_conflicts(st, knobs, bound_in_file.get(st.path.resolve(), set()),
+                                                    overridden=frozenset(overridden), by=by))
             if detect_preset(st.data, st.path.suffix.lower()) == "deepspeed":
                 deepspeed_jsons.add(st.path.resolve())
 
@@ -215,7 +221,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
             st = state(occ.value)
             deepspeed_jsons.add(st.path.resolve())
             if not arg_preset:
-                conflicts.extend(unbound_file_conflicts(st, knobs, set(), preset="deepspeed"))
+                conflicts.extend(unbound_file_conflicts(st, knobs, set(), preset="deepspeed", by=by))
 
     # 4. Contradictions stop here, before anything is written.
     for ds_path in sorted(deepspeed_jsons):

@@ -90,17 +90,10 @@ def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int
 def _changes_lost(before: RunRecord, after: RunRecord, profile: Profile, ws: Workspace) -> bool:
     """Say which changed knobs did not reach the job; True when the ladder must stop (the job
     failed again). A job that fits despite them is told, and its run stands."""
-    from gpudoc.commands.retry import how_to_bind, verify_arrival
+    from gpudoc.commands.retry import say_arrival
 
-    arrival = verify_arrival(before, after, ws.store)
-    if arrival is None or not arrival.missing:
-        return False
-    from gpudoc.bind.values import format_value
-
-    for knob, why in arrival.missing.items():
-        ws.console.error(f"gpudoc: {knob} = {format_value(after.knobs.get(knob))} did not reach the job: {why}; "
-                         f"{how_to_bind(profile, knob)}")
-    if after.succeeded:
+    arrival = say_arrival(before, after, profile, ws)
+    if arrival is None or not arrival.missing or after.succeeded:
         return False
     ws.console.error("gpudoc: --retry-oom stopped: the next rung would change a setting the job does not read")
     return True
@@ -164,7 +157,7 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     if options.dry_run:
         from gpudoc.render.show import show
 
-        return show(_dry_run_result(resolved), console, as_json=options.json), None
+        return show(_dry_run_result(resolved, profile), console, as_json=options.json), None
     child_env = resolved.child_env(environ)
     facts = None
     if not options.no_check:
@@ -180,12 +173,19 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     return launch_attempt(options, profile, resolved, child_env, edits, ws, parent=parent)
 
 
-def _dry_run_result(resolved: ResolvedCommand) -> DryRunResult:
+def _dry_run_result(resolved: ResolvedCommand, profile: Profile) -> DryRunResult:
+    """With no profile, every knob read from the job is a binding too: the flag, override or config
+    key it lives in (``where``), as the record's ``profile.knobs`` will say; the planner's own
+    entries (a knob gpudoc changes) come first."""
     from gpudoc.results.runs import DryRunResult
 
     doc = resolved.to_dict()
+    bindings = list(resolved.bindings)
+    if profile.job is not None:
+        planned = {b.get("knob") for b in bindings}
+        bindings += [b for b in profile.job.read_bindings(profile.train) if b["knob"] not in planned]
     return DryRunResult(argv=tuple(doc["command"]), env_set=doc["env_set"], file_edits=tuple(doc["file_edits"]),
-                        notes=(*resolved.conflicts, *resolved.notes), bindings=resolved.bindings)
+                        notes=(*resolved.conflicts, *resolved.notes), bindings=tuple(bindings))
 
 
 def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws: Workspace, *,

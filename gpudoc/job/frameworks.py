@@ -2,7 +2,7 @@
 
 HF Trainer (and accelerate / LLaMA-Factory's CLI): its defaults, a config file given as the first
 argument, a ``--deepspeed`` JSON, then its flags. LightningCLI: ``--config`` files and ``--section.key``
-flags in command-line order (jsonargparse applies them so). Hydra: the composed config, then
+flags in command-line order (jsonargparse applies them so; ``gpudoc.job.lightning``). Hydra: the composed config, then
 ``key=value`` overrides. torchtune: ``--config`` then overrides. nanoGPT: config ``.py`` files, then
 ``--key=value``. Each reader records the knob's value with where it lives (``JobReading.set``: a later
 source wins); ``JobReading.bindings`` says how to write it back there.
@@ -18,6 +18,7 @@ from typing import Any, Callable
 from gpudoc.bind.args import HF_LORA_FLAGS, HF_SEQ_FLAGS, NANOGPT_DTYPE
 from gpudoc.bind.filecontext import MISSING, get, is_auto, num
 from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
+from gpudoc.job import lightning
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.knobs import JobReading
 from gpudoc.job.sources import (
@@ -28,6 +29,7 @@ from gpudoc.job.sources import (
     knob_value,
     load_config,
     override,
+    script_tree,
     to_int,
     typed,
 )
@@ -37,7 +39,6 @@ HF_DEFAULTS = {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "gradien
 HF_MARKERS = ("--per_device_train_batch_size", "--gradient_accumulation_steps", "--output_dir",
               "--model_name_or_path", "--deepspeed", "--num_train_epochs", "--max_steps", "--learning_rate",
               "--gradient_checkpointing", "--activation_checkpointing")
-_LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 def read(job: JobCommand, cwd: Path) -> JobReading:
     reading = JobReading()
@@ -51,9 +52,8 @@ def read(job: JobCommand, cwd: Path) -> JobReading:
 def _pick(job: JobCommand, args: list[str], cwd: Path) -> Callable[[JobCommand, list[str], Path, JobReading], None] | None:
     if job.launcher == "tune":
         return _torchtune
-    if any(a.startswith(("--trainer.", "--data.", "--model.")) for a in args) or (
-            args and args[0] in _LIGHTNING_SUBCOMMANDS):
-        return _lightning
+    if lightning.is_lightning_cli(job, args, cwd):
+        return lightning.read
     if any(a.split("=", 1)[0] in HF_MARKERS for a in args) or _first_config(args, cwd) is not None:
         return _hf
     if any(a in ("--config-path", "--config-name", "-cp", "-cn") or a.startswith(("--config-path=", "--config-name="))
@@ -117,53 +117,11 @@ def _hf(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
             r.set(knob, to_int(hit[1]), "argv", hit[0])
 
 
-# -- LightningCLI ----------------------------------------------------------------------------------
-_LIGHTNING_KEYS = {
-    "micro_batch_size": ("data.batch_size", "data.init_args.batch_size"),
-    "gradient_accumulation_steps": ("trainer.accumulate_grad_batches",),
-    "precision": ("trainer.precision",),
-    "gradient_checkpointing": ("model.gradient_checkpointing", "model.init_args.gradient_checkpointing",
-                               "model.activation_checkpointing"),
-    "max_seq_len": ("data.max_seq_len", "data.max_length", "data.seq_len", "data.block_size",
-                    "data.init_args.max_seq_len", "model.max_seq_len"),
-    "lora_rank": ("model.lora_rank", "model.lora_r", "model.init_args.lora_rank"),
-}
-
-
-def _lightning(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
-    r.framework = "lightning"
-    r.set("gradient_accumulation_steps", 1, "default", "lightning")
-    r.set("precision", "fp32", "default", "lightning")
-    i = 0
-    while i < len(args):  # jsonargparse applies --config files and flags in the order given
-        tok = args[i]
-        name, eq, value = tok.partition("=")
-        if not eq:
-            value = args[i + 1] if i + 1 < len(args) else ""
-        if name in ("--config", "-c"):
-            data = load_config(cwd / value, value, r) if (cwd / value).is_file() else None
-            for knob, keys in _LIGHTNING_KEYS.items():
-                for key in keys:
-                    found = get(data, tuple(key.split("."))) if data is not None else MISSING
-                    typed = knob_value(knob, found) if found is not MISSING else None
-                    if typed is not None:
-                        r.set(knob, typed, "file", key, value)
-                        break
-        elif name.startswith("--"):
-            for knob, keys in _LIGHTNING_KEYS.items():
-                if name[2:] in keys:
-                    r.set(knob, knob_value(knob, value), "argv", name)
-        i += 1 if eq or not tok.startswith("--") else 2
-
-
 # -- Hydra -----------------------------------------------------------------------------------------
 def _hydra_main(job: JobCommand, cwd: Path) -> tuple[str | None, str | None] | None:
     """``@hydra.main(config_path=..., config_name=...)`` in the script: (path, name) as written."""
-    if not job.script or not job.script.endswith(".py"):
-        return None
-    try:
-        tree = ast.parse((cwd / job.script).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+    tree = script_tree(job, cwd)
+    if tree is None:
         return None
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -62,6 +62,17 @@ class JobReading:
     def places(self) -> dict[str, str]:
         return {name: knob.where for name, knob in self.knobs.items()}
 
+    def read_bindings(self, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Each knob read, in ``run --dry-run``'s form of a binding: ``file`` is "command" for a flag
+        or an override, the config file's path, or None for the framework's default (no place yet);
+        ``old`` is the job's value, ``new`` the one in ``values``; ``where`` as the run record says it."""
+        out = []
+        for knob, place in self.knobs.items():
+            file = "command" if place.kind == "argv" else place.path if place.kind == "file" else None
+            out.append({"knob": knob, "file": file, "key": (place.name or None) if file else None, "old": place.value,
+                        "new": values.get(knob, place.value), "added": False, "where": place.where})
+        return out
+
     def set(self, knob: str, value: Any, kind: str, name: str, path: str | None = None) -> None:
         """Later readings win: readers call this in the order the job itself applies its sources."""
         if value is not None:

@@ -7,14 +7,18 @@ parse is no value at all.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoc.bind.args import LIGHTNING_PRECISION, ArgEdits
 from gpudoc.bind.filecontext import num
 from gpudoc.bind.values import as_bool_text
 from gpudoc.job.knobs import JobReading
+
+if TYPE_CHECKING:
+    from gpudoc.job.argv import JobCommand
 
 _LIGHTNING_FROM = {v: k for k, v in LIGHTNING_PRECISION.items()} | {
     "32": "fp32", "16": "fp16", "bf16": "bf16", "16-mixed": "fp16", "bf16-mixed": "bf16", "64": "fp32"}
@@ -56,6 +60,16 @@ def load_config(path: Path, label: str, reading: JobReading) -> Any:
         reading.config_data.append((label, data))
         return data
     return None
+
+
+def script_tree(job: JobCommand, cwd: Path) -> ast.Module | None:
+    """The job's own ``.py`` script, parsed (never run): what it imports and how it is decorated."""
+    if not job.script or not job.script.endswith(".py"):
+        return None
+    try:
+        return ast.parse((cwd / job.script).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
 
 
 def flag_value(args: list[str], names: tuple[str, ...]) -> tuple[str, str] | None:

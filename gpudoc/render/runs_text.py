@@ -196,7 +196,9 @@ def _binding_line(b: dict[str, Any]) -> str:
     def word(value: Any) -> str:
         return json.dumps(value) if isinstance(value, (str, bool)) or value is None else str(value)
 
-    where = f"{b.get('file')}:{b.get('key')}" if b.get("file") != "command" else f"command {b.get('key')}"
+    file, key = b.get("file"), b.get("key")
+    where = (f"command {key}" if file == "command" else f"{file}:{key}" if key else file if file
+             else b.get("where") or "(nowhere)")  # no file: a knob at the framework's default
     old, new = b.get("old"), b.get("new")
     if b.get("added"):
         change = "(added)" if new in ("", None) else f"{word(new)} (added)"

@@ -124,7 +124,8 @@ class DryRunResult:
     file_edits: tuple[dict[str, str], ...]  # {"path", "diff"}
     notes: tuple[str, ...] = ()
     # Where each knob goes: {"knob", "file", "key", "old", "new", "added"} ("file" is "command"
-    # for the job's own flags), changed or not.
+    # for the job's own flags), changed or not. With no profile, each knob read from the job also has
+    # "where" (``argv:--flag``, ``file:PATH:key``, ``default:FRAMEWORK``, with "file" None).
     bindings: tuple[dict[str, Any], ...] = ()
     exit_code: int = ExitStatus.OK
     status: str = "ok"

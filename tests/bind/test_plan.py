@@ -158,6 +158,36 @@ def test_hard_coded_value_in_an_unbound_part_of_a_bound_file(tmp_path):
                               "it into that file"]
 
 
+def test_a_key_value_override_beats_the_file_it_overrides_but_not_a_deepspeed_json(tmp_path):
+    shutil.copy(CONFIGS / "torchtune__recipes__configs__llama3_1__8B_lora_single_device.yaml", tmp_path / "tt.yaml")
+    shutil.copy(CONFIGS / "DeepSpeedExamples__Megatron-LM-v1.1.5-ZeRO3__examples__ds_zero_stage_3_config.json",
+                tmp_path / "ds.json")
+    # tt.yaml hard-codes batch_size 2 and gradient checkpointing on; ds.json a micro batch of 8.
+    train = {"micro_batch_size": 4, "gradient_accumulation_steps": 16, "gradient_checkpointing": False}
+    bind = {"overrides": {"micro_batch_size": "batch_size"}, "via_env": ["gradient_checkpointing"],
+            "files": {"tt.yaml": {"gradient_accumulation_steps": "gradient_accumulation_steps"},
+                      "ds.json": {"gradient_accumulation_steps": "gradient_accumulation_steps"}}}
+    plan = plan_bindings(profile(train=train, bind={"env": True, **bind}), ["tune", "run", "r.py", "--config",
+                                                                            "tt.yaml"], cwd=tmp_path)
+    assert plan.argv[-1] == "batch_size=4"
+    assert sorted(plan.conflicts) == [
+        "ds.json hard-codes micro_batch_size = 8 but the profile says 4 and does not bind it into that file",
+        "tt.yaml hard-codes gradient_checkpointing = true but the profile says false and does not bind it into "
+        "that file"]
+
+
+def test_with_no_profile_a_note_names_gpudoc_not_a_profile(tmp_path):
+    from gpudoc.job.knobs import JobReading
+
+    shutil.copy(CONFIGS / "axolotl__examples__llama-2__qlora.yml", tmp_path / "q.yml")
+    job = Profile(name="(command)", train={"micro_batch_size": 4, "max_seq_len": 1024}, job=JobReading(),
+                  bind={"files": {"q.yml": {"micro_batch_size": "micro_batch_size"}}, "via_env": ["max_seq_len"],
+                        "env": True})
+    plan = plan_bindings(job, ["python", "t.py"], cwd=tmp_path)
+    assert plan.conflicts == ["q.yml hard-codes max_seq_len = 4096 but gpudoc now sets 1024 and does not bind "
+                              "it into that file"]
+
+
 def test_hard_coded_flag_and_deepspeed_file_when_nothing_binds_them(tmp_path):
     shutil.copy(CONFIGS / "DeepSpeedExamples__Megatron-LM-v1.1.5-ZeRO3__examples__ds_zero_stage_3_config.json",
                 tmp_path / "ds.json")

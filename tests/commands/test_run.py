@@ -50,6 +50,37 @@ def test_dry_run_json_shows_everything_and_changes_nothing(isolated_home):
     assert not run_dirs(isolated_home)
 
 
+def test_dry_run_with_no_profile_lists_the_knobs_read_from_the_job_where_they_live(isolated_home):
+    (isolated_home / "cfg.yaml").write_text("batch_size: 8\ngradient_accumulation_steps: 2\n")
+    command = ["tune", "run", "recipe.py", "--config", "cfg.yaml", "batch_size=16"]
+    done = gpudoc_cli("run", "--dry-run", "--json", "--", *command)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["argv"] == command and doc["file_edits"] == []
+    assert sorted(doc["bindings"], key=lambda b: b["knob"]) == [
+        {"knob": "gradient_accumulation_steps", "file": "cfg.yaml", "key": "gradient_accumulation_steps",
+         "old": 2, "new": 2, "added": False, "where": "file:cfg.yaml:gradient_accumulation_steps"},
+        {"knob": "micro_batch_size", "file": "command", "key": "batch_size", "old": 16, "new": 16, "added": False,
+         "where": "argv:batch_size"}]
+    text = gpudoc_cli("run", "--dry-run", "--", *command)
+    assert text.returncode == 0, text.stderr
+    shown = text.stdout.split("bindings:\n", 1)[1].split("(dry run", 1)[0]
+    assert sorted(shown.splitlines()) == [
+        "  gradient_accumulation_steps -> cfg.yaml:gradient_accumulation_steps  = 2 (unchanged)",
+        "  micro_batch_size -> command batch_size  = 16 (unchanged)"]
+    assert (isolated_home / "cfg.yaml").read_text() == "batch_size: 8\ngradient_accumulation_steps: 2\n"
+    assert not run_dirs(isolated_home)
+
+
+def test_dry_run_with_no_profile_lists_a_framework_default_as_having_no_place_yet(isolated_home):
+    command = ["python", "main.py", "fit", "--data.batch_size", "4"]
+    doc = json.loads(gpudoc_cli("run", "--dry-run", "--json", "--", *command).stdout)
+    assert {"knob": "precision", "file": None, "key": None, "old": "fp32", "new": "fp32", "added": False,
+            "where": "default:lightning"} in doc["bindings"]
+    text = gpudoc_cli("run", "--dry-run", "--", *command).stdout
+    assert '  precision -> default:lightning  = "fp32" (unchanged)\n' in text
+
+
 def test_run_applies_env_placeholders_and_file_edits_and_records_them(isolated_home):
     (isolated_home / "gpudoc.toml").write_text(PROFILE)
     (isolated_home / "ds_config.json").write_text(DS_CONFIG)

@@ -111,6 +111,39 @@ def test_lightning_config_file_is_edited_where_the_batch_lives(tmp_path, nproc):
     assert f"lightning: batch_size=4 accumulate_grad_batches=4 precision=32-true world_size={nproc}" in log
 
 
+LIGHTNING_RUN_FALSE = """\
+from lightning.pytorch.cli import LightningCLI
+from lightning_cli import Numbers, Regressor
+
+cli = LightningCLI(Regressor, Numbers, run=False, save_config_callback=None)
+cli.trainer.fit(cli.model, cli.datamodule)
+"""
+
+
+@pytest.mark.parametrize(("script", "args", "config", "key"), [
+    # run=False: no subcommand at all, the config is everything the command says.
+    ("lightning_run_false.py", ["--config", "cfg.yaml"], LIGHTNING_CFG, "data.batch_size"),
+    # A config before the subcommand is the top-level parser's: its keys sit under "fit".
+    ("lightning_cli.py", ["--config", "cfg.yaml", "fit"],
+     "fit:\n" + "".join(f"  {line}\n" for line in LIGHTNING_CFG.splitlines()), "fit.data.batch_size"),
+])
+def test_lightning_config_alone_or_before_the_subcommand_is_read_and_edited(tmp_path, script, args, config, key):
+    cwd = _job_dir(tmp_path)
+    (cwd / "lightning_run_false.py").write_text(LIGHTNING_RUN_FALSE)
+    (cwd / "cfg.yaml").write_text(config)
+    command = _launch(1, script, *args)
+    done, records = _retry(cwd, command, oom_above=4)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "no knobs" not in done.stderr
+    assert [r.cause for r in records] == ["gpu_oom", "ok"]
+    assert records[0].profile["knobs"]["micro_batch_size"] == {"value": 8, "where": f"file:cfg.yaml:{key}"}
+    assert records[-1].argv == command
+    text = (cwd / "cfg.yaml").read_text()
+    assert "batch_size: 4\n" in text and "accumulate_grad_batches: 4   # per optimizer step\n" in text
+    log = _last_log(cwd, records)
+    assert "lightning: batch_size=4 accumulate_grad_batches=4 precision=32-true world_size=1" in log
+
+
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_hydra_override_is_edited_not_the_file_it_beats(tmp_path, nproc):
     cwd = _job_dir(tmp_path)
@@ -158,6 +191,19 @@ def test_torchtune_override_is_edited_and_the_config_file_where_it_holds_the_kno
     assert sorted(records[-1].arrival["confirmed"]) == ["gradient_accumulation_steps", "micro_batch_size"]
 
 
+def test_torchtune_override_is_not_said_to_lose_to_the_config_at_a_later_relaunch(tmp_path):
+    cwd = _job_dir(tmp_path)
+    # batch_size, dtype and tokenizer: a config gpudoc knows as torchtune's, hard-coding batch_size 8.
+    config = TORCHTUNE_CFG + "tokenizer:\n  max_seq_len: 16\n"
+    (cwd / "cfg.yaml").write_text(config)
+    command = ["tune", "run", "torchtune_recipe.py", "--config", "cfg.yaml", "batch_size=16"]
+    done, records = _retry(cwd, command, oom_above=4, retries=3, PYTHONPATH=_torchtune_path())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r.knobs["micro_batch_size"] for r in records] == [16, 8, 4]  # 8 -> 4 goes below the file's 8
+    assert "torchtune: batch_size=4 " in _last_log(cwd, records)
+    assert "hard-codes" not in done.stderr and "the profile" not in done.stderr
+
+
 def test_fix_with_no_profile_offers_the_flags_and_writes_no_profile(tmp_path):
     cwd = _job_dir(tmp_path)
     command = _launch(1, "hf_trainer.py", *HF_FLAGS)
@@ -173,8 +219,9 @@ def test_fix_with_no_profile_offers_the_flags_and_writes_no_profile(tmp_path):
     assert body["applied"]["rung"] == "expandable-segments+halve-micro-batch"
     new = body["applied"]["command"]
     assert new[new.index("--per_device_train_batch_size") + 1] == "4"
-    assert any(note.startswith("run next: PYTORCH_ALLOC_CONF=expandable_segments:True gpudoc run -- python")
-               for note in body["notes"])
+    # The next command keeps the failed run's own switches (--no-check), as --rerun would.
+    assert any(note.startswith("run next: PYTORCH_ALLOC_CONF=expandable_segments:True gpudoc run --no-check -- "
+                               "python") for note in body["notes"])
     assert not (cwd / "gpudoc.toml").exists()
     # --rerun relaunches the changed command, and it fits.
     rerun = gpudoc_cli("fix", "--rerun", cwd=cwd, env={"OOM_ABOVE": "4"}, timeout=300)

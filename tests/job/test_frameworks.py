@@ -188,6 +188,15 @@ def test_torchtune_override_beats_its_real_config(tmp_path):
     assert edit.changes == [{"key": "gradient_accumulation_steps", "old": 8, "new": 16}]
 
 
+def test_torchtune_override_is_not_said_to_lose_to_the_config_it_beats(tmp_path):
+    # The real config hard-codes batch_size: 2; the command's batch_size=8 wins, and so does 4 after it.
+    shutil.copy(CONFIGS / "torchtune__recipes__configs__llama3_1__8B_lora_single_device.yaml", tmp_path / "tt.yaml")
+    command = ["tune", "run", "lora_finetune_single_device", "--config", "tt.yaml", "batch_size=8"]
+    plan = _plan(command, tmp_path, micro_batch_size=4, gradient_accumulation_steps=16)
+    assert plan.argv[-1] == "batch_size=4"
+    assert plan.conflicts == []
+
+
 def test_torchtune_builtin_config_is_said_not_guessed(tmp_path):
     reading = read_job(["tune", "run", "full_finetune_single_device", "--config", "llama3_2/3B_full_single_device",
                         "batch_size=2"], tmp_path)
