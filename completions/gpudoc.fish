@@ -388,7 +388,7 @@ complete -c gpudoc -n '__gpudoc_at \'profile\'' -a new -d 'Start a profile in ./
 complete -c gpudoc -n '__gpudoc_at \'profile\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
 complete -c gpudoc -n '__gpudoc_at \'profile\'' -s h -l help -d 'Prints this help message and quits'
 complete -c gpudoc -n '__gpudoc_at \'profile\'' -s v -l version -d 'Prints the program\'s version and quits'
-complete -c gpudoc -n '__gpudoc_at \'profile list\'' -l json -d 'one JSON array'
+complete -c gpudoc -n '__gpudoc_at \'profile list\'' -l json -d 'the JSON envelope, its profiles under "profiles"'
 complete -c gpudoc -n '__gpudoc_at \'profile list\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
 complete -c gpudoc -n '__gpudoc_at \'profile list\'' -s h -l help -d 'Prints this help message and quits'
 complete -c gpudoc -n '__gpudoc_at \'profile list\'' -s v -l version -d 'Prints the program\'s version and quits'
