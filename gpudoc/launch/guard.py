@@ -11,9 +11,12 @@ no byte before it and ends every process of the job, SIGTERM then SIGKILL after 
 "Every process of the job" is what the guard can prove belongs to it, after gpudoc (the subreaper
 the orphans were re-parented to) is gone: this uid's processes started since the launch that are
 in the job's process group or session, or that carry this run's ``GPUDOC_RUN_ID`` in their
-environment (torchrun's workers, in sessions of their own, inherit it). A process whose start time
-does not match what was seen is never signalled (PID reuse). The guard costs the job nothing while
-gpudoc lives: it sleeps in one read.
+environment (torchrun's workers, in sessions of their own, inherit it), and every process gpudoc
+saw in the job while it lived, which it names down the same pipe (``Guard.tell``): a sidecar
+started in a new session with an environment of its own (``Popen(env={...},
+start_new_session=True)``) carries neither mark. A process whose start time does not match what
+was seen is never signalled (PID reuse). The guard costs the job nothing while gpudoc lives: it
+sleeps in a read.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterable
 
 from gpudoc.procs.identity import ProcessRef, environ_value, live_pids, proc_stat, start_time
 
@@ -35,6 +39,20 @@ class Guard:
     def __init__(self, pid: int, write_fd: int) -> None:
         self.pid = pid
         self._write_fd: int | None = write_fd
+
+    def tell(self, refs: Iterable[ProcessRef]) -> None:
+        """Name processes gpudoc saw in the job (``PID START`` lines): should gpudoc die, the guard
+        ends them too, whatever session, group or environment they moved to. Never blocks the
+        launcher: a full pipe (a guard that stopped reading) drops the names, not the job."""
+        data = b"".join(f"{ref.pid} {ref.create_time!r}\n".encode() for ref in refs if ref.create_time is not None)
+        if self._write_fd is None or not data:
+            return
+        try:
+            os.write(self._write_fd, data)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._write_fd = None  # the guard is gone (someone killed it): nobody left to tell
 
     def stand_down(self) -> None:
         """The launch has ended the job itself: tell the guard so, and reap it."""
@@ -71,13 +89,15 @@ def start_guard(pgid: int, *, run_marker: str | None, grace_s: float) -> Guard |
         try:
             os.close(write_fd)
             _detach(read_fd)
-            if _gpudoc_died(read_fd):
-                _end_job(pgid, run_marker, since, grace_s)
+            died, seen = _listen(read_fd)
+            if died:
+                _end_job(pgid, run_marker, since, grace_s, seen)
         except BaseException:  # the guard must never return into gpudoc's code (os._exit below)
             status = 1
         finally:
             os._exit(status)
     os.close(read_fd)
+    os.set_blocking(write_fd, False)  # see Guard.tell
     return Guard(pid, write_fd)
 
 
@@ -106,29 +126,59 @@ def _max_fd() -> int:
         return 65536
 
 
-def _gpudoc_died(read_fd: int) -> bool:
+def _listen(read_fd: int) -> tuple[bool, list[ProcessRef]]:
+    """Read gpudoc's lines until it stands down (False) or dies (True, with the processes it named)."""
+    seen: dict[int, ProcessRef] = {}
+    pending = b""
     while True:
         try:
-            data = os.read(read_fd, 1)
+            data = os.read(read_fd, 4096)
         except InterruptedError:
             continue
         except OSError:
-            return True
-        return data != STAND_DOWN
+            return True, list(seen.values())
+        if not data:
+            return True, list(seen.values())
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            pid, _, created = line.partition(b" ")
+            try:
+                seen[int(pid)] = ProcessRef(int(pid), float(created))
+            except ValueError:
+                continue  # not a line gpudoc wrote
+        if pending == STAND_DOWN:
+            return False, []
 
 
-def _end_job(pgid: int, run_marker: str | None, since: float, grace_s: float) -> None:
+def _end_job(pgid: int, run_marker: str | None, since: float, grace_s: float, seen: list[ProcessRef]) -> None:
     from gpudoc.procs.terminate import terminate
 
     ended = 0
+    survivors: list[ProcessRef] = []
     for _ in range(_ROUNDS):
         members = job_members(pgid, run_marker, since)
+        marked = {ref.pid for ref in members}
+        members += [ref for ref in seen if ref.pid not in marked and _still_ours(ref)]
         if not members:
             break
         result = terminate(members, grace_s=grace_s)
         ended += len(result.terminated) + len(result.killed)
+        survivors = result.survivors
     if ended:
         _say(f"gpudoc: gpudoc ended while its job ran: the guard ended the job's {ended} process(es)\n")
+    if survivors:  # never claim a clean end that was not
+        _say(f"gpudoc: {len(survivors)} process(es) of the job outlived even SIGKILL: "
+             f"{', '.join(str(ref.pid) for ref in survivors)}\n")
+
+
+def _still_ours(ref: ProcessRef) -> bool:
+    """A process gpudoc named that is still the same one (PID reuse) and this user's."""
+    try:
+        if os.stat(f"/proc/{ref.pid}").st_uid != os.getuid():
+            return False
+    except OSError:
+        return False
+    return ref.is_running()
 
 
 def _say(text: str) -> None:

@@ -91,8 +91,10 @@ class Launcher:
         """The job's live processes now (also remembered for PID-reuse-safe cleanup)."""
         procs = reaper.job_processes(self.pid, self.pgid, exclude=self._exclude,
                                      known=self._seen.values())
-        for p in procs:
-            self._seen.setdefault(p.pid, p)
+        new = [p for p in procs if p.pid not in self._seen]
+        self._seen.update((p.pid, p) for p in new)
+        if new and self._guard is not None:
+            self._guard.tell(new)  # should gpudoc die, the guard ends these too
         return procs
 
     def run(self) -> Outcome:
@@ -314,8 +316,7 @@ class Launcher:
             self.o.scan = None
             self.warn(f"output watcher disabled after an internal error: {exc!r}")
 
-    def _stdin_wanted(self) -> bool:
-        # Only in pty mode (in pipe mode the job reads gpudoc's stdin itself).
+    def _stdin_wanted(self) -> bool:  # only in pty mode (in pipe mode the job reads gpudoc's stdin itself)
         return self._master is not None and stdin_is_ours(self.o.stdin_fd)
 
     def _reap(self) -> None:
@@ -334,14 +335,14 @@ class Launcher:
     def _ending_deadline(self) -> float | None:
         if self._ending_since is not None:
             return time.monotonic() + 0.1
-        if self._main_exited_at is not None:
-            return self._main_exited_at + self.o.linger_s
-        return None
+        return self._main_exited_at + self.o.linger_s if self._main_exited_at is not None else None
 
     def _begin_ending(self, now: float) -> None:
         self._ending_since = now
         procs = self.processes()
         if procs:
+            if self._end_at is None and self._main_status is not None:  # the job ended; these it left running
+                self.warn(f"the job left {len(procs)} process(es) running: ending them ({', '.join(str(p.pid) for p in procs)})")
             signal_group(self.pgid, signal.SIGTERM)
             reaper.signal_processes(procs, signal.SIGTERM)
             if self._kill_at is None or self._kill_at > now + self.o.end_grace_s:
@@ -382,10 +383,9 @@ class Launcher:
             if self._relay is not None:
                 self._relay.restore()
             self._wake_r = None
-            for fd in (self._out, self._log_fd):
-                if fd is not None:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+            for fd in (fd for fd in (self._out, self._log_fd) if fd is not None):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             self._out = self._master = self._log_fd = None
         if survivors:
             self.warn("processes of the job did not end even after SIGKILL: "

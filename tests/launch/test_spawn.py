@@ -156,6 +156,8 @@ def test_sigterm_escalates_to_sigkill_after_the_grace(isolated_home):
     record = last_record(isolated_home)
     assert record["signal"] == signal.SIGKILL  # the job itself died of the escalation
     assert record["cause"] == "signal"  # gpudoc's own SIGKILL, never the kernel's OOM killer
+    # The status is the user's signal's; the summary says both, so 143 and SIGKILL do not read as a contradiction.
+    assert "exit 143 (SIGTERM from the user; the job was then killed by SIGKILL)" in g.stderr
     assert_no_leftovers(mark)
 
 
@@ -189,6 +191,33 @@ def test_gpudoc_sigkilled_leaves_nothing_of_a_job_that_ignores_sigterm(isolated_
         time.sleep(0.1)
     assert_no_leftovers(mark)
     assert "the guard ended the job's 2 process(es)" in g.stderr
+
+
+def test_gpudoc_sigkilled_leaves_no_sidecar_that_escaped_group_session_and_marker(isolated_home):
+    # The guard ends what gpudoc saw in the job while it lived, not only what it can still mark.
+    mark = marker()
+    g = Gpudoc("run", "--no-check", "--", "python", str(EMIT), "sidecar", mark, cwd=isolated_home,
+               env=job_env(GPUDOC_TERM_GRACE_S="1"))
+    g.wait_for(b"sidecar ready", timeout=30)
+    g.wait_for(b"\nready", timeout=30)
+    time.sleep(2.5)  # a tick or two: gpudoc has seen the sidecar and named it to the guard
+    g.proc.kill()
+    g.wait(30)
+    deadline = time.monotonic() + 20
+    while leftovers(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert_no_leftovers(mark)
+    # The sidecar at least (the first process may go first, by its parent-death signal).
+    assert "gpudoc ended while its job ran: the guard ended the job's" in g.stderr
+
+
+def test_processes_the_job_leaves_behind_are_ended_and_said(isolated_home):
+    mark = marker()
+    g = Gpudoc("run", "--no-check", "--", "python", str(EMIT), "sidecar", mark, "0.5", cwd=isolated_home)
+    assert g.wait(60) == 0, g.stderr
+    assert_no_leftovers(mark)
+    [line] = [ln for ln in g.stderr.splitlines() if "left 1 process(es) running" in ln]
+    assert line.startswith("gpudoc: the job left 1 process(es) running: ending them (")
 
 
 def test_a_launch_that_ends_normally_stands_its_guard_down(isolated_home):

@@ -66,6 +66,17 @@ def main() -> None:
         time.sleep(0.5)
         print("ready", flush=True)
         time.sleep(600)
+    elif mode == "sidecar":
+        import subprocess
+
+        # A sidecar (TensorBoard, a logger) in a session of its own with an environment of its own:
+        # neither the job's group nor GPUDOC_RUN_ID marks it.
+        side = "import time; print('sidecar ready', flush=True); time.sleep(600)"
+        subprocess.Popen([sys.executable, "-c", side, sys.argv[2]], start_new_session=True,
+                         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+        time.sleep(0.5)
+        print("ready", flush=True)
+        time.sleep(600 if len(sys.argv) < 4 else float(sys.argv[3]))
     elif mode == "sigint":
         with open("/proc/self/status") as status:
             ignored = int(next(ln for ln in status if ln.startswith("SigIgn:")).split()[1], 16)
