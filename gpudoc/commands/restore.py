@@ -40,7 +40,7 @@ def restore(ws: Workspace, run_id: str | None = None, *, dry_run: bool = False, 
     record = store.named_or_latest(run_id)
     chain = chain_of(store, record)
     every = [edit for rec in store.records() for edit in record_edits(rec)]
-    paths = sorted({edit.path for rec in chain for edit in record_edits(rec)} | _profiles_launched_as_edited(chain, every))
+    paths = sorted({edit.path for rec in chain for edit in record_edits(rec)} | _files_launched_as_edited(chain, every))
     steps = [_plan(store, Path(path), edit_chain(every, path)) for path in paths]
     hand = [s for s in steps if s.hand_edited]
     if hand and not force:
@@ -66,19 +66,21 @@ def restore(ws: Workspace, run_id: str | None = None, *, dry_run: bool = False, 
     return show(result, ws.console, as_json=as_json)
 
 
-def _profiles_launched_as_edited(chain: list[RunRecord], every: list[Edit]) -> set[str]:
-    """The profiles the chain ran with that still hold gpudoc's newest edit of them. `fix --apply`
-    edits the profile after a failed run; the user's own `gpudoc run` then starts a new chain, but
-    what it launched with is gpudoc's edit, so restoring that chain puts the profile back too. A
-    profile changed by hand since is the user's, and left out."""
+def _files_launched_as_edited(chain: list[RunRecord], every: list[Edit]) -> set[str]:
+    """The files the chain ran with that still hold gpudoc's newest edit of them: its profile, and
+    the config files a job without one had its knobs read from. `fix --apply` edits them after a
+    failed run; the user's own `gpudoc run` then starts a new chain, but what it launched with is
+    gpudoc's edit, so restoring that chain puts them back too. A file changed by hand since is the
+    user's, and left out."""
     found = set()
     for record in chain:
-        if not record.profile_path:
-            continue
-        path = os.path.abspath(os.path.join(record.cwd or ".", record.profile_path))
-        edits = edit_chain(every, path)
-        if edits and fingerprint(read_bytes(Path(path))) == edits[-1].new_sha256:
-            found.add(path)
+        named = [record.profile_path] + [where.removeprefix("file:").rsplit(":", 1)[0]
+                                         for where in record.knob_places.values() if where.startswith("file:")]
+        for name in filter(None, named):
+            path = os.path.abspath(os.path.join(record.cwd or ".", name))
+            edits = edit_chain(every, path)
+            if edits and fingerprint(read_bytes(Path(path))) == edits[-1].new_sha256:
+                found.add(path)
     return found
 
 

@@ -133,6 +133,23 @@ def test_a_real_config_edited_through_retry_oom_comes_back_byte_for_byte(tmp_pat
     assert config.read_bytes() == NANOGPT_CONFIG.read_bytes()
 
 
+def test_a_relaunch_by_hand_after_an_apply_to_a_jobs_own_config_restores_it(tmp_path):
+    """No profile: `fix --apply` edits the config the job names; the user's own `gpudoc run` of the
+    same command reads it as gpudoc left it, so restoring the latest run puts it back."""
+    shutil.copy(NANOGPT_JOB, tmp_path / "train.py")
+    config = tmp_path / "config.py"
+    shutil.copy(NANOGPT_CONFIG, config)
+    run = ("run", "--no-check", "--", "python", "train.py", "config.py")
+    assert gpudoc_cli(*run, cwd=tmp_path, env={"OOM_ABOVE": "16"}).returncode == 1
+    applied = gpudoc_cli("fix", "--apply", cwd=tmp_path)
+    assert applied.returncode == 0, applied.stderr
+    assert config.read_bytes() != NANOGPT_CONFIG.read_bytes()
+    gpudoc_cli(*run, cwd=tmp_path, env={"OOM_ABOVE": "16"})
+    done = gpudoc_cli("restore", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert config.read_bytes() == NANOGPT_CONFIG.read_bytes()
+
+
 def test_a_later_chain_restores_to_its_own_start_and_keeps_its_own_backup(tmp_path):
     config, _ = _nanogpt_chain(tmp_path)
     assert gpudoc_cli("restore", cwd=tmp_path).returncode == 0
