@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpudoc.atomic import atomic_write_text, backup
+from gpudoc.bind.filestate import read_exact
 from gpudoc.bind.plan import BindPlan, FileEdit
 from gpudoc.errors import InputError
 from gpudoc.runs.edits import entry, read_bytes
@@ -27,8 +28,8 @@ def apply_file_edits(plan: BindPlan, *, writer: Callable[[Path, str], None] = _e
     """
     for edit in plan.file_edits:
         try:
-            current = Path(edit.path).read_text(encoding="utf-8")
-        except OSError as exc:
+            current = read_exact(Path(edit.path))
+        except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{edit.path}: cannot read before editing: {exc}") from None
         if current != edit.old_text:
             raise InputError(f"{edit.path}: changed since gpudoc planned the edit; nothing was written")

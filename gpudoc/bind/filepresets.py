@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from gpudoc.bind.deepspeed import deepspeed_read, deepspeed_write
-from gpudoc.bind.filecontext import FileContext, FileResult
+from gpudoc.bind.filecontext import FileContext, FileResult, get
+from gpudoc.bind.targets import fit
 from gpudoc.bind.trainer_configs import (
     accelerate_read,
     accelerate_write,
@@ -31,8 +32,19 @@ from gpudoc.bind.trainer_configs import (
 @dataclass(frozen=True)
 class FilePreset:
     name: str
-    write: Callable[[Any, FileContext], FileResult]
+    assign: Callable[[Any, FileContext], FileResult]  # knobs -> key paths, unchecked
     read: Callable[[Any], dict[str, Any]]
+
+    def write(self, data: Any, ctx: FileContext) -> FileResult:
+        """The preset's assignments, each type-checked against the value it replaces by the check
+        explicit bindings get (``targets.fit``): a preset never silently writes ``4`` over ``"8"``.
+        DeepSpeed's ``"auto"``, ``null`` and OmegaConf placeholders take anything, as there."""
+        res = self.assign(data, ctx)
+        res.assignments = [
+            (path, value if path in res.retyped else fit(get(data, path), value, file=ctx.name, key=".".join(path),
+                                                          knob=knob), knob)
+            for path, value, knob in res.assignments]
+        return res
 
 
 FILE_PRESETS = {

@@ -66,6 +66,17 @@ def unified_diff(old: str, new: str, label: str) -> str:
     return "".join(lines)
 
 
+def read_exact(path: Path) -> str:
+    """The file's text with its line endings as written (``read_text`` turns CRLF into LF)."""
+    return path.read_bytes().decode("utf-8")
+
+
+def _crlf(text: str) -> bool:
+    """Every line ends in CRLF (a Windows checkout): the editors see LF and the edit puts CRLF back.
+    A file that mixes endings is edited as it is: the editors change characters within a line."""
+    return "\r\n" in text and text.count("\n") == text.count("\r\n")
+
+
 def show_key(path: tuple[str, ...]) -> str:
     return ".".join(path)
 
@@ -91,7 +102,7 @@ class FileState:
         self.label = label
         self.fmt = file_format(path)
         try:
-            self.old_text = path.read_text(encoding="utf-8")
+            self.old_text = read_exact(path)
         except FileNotFoundError:
             raise UsageError(f"{label}: file not found (bound in the profile or named by the command)") from None
         except IsADirectoryError:
@@ -99,7 +110,8 @@ class FileState:
                              f"the command)") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{label}: cannot read: {exc}") from None
-        self.text = self.old_text
+        self.crlf = _crlf(self.old_text)
+        self.text = self.old_text.replace("\r\n", "\n") if self.crlf else self.old_text
         self.changes: list[dict] = []
         # Every value a binding or preset put here, changed or not (what `run --dry-run` shows).
         self.bindings: list[dict] = []
@@ -126,7 +138,8 @@ class FileState:
         self.changes.append({"key": shown, "old": None if old is MISSING else old, "new": value})
 
     def edit(self) -> FileEdit | None:
-        if self.text == self.old_text:
+        new_text = self.text.replace("\n", "\r\n") if self.crlf else self.text
+        if new_text == self.old_text:
             return None
-        return FileEdit(self.path, self.old_text, self.text, unified_diff(self.old_text, self.text, self.label),
+        return FileEdit(self.path, self.old_text, new_text, unified_diff(self.old_text, new_text, self.label),
                         self.changes, self.label)

@@ -144,6 +144,7 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "JSON")
     root = parse_spans(text, name)
     node = root
     for depth, key in enumerate(path):
+        _refuse_duplicate(text, node, path[:depth + 1], name)
         child = _find(node, key)
         if child is None:
             if node.kind != "object":
@@ -152,6 +153,19 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "JSON")
             return _insert(text, node, list(path[depth:]), value)
         node = child
     return text[: node.start] + render(value) + text[node.end:]
+
+
+def _refuse_duplicate(text: str, obj: Node, path: Sequence[str], name: str) -> None:
+    """A key written twice in one object: ``json.loads`` keeps the last, an edit would reach the
+    first, and DeepSpeed refuses the file (it loads configs with a duplicate-key check)."""
+    starts = [key_start for key, key_start, _, _ in obj.members if obj.kind == "object" and key == path[-1]]
+    if len(starts) > 1:
+        numbers = [str(text.count("\n", 0, pos) + 1) for pos in starts]
+        lines = ", ".join(numbers[:-1]) + " and " + numbers[-1]
+        times = "twice" if len(starts) == 2 else f"{len(starts)} times"
+        raise InputError(f"{name}: '{'.'.join(path)}' appears {times} (lines {lines}); DeepSpeed itself rejects "
+                         f"duplicate keys and JSON readers keep only the last: remove the others, then run gpudoc "
+                         f"again", file=name, key=".".join(path))
 
 
 def _insert(text: str, obj: Node, path: list[str], value: Any) -> str:

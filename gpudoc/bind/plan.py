@@ -151,10 +151,16 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     args_ed = ArgEdits(argv[parts.args_start:])
     hf_named = {(cwd / o.value).resolve() for o in args_ed.find(("--deepspeed",)) if o.value and not o.value.startswith("-")}
 
+    # A file reached twice (the job's --deepspeed, also in [bind.files]) is bound once, the first way.
+    ran: set[tuple[Path, str]] = set()
+
     def run_file_preset(st: FileState, preset: str, hf_mode: bool) -> None:
         if st.fmt == "sh":
             raise ProfileError(f"[bind.files] {st.label}: a shell script takes an argument preset "
                                f"({', '.join(sorted(ARG_PRESETS))}), not '{preset}'")
+        if (st.path.resolve(), preset) in ran:
+            return
+        ran.add((st.path.resolve(), preset))
         ctx = FileContext(st.label, knobs, world, hf_mode or st.path.resolve() in hf_named)
         res: FileResult = FILE_PRESETS[preset].write(st.data, ctx)
         for path, value, knob in res.assignments:

@@ -260,11 +260,13 @@ def nemo_write(data: Any, ctx: FileContext) -> FileResult:
     if "max_seq_len" in k:
         res.set(("model", "encoder_seq_length"), int(k["max_seq_len"]), "max_seq_len")
     if "precision" in k:
-        res.set(("trainer", "precision"), NEMO_PRECISION[k["precision"]], "precision")
+        # Lightning reads 16/32 or a string ("bf16"): a number may become a string here.
+        res.set(("trainer", "precision"), NEMO_PRECISION[k["precision"]], "precision", any_type=True)
     gc = k.get("gradient_checkpointing")
     if gc is not None:
         gran = "selective" if gc == "selective" else "full" if gc else None
-        res.set(("model", "activations_checkpoint_granularity"), gran, "gradient_checkpointing")
+        # null switches checkpointing off, whatever granularity the file named.
+        res.set(("model", "activations_checkpoint_granularity"), gran, "gradient_checkpointing", any_type=True)
         if gran == "full":
             res.set(("model", "activations_checkpoint_method"), "uniform", "gradient_checkpointing")
             res.set(("model", "activations_checkpoint_num_layers"), 1, "gradient_checkpointing")

@@ -174,13 +174,18 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "YAML")
     for depth, key in enumerate(path[:-1]):
         child = _child(node, key)
         if child is _MISSING:
+            _refuse_shared(data, path[:depth], name, dotted)
             return _create(text, lines, node, list(path[depth:]), value, name, dotted)
+        _refuse_merged(node, key, name, dotted)
         if not isinstance(child, (dict, list)):
             raise InputError(f"{name}: cannot set '{dotted}': '{'.'.join(path[:depth + 1])}' is not a mapping")
         node = child
     leaf = path[-1]
     if _child(node, leaf) is _MISSING:
+        _refuse_shared(data, path[:-1], name, dotted)
         return _create(text, lines, node, [leaf], value, name, dotted)
+    _refuse_merged(node, leaf, name, dotted)
+    _refuse_shared(data, path, name, dotted)
     if isinstance(node, list):
         line_no, col = node.lc.item(int(leaf))  # type: ignore[attr-defined]  # ruamel CommentedSeq
     else:
@@ -196,6 +201,9 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "YAML")
             lines[key_line] = line[:colon] + " " + render_scalar(value, None) + line[colon:]
             return "".join(lines)
     line = lines[line_no]
+    anchor = _ANCHOR.match(line, col)
+    if anchor:  # ``key: &name value`` that no alias uses: the value after the anchor is edited
+        col = anchor.end()
     try:
         end = _scalar_end(line, col)
     except ValueError:
@@ -209,6 +217,55 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "YAML")
 
 
 _MISSING = object()
+_ANCHOR = re.compile(r"&[^\s,\[\]{}]+[ \t]+(?=[^\s#])")
+
+
+def _own_keys(node: dict) -> list:
+    """A mapping's keys without those it merges in (``<<: *anchor``), which have no line here."""
+    if hasattr(node, "non_merged_items"):
+        return [k for k, _ in node.non_merged_items()]
+    return list(node.keys())
+
+
+def _refuse_merged(node: Any, key: str, name: str, dotted: str) -> None:
+    """A key a mapping gets from ``<<: *anchor``: its value is written in the anchored mapping,
+    which other mappings may merge too, so there is no line of this key's own to edit."""
+    if isinstance(node, dict) and key not in _own_keys(node):
+        source = next((m for m in getattr(node, "merge", ()) if key in m), None)
+        anchor = getattr(getattr(source, "anchor", None), "value", None) or "anchor"
+        raise InputError(f"{name}: '{dotted}' comes from a YAML merge key ('<<: *{anchor}'): its value lives in "
+                         f"the anchored mapping, which other keys may share, so gpudoc cannot edit it in place; "
+                         f"give '{dotted}' its own line (it overrides the merge) or edit the file by hand", file=name, key=dotted)
+
+
+def _refuse_shared(data: Any, path: Sequence[str], name: str, dotted: str) -> None:
+    """A value or mapping on ``path`` (the way to ``dotted``) that has an anchor (``&mbs 2``) which
+    an alias (``*mbs``) or a merge (``<<: *mbs``) repeats elsewhere: one edit would change every
+    key that shares it."""
+    node = data
+    for depth, key in enumerate(path):
+        node = _child(node, key)
+        anchor = getattr(getattr(node, "anchor", None), "value", None)
+        if anchor is not None and _uses(data, node, set()) > 1:
+            held = ".".join(path[:depth + 1])
+            raise InputError(f"{name}: '{held}' shares the YAML anchor &{anchor} with other keys (*{anchor}); "
+                             f"editing '{dotted}' would change them too; give it a value of its own or "
+                             f"edit the file by hand", file=name, key=dotted)
+
+
+def _uses(node: Any, value: Any, seen: set[int]) -> int:
+    """How many places hold ``value`` itself: an anchored value is one object, however often an
+    alias or a merge key repeats it."""
+    if node is value:
+        return 1
+    if not isinstance(node, (dict, list)) or id(node) in seen:
+        return 0
+    seen.add(id(node))
+    if isinstance(node, dict):
+        children = [node[k] for k in _own_keys(node)] + list(getattr(node, "merge", ()))
+    else:
+        children = list(node)
+    return sum(_uses(child, value, seen) for child in children)
 
 
 def _child(node: Any, key: str) -> Any:
@@ -224,13 +281,15 @@ def _create(text: str, lines: list[str], parent: Any, rest: list[str], value: An
     if not isinstance(parent, dict):
         raise InputError(f"{name}: cannot create '{dotted}' inside a list")
     step = _indent_step(text)
-    keys = list(parent.keys())
+    keys = _own_keys(parent)
     if keys:
         positions = parent.lc  # type: ignore[attr-defined]  # ruamel CommentedMap: where each key sits
         indent = positions.key(keys[0])[1]
         if any(positions.key(k)[0] == positions.key(keys[0])[0] for k in keys[1:]):
             raise InputError(f"{name}: cannot create '{dotted}' inside a flow mapping")
         after = _block_end(lines, positions.key(keys[-1])[0], indent)
+    elif getattr(parent, "merge", None):
+        raise InputError(f"{name}: cannot create '{dotted}' inside a mapping that only merges another ('<<: *anchor')")
     elif parent is not None and hasattr(parent, "lc") and lines:
         raise InputError(f"{name}: cannot create '{dotted}' inside an empty mapping")
     else:

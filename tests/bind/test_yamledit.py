@@ -6,6 +6,7 @@ import pytest
 
 from gpudoc.bind.yamledit import set_value
 from gpudoc.errors import InputError
+from tests.conftest import CONFIGS, gpudoc_cli
 
 
 def test_quotes_comments_and_bool_capitalisation_are_kept():
@@ -46,3 +47,70 @@ def test_flow_and_block_values_are_refused_not_mangled():
         set_value("a: |\n  text\n", ("a",), "x")
     with pytest.raises(InputError, match="holds a"):
         set_value("a:\n  b: 1\n", ("a",), 1)
+
+
+# -- anchors, aliases and merge keys: a value other keys share is refused, naming file and key ----
+QLORA = "axolotl__examples__llama-2__qlora.yml"
+BATCH_LINES = "gradient_accumulation_steps: 4\nmicro_batch_size: 2\n"
+MERGES = {
+    "flow": "defaults: &d {micro_batch_size: 2, gradient_accumulation_steps: 4}\n<<: *d\n",
+    "block": "defaults: &d\n  micro_batch_size: 2\n  gradient_accumulation_steps: 4\n<<: *d\n",
+}
+
+
+def _qlora(work, batch_lines: str) -> bytes:
+    text = (CONFIGS / QLORA).read_text()
+    assert BATCH_LINES in text
+    (work / "qlora.yml").write_text(text.replace(BATCH_LINES, batch_lines))
+    (work / "gpudoc.toml").write_text('[train]\nmicro_batch_size = 4\ngradient_accumulation_steps = 8\n'
+                                      '[bind.files]\n"qlora.yml" = "axolotl"\n')
+    return (work / "qlora.yml").read_bytes()
+
+
+def _dry_run(work):
+    return gpudoc_cli("run", "--dry-run", "--", "python", "-c", "print(1)", cwd=work,
+                      env={"GPUDOC_HOME": str(work / ".gpudoc-home")})
+
+
+@pytest.mark.parametrize("form", sorted(MERGES))
+def test_a_value_from_a_merge_key_is_refused_in_one_line(form, isolated_home):
+    before = _qlora(isolated_home, MERGES[form])
+    done = _dry_run(isolated_home)
+    assert done.stderr == ("gpudoc: qlora.yml: 'micro_batch_size' comes from a YAML merge key ('<<: *d'): its "
+                           "value lives in the anchored mapping, which other keys may share, so gpudoc cannot edit "
+                           "it in place; give 'micro_batch_size' its own line (it overrides the merge) or edit the "
+                           "file by hand\n")
+    assert (isolated_home / "qlora.yml").read_bytes() == before
+    # The exit status of gpudoc's other refusals to edit a file (here: one that is not YAML).
+    (isolated_home / "qlora.yml").write_text("micro_batch_size: [\n")
+    assert done.returncode == _dry_run(isolated_home).returncode == 125
+
+
+def test_an_anchor_an_alias_shares_is_refused_as_shared(isolated_home):
+    before = _qlora(isolated_home, "gradient_accumulation_steps: 4\nmicro_batch_size: &mbs 2\n"
+                                   "eval_batch_size: *mbs\n")
+    done = _dry_run(isolated_home)
+    assert done.stderr == ("gpudoc: qlora.yml: 'micro_batch_size' shares the YAML anchor &mbs with other keys "
+                           "(*mbs); editing 'micro_batch_size' would change them too; give it a value of its own "
+                           "or edit the file by hand\n")
+    assert done.returncode == 125
+    assert (isolated_home / "qlora.yml").read_bytes() == before
+
+
+def test_an_alias_and_a_shared_mapping_are_refused_too():
+    with pytest.raises(InputError, match=r"^c.yml: 'eval' shares the YAML anchor &mbs with other keys \(\*mbs\); "
+                                         r"editing 'eval' would change them too"):
+        set_value("micro: &mbs 2\neval: *mbs\n", ("eval",), 4, name="c.yml")
+    with pytest.raises(InputError, match=r"^c.yml: 'base' shares the YAML anchor &b .* editing 'base.lr' would"):
+        set_value("base: &b\n  lr: 1\nrun:\n  <<: *b\n", ("base", "lr"), 2, name="c.yml")
+    with pytest.raises(InputError, match=r"^c.yml: 'base' shares .* editing 'base.new' would"):
+        set_value("base: &b\n  lr: 1\nrun:\n  <<: *b\n", ("base", "new"), 2, name="c.yml")
+
+
+def test_an_anchor_no_alias_uses_keeps_its_anchor_and_the_value_changes():
+    assert set_value("micro: &mbs 2  # per GPU\nx: 1\n", ("micro",), 4) == "micro: &mbs 4  # per GPU\nx: 1\n"
+
+
+def test_a_new_key_beside_a_merge_goes_after_the_mappings_own_keys():
+    text = MERGES["block"] + "base_model: x\n"
+    assert set_value(text, ("lora_r",), 8) == text + "lora_r: 8\n"
