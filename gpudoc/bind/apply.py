@@ -6,9 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpudoc.atomic import atomic_write_text, backup
-from gpudoc.bind.filestate import read_exact
 from gpudoc.bind.plan import BindPlan, FileEdit
 from gpudoc.errors import InputError
+from gpudoc.lineends import read_exact
 from gpudoc.runs.edits import entry, read_bytes
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from gpudoc.bind import jsonedit, pyedit, tomledit, yamledit
 from gpudoc.bind.filecontext import MISSING, get
 from gpudoc.errors import InputError, ProfileError, UsageError
+from gpudoc.lineends import as_lf, read_exact, restore
 
 _FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".py": "py",
             ".sh": "sh", ".bash": "sh"}
@@ -66,17 +67,6 @@ def unified_diff(old: str, new: str, label: str) -> str:
     return "".join(lines)
 
 
-def read_exact(path: Path) -> str:
-    """The file's text with its line endings as written (``read_text`` turns CRLF into LF)."""
-    return path.read_bytes().decode("utf-8")
-
-
-def _crlf(text: str) -> bool:
-    """Every line ends in CRLF (a Windows checkout): the editors see LF and the edit puts CRLF back.
-    A file that mixes endings is edited as it is: the editors change characters within a line."""
-    return "\r\n" in text and text.count("\n") == text.count("\r\n")
-
-
 def show_key(path: tuple[str, ...]) -> str:
     return ".".join(path)
 
@@ -110,8 +100,7 @@ class FileState:
                              f"the command)") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{label}: cannot read: {exc}") from None
-        self.crlf = _crlf(self.old_text)
-        self.text = self.old_text.replace("\r\n", "\n") if self.crlf else self.old_text
+        self.text, self.crlf = as_lf(self.old_text)  # the editors see LF; edit() puts CRLF back
         self.changes: list[dict] = []
         # Every value a binding or preset put here, changed or not (what `run --dry-run` shows).
         self.bindings: list[dict] = []
@@ -138,7 +127,7 @@ class FileState:
         self.changes.append({"key": shown, "old": None if old is MISSING else old, "new": value})
 
     def edit(self) -> FileEdit | None:
-        new_text = self.text.replace("\n", "\r\n") if self.crlf else self.text
+        new_text = restore(self.text, self.crlf)
         if new_text == self.old_text:
             return None
         return FileEdit(self.path, self.old_text, new_text, unified_diff(self.old_text, new_text, self.label),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoc.atomic import atomic_write_text, backup
 from gpudoc.errors import ProfileError, UsageError
+from gpudoc.lineends import as_lf, read_exact, restore
 from gpudoc.profiles.loader import PROJECT_PROFILE
 from gpudoc.profiles.model import Profile
 
@@ -44,6 +45,7 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
     cwd = Path(cwd or Path.cwd())
     path = target_path(profile, cwd)
     creating = not path.exists()
+    crlf = False  # tomlkit writes LF: a CRLF profile gets CRLF back
 
     if profile.shipped:
         if creating:
@@ -53,7 +55,7 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
                 f"extends = \"{profile.name}\"\n"
             )
         else:
-            text = _read(path)
+            text, crlf = as_lf(_read(path))
             extends = _toml_get(tomlkit.parse(text), "extends")
             if extends != profile.name:
                 what = f"extends '{extends}'" if extends else "extends no profile"
@@ -67,7 +69,7 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
             raise ProfileError(f"{path}: profile file vanished; nothing was written")
         text = "# Written by `gpudoc fix --apply`.\n"
     else:
-        text = _read(path)
+        text, crlf = as_lf(_read(path))
 
     try:
         doc = tomlkit.parse(text)
@@ -80,6 +82,7 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
     new_text = tomlkit.dumps(doc)
     if new_text == text and not creating:
         return path
+    new_text = restore(new_text, crlf)
     fresh_backup = None
     if not creating:
         # backup() decides what to keep (the first real backup; a link planted where it goes is
@@ -118,7 +121,9 @@ def apply_recorded(profile: Profile, suggestion: Suggestion, *, cwd: Path, store
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return read_exact(path)
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not a text file in UTF-8 (byte {exc.start}): a profile is TOML text") from None
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc.strerror}") from None
 

@@ -54,6 +54,17 @@ def test_changed_values_only_comments_and_other_lines_byte_identical(tmp_path):
     assert reloaded.knobs["micro_batch_size"] == 1 and reloaded.global_batch_size == 512
 
 
+def test_a_crlf_profile_keeps_crlf_on_every_line_new_ones_included(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_bytes(PROFILE.replace("\n", "\r\n").encode())
+    apply_changes(load_profile_file(path), HALVE, cwd=tmp_path)
+    apply_changes(load_profile_file(path), EXPANDABLE, cwd=tmp_path)  # adds an [env] table
+    data = path.read_bytes()
+    assert data.count(b"\n") == data.count(b"\r\n") > PROFILE.count("\n")
+    assert b"micro_batch_size = 1              # per device\r\n" in data
+    assert (tmp_path / "job.toml.gpudoc.bak").read_bytes() == PROFILE.replace("\n", "\r\n").encode()
+
+
 def test_backup_holds_the_previous_text(tmp_path):
     path = write(tmp_path / "job.toml")
     apply_changes(load_profile_file(path), HALVE, cwd=tmp_path)
