@@ -133,7 +133,14 @@ def torchtune_write(data: Any, ctx: FileContext) -> FileResult:
     for knob, path in (("micro_batch_size", ("batch_size",)),
                        ("gradient_accumulation_steps", ("gradient_accumulation_steps",)),
                        ("max_seq_len", ("tokenizer", "max_seq_len"))):
-        if knob in k:
+        if knob == "gradient_accumulation_steps" and int(k.get(knob) or 1) > 1 and \
+                get(data, ("optimizer_in_bwd",)) is True:
+            # The optimizer steps inside backward, per parameter: torchtune's recipes raise
+            # "Gradient accumulation is not supported with optimizer in bwd" at startup.
+            res.cannot[knob] = (f"torchtune ({ctx.name}): optimizer_in_bwd: True allows no gradient accumulation, "
+                                f"and the profile asks for {k[knob]}; set optimizer_in_bwd: False in it, or keep "
+                                "gradient_accumulation_steps = 1")
+        elif knob in k:
             res.set(path, int(k[knob]), knob)
     gc = k.get("gradient_checkpointing")
     if gc is not None:

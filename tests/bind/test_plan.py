@@ -404,6 +404,20 @@ def test_real_yaml_keys_are_type_checked_and_auto_is_free(tmp_path):
         plan_bindings(bad, ["tune", "run", "full_finetune_single_device", "--config", "tt.yaml"], cwd=tmp_path)
 
 
+def test_accumulation_into_a_torchtune_config_that_steps_the_optimizer_in_backward_is_refused(tmp_path):
+    # torchtune's 3B single-device config: optimizer_in_bwd: True "Requires gradient_accumulation_steps=1".
+    shutil.copy(CONFIGS / "torchtune__recipes__configs__llama3_2__3B_full_single_device.yaml", tmp_path / "tt.yaml")
+    command = ["tune", "run", "full_finetune_single_device", "--config", "tt.yaml"]
+    asks = profile(train={"micro_batch_size": 2, "gradient_accumulation_steps": 8},
+                   bind={"files": {"tt.yaml": "torchtune"}})
+    with pytest.raises(ProfileError, match=r"optimizer_in_bwd: True allows no gradient accumulation, and the "
+                                           r"profile asks for 8"):
+        plan_bindings(asks, command, cwd=tmp_path)
+    one = profile(train={"micro_batch_size": 2, "gradient_accumulation_steps": 1}, bind={"files": {"tt.yaml": "torchtune"}})
+    (edit,) = plan_bindings(one, command, cwd=tmp_path).file_edits
+    assert "batch_size: 2" in edit.new_text and "optimizer_in_bwd: True" in edit.new_text
+
+
 def test_said_names_each_changed_flag_of_the_command_and_of_a_script(tmp_path):
     shutil.copy(CONFIGS / "FastChat__scripts__train_vicuna_7b.sh", tmp_path / "train.sh")
     before = (tmp_path / "train.sh").read_text()
