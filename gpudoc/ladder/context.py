@@ -67,7 +67,7 @@ class Savings:
             result = self._estimator(profile, gpu_total_bytes=self.capacity_bytes, history=self.history)
         except Exception as exc:
             if not self.notes:
-                self.notes.append(f"no memory estimate for this profile ({exc})")
+                self.notes.append(_no_estimate(profile, exc))
             result = None
         if result is not None and not getattr(result, "peak_bytes", None):
             result = None
@@ -285,3 +285,14 @@ def nice_seq_len(old: int) -> int:
     if old >= 64 and old % 8 == 0:
         new -= new % 8
     return max(new, 1)
+
+
+def _no_estimate(profile: Profile, exc: Exception) -> str:
+    """Why the rungs are not weighed by memory, in the words of what describes the job."""
+    if profile.path is None and profile.job is not None:  # no profile: the job's command was read
+        if not profile.model:
+            return ("no memory estimate for this job: its command names no model whose config.json is here "
+                    "(--model_name_or_path, model.name_or_path=, ...); a profile with [model] hf_config = "
+                    "\"path/config.json\" gives one")
+        return f"no memory estimate for this job ({exc})"
+    return f"no memory estimate for this profile ({exc})"
