@@ -1,7 +1,9 @@
 """Each framework's way of taking knobs, read in the order the framework itself applies them.
 
-HF Trainer (and accelerate / LLaMA-Factory's CLI): its defaults, a config file given as the first
-argument, a ``--deepspeed`` JSON, then its flags. LightningCLI: ``--config`` files and ``--section.key``
+HF Trainer (and LLaMA-Factory's CLI with flags): its defaults, ``accelerate launch --config_file``'s
+config, a config file given as the first argument, a ``--deepspeed`` JSON, then its flags. axolotl and
+LLaMA-Factory's YAML, a native DeepSpeed ``--deepspeed_config`` JSON and accelerate's config alone:
+through the file presets that write them (``gpudoc.job.configfiles``). LightningCLI: ``--config`` files and ``--section.key``
 flags in command-line order (jsonargparse applies them so; ``gpudoc.job.lightning``). Hydra: the composed config, then
 ``key=value`` overrides. torchtune: ``--config`` then overrides. nanoGPT: config ``.py`` files, then
 ``--key=value``. Each reader records the knob's value with where it lives (``JobReading.set``: a later
@@ -18,8 +20,9 @@ from typing import Any, Callable
 from gpudoc.bind.args import HF_LORA_FLAGS, HF_SEQ_FLAGS, NANOGPT_DTYPE
 from gpudoc.bind.filecontext import MISSING, get, is_auto, num
 from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
-from gpudoc.job import lightning
+from gpudoc.job import configfiles, lightning
 from gpudoc.job.argv import JobCommand
+from gpudoc.job.configfiles import first_config
 from gpudoc.job.knobs import JobReading
 from gpudoc.job.sources import (
     GENERIC_KEYS,
@@ -54,7 +57,12 @@ def _pick(job: JobCommand, args: list[str], cwd: Path) -> Callable[[JobCommand, 
         return _torchtune
     if lightning.is_lightning_cli(job, args, cwd):
         return lightning.read
-    if any(a.split("=", 1)[0] in HF_MARKERS for a in args) or _first_config(args, cwd) is not None:
+    # A native DeepSpeed script's bare --deepspeed is not the Trainer's --deepspeed ds.json.
+    if configfiles.deepspeed_config_flag(args) is not None:
+        return configfiles.read_deepspeed
+    if configfiles.trainer_config(job, args, cwd) is not None:
+        return configfiles.read_trainer_yaml
+    if any(a.split("=", 1)[0] in HF_MARKERS for a in args) or first_config(args, cwd) is not None:
         return _hf
     if any(a in ("--config-path", "--config-name", "-cp", "-cn") or a.startswith(("--config-path=", "--config-name="))
            for a in args) or _hydra_main(job, cwd) is not None:
@@ -64,17 +72,8 @@ def _pick(job: JobCommand, args: list[str], cwd: Path) -> Callable[[JobCommand, 
         return _nanogpt
     if any(override(a) for a in args):
         return _hydra
-    return None
-
-
-def _first_config(args: list[str], cwd: Path) -> str | None:
-    """HfArgumentParser's / LLaMA-Factory's one config file given as the first argument."""
-    for tok in args[:2]:
-        if tok in ("train", "sft"):
-            continue
-        if tok.endswith((".yaml", ".yml", ".json")) and not tok.startswith("-") and (cwd / tok).is_file():
-            return tok
-        break
+    if job.launcher == "accelerate" and job.options.get("--config_file"):
+        return configfiles.read_accelerate
     return None
 
 
@@ -83,7 +82,8 @@ def _hf(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
     r.framework = "hf-trainer"
     for knob, value in HF_DEFAULTS.items():
         r.set(knob, value, "default", "hf-trainer")
-    config = _first_config(args, cwd)
+    configfiles.accelerate_config(job, cwd, r, trainer=True)
+    config = first_config(args, cwd)
     if config is not None:
         data = load_config(cwd / config, config, r)
         preset = detect_preset(data, Path(config).suffix.lower()) if data is not None else None
@@ -200,14 +200,17 @@ _TORCHTUNE_KEYS = {"batch_size": "micro_batch_size", "gradient_accumulation_step
 def _torchtune(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
     r.framework = "torchtune"
     config = flag_value(args, ("--config",))
+    in_bwd: tuple[Any, str] | None = None  # optimizer_in_bwd, and where it is said
     if config is not None:
         if (cwd / config[1]).is_file():
             data = load_config(cwd / config[1], config[1], r)
             for key, knob in _TORCHTUNE_KEYS.items():
                 value = get(data, tuple(key.split("."))) if data is not None else MISSING
-                typed = knob_value(knob, value) if value is not MISSING else None
-                if typed is not None:
-                    r.set(knob, typed, "file", key, config[1])
+                read = knob_value(knob, value) if value is not MISSING else None
+                if read is not None:
+                    r.set(knob, read, "file", key, config[1])
+            if data is not None and "optimizer_in_bwd" in data:
+                in_bwd = data["optimizer_in_bwd"], config[1]
         else:
             r.notes.append(f"torchtune: --config {config[1]} is one of torchtune's own configs (not a file "
                            "here): only the command's overrides were read; `tune cp` it to bind its values")
@@ -216,6 +219,16 @@ def _torchtune(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> No
         if over is not None and over[0] in _TORCHTUNE_KEYS:
             knob = _TORCHTUNE_KEYS[over[0]]
             r.set(knob, knob_value(knob, over[1]), "argv", over[0])
+        elif over is not None and over[0] == "optimizer_in_bwd":
+            in_bwd = typed(over[1]), "the command"
+    if in_bwd is not None and in_bwd[0] is True:
+        # torchtune's recipes raise "Gradient accumulation is not supported with optimizer in bwd":
+        # accumulation stays 1, so it is no knob gpudoc may change (the ladder changes only knobs the
+        # job declares; halving the batch then lowers the global batch, and says so).
+        accum = r.knobs.pop("gradient_accumulation_steps", None)
+        r.notes.append(f"torchtune: optimizer_in_bwd is on ({in_bwd[1]}): gradient accumulation stays at "
+                       f"{accum.value if accum is not None else 1} (torchtune's recipes refuse more), so gpudoc "
+                       "does not change gradient_accumulation_steps")
 
 
 # -- nanoGPT -----------------------------------------------------------------------------------------

@@ -44,13 +44,19 @@ class Knob:
 class JobReading:
     """What the command says. ``launch`` holds ``nproc_per_node``/``nnodes`` when the launcher fixes
     them; ``file_presets`` names the preset that knows the keys of a ``file:PATH`` knob (empty: the
-    framework's argument preset reaches that file itself, as the HF Trainer does its DeepSpeed JSON)."""
+    framework's argument preset reaches that file itself, as the HF Trainer does its DeepSpeed JSON).
+    ``home``: the config file (read by its preset) that takes a knob the job leaves at its default,
+    for CLIs that read one file (axolotl, LLaMA-Factory); None: the framework's flags take it.
+    ``named_by``: a file another names (a ``deepspeed:`` JSON in a YAML) -> that file, whose preset
+    writes it, following it as the framework does."""
 
     framework: str | None = None
     knobs: dict[str, Knob] = field(default_factory=dict)
     launch: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     file_presets: dict[str, str] = field(default_factory=dict)
+    home: str | None = None
+    named_by: dict[str, str] = field(default_factory=dict)
     # The config files read, as (label, data): the model the job names may be in one of them.
     config_data: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
 
@@ -85,7 +91,9 @@ class JobReading:
         overrides: dict[str, str] = {}
         for knob in sorted(knobs):
             place = self.knobs.get(knob)
-            if place is None or place.kind == "default" or (place.kind == "argv" and place.name.startswith("-")):
+            if (place is None or place.kind == "default") and self.home is not None:
+                files[self.home] = self.file_presets[self.home]
+            elif place is None or place.kind == "default" or (place.kind == "argv" and place.name.startswith("-")):
                 args_knobs.append(knob)
             elif place.kind == "argv":
                 if self.framework in ARG_FRAMEWORKS:
@@ -93,11 +101,12 @@ class JobReading:
                 else:
                     overrides[knob] = place.name
             elif place.path is not None:
-                preset = self.file_presets.get(place.path)
+                path = self.named_by.get(place.path, place.path)
+                preset = self.file_presets.get(path)
                 if preset == "" or (preset is None and not place.name):
                     args_knobs.append(knob)
                 elif preset:
-                    files[place.path] = preset
+                    files[path] = preset
                 else:
                     spec = files.setdefault(place.path, {})
                     spec[knob] = place.name
@@ -116,7 +125,8 @@ class JobReading:
         return bind
 
 
-# Frameworks whose flags an argument preset of gpudoc.bind writes (Hydra's keys are the job's own).
+# Frameworks whose flags an argument preset of gpudoc.bind writes (Hydra's keys are the job's own, as
+# are the ``key=value`` overrides LLaMA-Factory's CLI takes after its YAML).
 ARG_FRAMEWORKS = ("hf-trainer", "lightning", "torchtune", "nanogpt")
 
 

@@ -11,12 +11,13 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from gpudoc.runs.store import RunStore
-from tests.conftest import REPO, VENV_BIN, gpudoc_cli
+from tests.conftest import CONFIGS, REPO, VENV_BIN, gpudoc_cli
 
 JOBS = Path(__file__).with_name("jobs") / "frameworks"
 pytestmark = pytest.mark.slow
@@ -321,3 +322,124 @@ def test_fix_rerun_resumes_too(tmp_path):
     assert "Resuming training from checkpoint with epoch 0 and global step 2" in _last_log(cwd, [latest])
     shown = gpudoc_cli("runs", "show", latest.id, cwd=cwd)
     assert "resumed from: out/checkpoint-2 (hf-trainer, step 2)" in shown.stdout
+
+
+# -- CLIs not installed here (deepspeed, axolotl, llamafactory-cli; and torchtune's real recipes, which
+# need model weights): a stand-in on PATH reads the real config file as the CLI does, prints what it
+# ran with, and fails with CUDA's OOM above OOM_ABOVE samples per device (or, with
+# OOM_UNLESS_EXPANDABLE, until the allocator has expandable segments).
+STAND_IN = """#!{python}
+import json, os, sys
+import yaml
+
+args = sys.argv[1:]
+if os.path.basename(sys.argv[0]) == "deepspeed":
+    flag = next(a for a in args if a.startswith("--deepspeed_config"))
+    path = flag.partition("=")[2] or args[args.index(flag) + 1]
+    cfg = json.load(open(path))
+    micro, accum = cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]
+elif os.path.basename(sys.argv[0]) == "tune":
+    cfg = yaml.safe_load(open(args[args.index("--config") + 1]))
+    if cfg.get("optimizer_in_bwd") and cfg["gradient_accumulation_steps"] != 1:
+        sys.exit("RuntimeError: Gradient accumulation is not supported with optimizer in bwd")
+    micro, accum = cfg["batch_size"], cfg["gradient_accumulation_steps"]
+else:  # axolotl train cfg.yml / llamafactory-cli train cfg.yaml key=value...
+    extra = args[2:]
+    if [a for a in extra if a.startswith("-")]:
+        sys.exit(f"stand-in: {{extra}}: not an option after the config")
+    cfg = {{**yaml.safe_load(open(args[1])), **dict(a.split("=", 1) for a in extra)}}
+    micro = int(cfg.get("micro_batch_size") or cfg.get("per_device_train_batch_size"))
+    accum = int(cfg["gradient_accumulation_steps"])
+alloc = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get("PYTORCH_ALLOC_CONF", "")
+print(f"stand-in: argv={{args}} micro={{micro}} accum={{accum}} alloc={{alloc}}", flush=True)
+if micro > int(os.environ.get("OOM_ABOVE", "1000")) or (
+        os.environ.get("OOM_UNLESS_EXPANDABLE") and "expandable_segments:True" not in alloc):
+    sys.exit("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+             "of 23.68 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 22.10 GiB "
+             "memory in use. Of the allocated memory 21.30 GiB is allocated by PyTorch, and 18.50 MiB is reserved "
+             "by PyTorch but unallocated.")
+print("stand-in: done")
+"""
+
+
+def _stand_in(tmp_path: Path, name: str) -> dict[str, str]:
+    """``name`` on PATH (ahead of the venv's own), and the environment that finds it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / name
+    script.write_text(STAND_IN.format(python=sys.executable))
+    script.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _copy(name: str, to: Path) -> str:
+    to.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(CONFIGS / name, to)
+    return to.read_text()
+
+
+def test_native_deepspeed_fix_apply_edits_its_json_not_the_flags(tmp_path):
+    env = _stand_in(tmp_path, "deepspeed")
+    original = _copy("DeepSpeedExamples__Megatron-LM-v1.1.5-ZeRO3__examples__ds_zero_stage_3_config.json",
+                     tmp_path / "ds.json")
+    command = ["deepspeed", "--num_gpus", "1", "train.py", "--deepspeed", "--deepspeed_config", "ds.json"]
+    first = gpudoc_cli("run", "--no-check", "--", *command, cwd=tmp_path, env={**env, "OOM_ABOVE": "4"})
+    assert first.returncode == 1, first.stderr[-3000:]
+    [record] = RunStore(tmp_path / ".gpudoc").records()
+    assert record.knob_places == {"micro_batch_size": "file:ds.json", "gradient_accumulation_steps": "file:ds.json",
+                                  "precision": "file:ds.json", "zero_stage": "file:ds.json"}
+    applied = gpudoc_cli("fix", "--apply", "--json", cwd=tmp_path, env=env)
+    assert applied.returncode == 0, applied.stderr
+    body = json.loads(applied.stdout)
+    assert body["applied"]["command"] == command and body["applied"]["files"] == [str(tmp_path / "ds.json")]
+    written = json.loads((tmp_path / "ds.json").read_text())
+    assert (written["train_micro_batch_size_per_gpu"], written["gradient_accumulation_steps"]) == (4, 2)
+    assert {**written, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1} == json.loads(original)
+    rerun = gpudoc_cli("fix", "--rerun", cwd=tmp_path, env={**env, "OOM_ABOVE": "4"})
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "stand-in: argv=['--num_gpus', '1', 'train.py', '--deepspeed', '--deepspeed_config', 'ds.json'] " \
+           "micro=4 accum=2" in rerun.stdout
+
+
+@pytest.mark.parametrize(("program", "config", "launch"), [
+    ("axolotl", "axolotl__examples__llama-3__fft-8b.yaml", ["axolotl", "train", "cfg.yml"]),
+    ("llamafactory-cli", "LLaMA-Factory__examples__train_full__qwen3_full_sft.yaml",
+     ["llamafactory-cli", "train", "cfg.yml"]),
+])
+def test_trainer_yaml_retry_oom_adds_no_trainer_flags(tmp_path, program, config, launch):
+    # fft-8b: bf16: auto (axolotl decides at launch); qwen3_full_sft: LLaMA-Factory checkpoints by
+    # default. Neither has a precision or checkpointing rung to take, and neither CLI takes the
+    # Trainer's --bf16 / --gradient_checkpointing after its YAML.
+    env = _stand_in(tmp_path, program)
+    text = _copy(config, tmp_path / "cfg.yml")
+    _copy("LLaMA-Factory__examples__deepspeed__ds_z3_offload_config.json",
+          tmp_path / "examples" / "deepspeed" / "ds_z3_config.json")
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "1", "--", *launch, cwd=tmp_path,
+                      env={**env, "OOM_UNLESS_EXPANDABLE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = sorted(RunStore(tmp_path / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    assert [r.cause for r in records] == ["gpu_oom", "ok"]
+    assert records[-1].argv == launch and (tmp_path / "cfg.yml").read_text() == text
+    knobs = records[0].profile["knobs"]
+    if program == "axolotl":
+        assert "precision" not in knobs
+    else:
+        assert knobs["gradient_checkpointing"] == {"value": True, "where": "default:llama-factory"}
+        assert knobs["zero_stage"] == {"value": 3, "where": "file:examples/deepspeed/ds_z3_config.json"}
+
+
+def test_torchtune_optimizer_in_bwd_fix_apply_leaves_accumulation_at_one(tmp_path):
+    env = _stand_in(tmp_path, "tune")
+    text = _copy("torchtune__recipes__configs__llama3_2__3B_full_single_device.yaml", tmp_path / "cfg.yaml")
+    command = ["tune", "run", "full_finetune_single_device", "--config", "cfg.yaml"]
+    first = gpudoc_cli("run", "--no-check", "--", *command, cwd=tmp_path, env={**env, "OOM_ABOVE": "2"})
+    assert first.returncode == 1, first.stderr[-3000:]
+    assert "note: torchtune: optimizer_in_bwd is on (cfg.yaml): gradient accumulation stays at 1" in first.stderr
+    applied = gpudoc_cli("fix", "--apply", "--json", cwd=tmp_path, env=env)
+    assert applied.returncode == 0, applied.stderr
+    assert json.loads(applied.stdout)["applied"]["rung"] == "expandable-segments+halve-micro-batch"
+    # The batch halves; accumulation stays 1 (torchtune would raise at 2), so the global batch falls.
+    assert (tmp_path / "cfg.yaml").read_text() == text.replace("batch_size: 4", "batch_size: 2")
+    rerun = gpudoc_cli("fix", "--rerun", cwd=tmp_path, env={**env, "OOM_ABOVE": "2"})
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "micro=2 accum=1" in rerun.stdout

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from gpudoc.bind import plan_bindings
+from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.job.knobs import read_job
+from gpudoc.ladder import suggest
 from gpudoc.profiles.from_job import job_profile
 from tests.conftest import CONFIGS
 
@@ -233,3 +235,25 @@ def test_the_record_keeps_each_knobs_place(tmp_path):
     assert doc["source"] == "command" and doc["framework"] == "hf-trainer"
     assert doc["knobs"]["micro_batch_size"] == {"value": 8, "where": "argv:--per_device_train_batch_size"}
     json.dumps(doc)  # a run record holds it as JSON
+
+
+def test_torchtune_optimizer_in_bwd_keeps_accumulation_at_one(tmp_path):
+    # The real 3B single-device config: optimizer_in_bwd: True, gradient_accumulation_steps: 1, batch_size: 4.
+    shutil.copy(CONFIGS / "torchtune__recipes__configs__llama3_2__3B_full_single_device.yaml", tmp_path / "cfg.yaml")
+    command = ["tune", "run", "full_finetune_single_device", "--config", "cfg.yaml"]
+    reading = read_job(command, tmp_path)
+    assert reading.values == {"micro_batch_size": 4, "gradient_checkpointing": True, "precision": "bf16"}
+    assert any("optimizer_in_bwd" in note and "gradient_accumulation_steps" in note for note in reading.notes)
+    # torchtune raises "Gradient accumulation is not supported with optimizer in bwd": no rung raises it.
+    ladder = suggest(Diagnosis(cause="gpu_oom", summary="oom"), job_profile(command, tmp_path),
+                     estimate=lambda *a, **k: None)
+    assert ladder.suggestions
+    assert not [s for s in ladder.suggestions + ladder.semantic_held_back if "gradient_accumulation_steps" in s.changes]
+    [halve] = [s for s in ladder.suggestions if s.rung == "halve-micro-batch"]
+    assert halve.changes == {"micro_batch_size": [4, 2]}
+    plan = _plan(command, tmp_path, **{k: v[1] for k, v in halve.changes.items()})
+    [edit] = plan.file_edits
+    assert edit.changes == [{"key": "batch_size", "old": 4, "new": 2}]
+    # Turned off on the command line, accumulation is a knob again.
+    off = read_job([*command, "optimizer_in_bwd=False"], tmp_path)
+    assert off.values["gradient_accumulation_steps"] == 1
