@@ -1,13 +1,14 @@
 """Each framework's way of taking knobs, read in the order the framework itself applies them.
 
 HF Trainer (and LLaMA-Factory's CLI with flags): its defaults, ``accelerate launch --config_file``'s
-config, a config file given as the first argument, a ``--deepspeed`` JSON, then its flags. axolotl and
-LLaMA-Factory's YAML, a native DeepSpeed ``--deepspeed_config`` JSON and accelerate's config alone:
-through the file presets that write them (``gpudoc.job.configfiles``). LightningCLI: ``--config`` files and ``--section.key``
-flags in command-line order (jsonargparse applies them so; ``gpudoc.job.lightning``). Hydra: the composed config, then
-``key=value`` overrides. torchtune: ``--config`` then overrides. nanoGPT: config ``.py`` files, then
-``--key=value``. Each reader records the knob's value with where it lives (``JobReading.set``: a later
-source wins); ``JobReading.bindings`` says how to write it back there.
+config, a config file given as the first argument, a ``--deepspeed`` JSON, then its flags. axolotl's
+and LLaMA-Factory's YAML, a native DeepSpeed ``--deepspeed_config`` JSON and accelerate's config
+alone: through the file presets that write them (``gpudoc.job.configfiles``). LightningCLI:
+``--config`` files and ``--section.key`` flags in command-line order, as jsonargparse applies them
+(``gpudoc.job.lightning``). Hydra: the composed config, then ``key=value`` overrides. torchtune:
+``--config`` then overrides. nanoGPT: config ``.py`` files, then ``--key=value``. Each reader records
+the knob's value with where it lives (``JobReading.set``: a later source wins);
+``JobReading.bindings`` says how to write it back there.
 """
 
 from __future__ import annotations
