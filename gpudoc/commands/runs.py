@@ -18,8 +18,13 @@ def all_runs(ws: Workspace, *, as_json: bool = False, limit: int | None = None) 
     """Every project's runs (the per-user index), one table per project."""
     from gpudoc.runs.index import projects
 
-    tables = tuple(_table(RunStore(root.parent), limit) for root in projects(ws.environ))
-    return show(AllRunsResult(tables=tables), ws.console, as_json=as_json)
+    stores = [RunStore(root.parent) for root in projects(ws.environ)]
+    tables = tuple(_table(store, limit) for store in stores)
+    status = show(AllRunsResult(tables=tables), ws.console, as_json=as_json)
+    for store in stores:  # each project's skipped records, said as `gpudoc runs` says its own
+        for note in store.take_notes():
+            ws.console.error(note)
+    return status
 
 
 def runs(ws: Workspace, *, as_json: bool = False, limit: int | None = None) -> int:

@@ -183,6 +183,21 @@ def test_runs_all_lists_every_project_gpudoc_ran_in(isolated_home, tmp_path):
     assert [project["runs_dir"] for project in doc["projects"]] == [str(first / ".gpudoc" / "runs")]
 
 
+def test_runs_all_says_which_records_of_a_project_it_skipped(isolated_home, tmp_path):
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    project, elsewhere = isolated_home / "alpha", isolated_home / "elsewhere"
+    project.mkdir(), elsewhere.mkdir()
+    for code in ("print('a')", "print('b')"):
+        assert gpudoc_cli("run", "--no-check", "--", "python", "-c", code, cwd=project, env=env).returncode == 0
+    runs_dir = project / ".gpudoc" / "runs"
+    broken = sorted(path for path in runs_dir.iterdir() if path.is_dir())[0]
+    (broken / "run.json").write_text("{not json")
+    listed = gpudoc_cli("runs", "--all", cwd=elsewhere, env=env)
+    assert listed.returncode == 0 and listed.stdout.count("python -c") == 1
+    notes = [line for line in listed.stderr.splitlines() if "skipped" in line]
+    assert notes == [notes[0]] and f"skipped 1 unreadable run record(s) in {runs_dir} ({broken.name}: " in notes[0]
+
+
 def test_runs_show_in_a_real_tmux_pane_shows_the_chart_and_where_knobs_went(isolated_home, tmux_env):
     import os
     import subprocess
