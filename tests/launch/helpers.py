@@ -113,6 +113,15 @@ def leftovers(mark: str) -> list[str]:
     return found
 
 
+def assert_none_left_within(mark: str, seconds: float = 20) -> None:
+    """No process of the job is left once the guard had ``seconds`` to end them (it works after
+    gpudoc is gone, so the test waits for it rather than reading the first instant)."""
+    deadline = time.monotonic() + seconds
+    while leftovers(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert_no_leftovers(mark)
+
+
 def assert_no_leftovers(mark: str) -> None:
     left = leftovers(mark)
     if left:

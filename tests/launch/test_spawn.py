@@ -20,10 +20,10 @@ from tests.launch.helpers import (
     Gpudoc,
     assert_in_order,
     assert_no_leftovers,
+    assert_none_left_within,
     job_env,
     last_log,
     last_record,
-    leftovers,
     marker,
     rank_lines,
     torchrun,
@@ -186,10 +186,7 @@ def test_gpudoc_sigkilled_leaves_nothing_of_a_job_that_ignores_sigterm(isolated_
     g.wait_for(b"\nready", timeout=30)
     g.proc.kill()
     g.wait(30)
-    deadline = time.monotonic() + 20
-    while leftovers(mark) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert_no_leftovers(mark)
+    assert_none_left_within(mark)
     assert "the guard ended the job's 2 process(es)" in g.stderr
 
 
@@ -203,10 +200,7 @@ def test_gpudoc_sigkilled_leaves_no_sidecar_that_escaped_group_session_and_marke
     time.sleep(2.5)  # a tick or two: gpudoc has seen the sidecar and named it to the guard
     g.proc.kill()
     g.wait(30)
-    deadline = time.monotonic() + 20
-    while leftovers(mark) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert_no_leftovers(mark)
+    assert_none_left_within(mark)
     # The sidecar at least (the first process may go first, by its parent-death signal).
     assert "gpudoc ended while its job ran: the guard ended the job's" in g.stderr
 
