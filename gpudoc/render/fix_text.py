@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gpudoc.output import Console
-from gpudoc.render.text import text
+from gpudoc.render.text import knob_word, text
 from gpudoc.results.fix import CleanPlan, CleanResult, FixResult
 from gpudoc.units import format_bytes
 
@@ -122,7 +122,7 @@ def _nodes(result: FixResult, console: Console) -> None:
 def knob_diff_lines(suggestion: Suggestion, *, current_env: Mapping[str, str] | None = None) -> list[str]:
     rows: list[tuple[str, str, str]] = []
     for knob, (old, new) in suggestion.changes.items():
-        rows.append((knob, _value(old), _value(new)))
+        rows.append((knob, knob_word(old), knob_word(new)))
     for var, value in suggestion.env.items():
         old = (current_env or {}).get(var)
         rows.append((var, old if old is not None else "(unset)", value))
@@ -147,12 +147,6 @@ def fit_text(suggestion: Suggestion, shortfall: int | None) -> str:
     if saving >= shortfall:
         return f"; expected to fit (more than the {format_bytes(shortfall)} short)"
     return f"; not expected to fit alone (the OOM was {format_bytes(shortfall)} short)"
-
-
-def _value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 @text.register

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpudoc.output import Console, printable
-from gpudoc.render.text import text
+from gpudoc.render.text import knob_word, text
 from gpudoc.results.runs import (
     AllRunsResult,
     DryRunResult,
@@ -74,7 +74,7 @@ def _run_show(result: RunShowResult, console: Console) -> None:
     if record.diagnosis is not None and record.diagnosis.summary:
         say(f"  diagnosis: {printable(record.diagnosis.summary)}")
     if record.knobs:
-        say("  knobs: " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.knobs.items())))
+        say("  knobs: " + ", ".join(f"{k}={printable(knob_word(v))}" for k, v in sorted(record.knobs.items())))
     if record.env_set:
         say("  environment gpudoc set (knobs bound as GPUDOC_*, the allocator): " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.env_set.items())))
     for label, edits in (("edited", record.file_edits), ("then edited (for the next attempt)", record.applied_edits)):
@@ -121,7 +121,7 @@ def _shown(what: str, value: Any) -> str:
         return format_bytes(value)
     if what == "duration_s" and isinstance(value, (int, float)):
         return format_duration(value)
-    return printable(str(value))
+    return printable(knob_word(value))
 
 
 @text.register
@@ -162,7 +162,7 @@ def _knobs_changed(before: RunRecord | None, record: RunRecord) -> str:
     "mbs 8→4, accum 2→4"."""
     if before is None:
         return "-"
-    turned = [f"{_KNOB_SHORT.get(k, k)} {'-' if old is None else old}→{'-' if new is None else new}"
+    turned = [f"{_KNOB_SHORT.get(k, k)} {'-' if old is None else knob_word(old)}→{'-' if new is None else knob_word(new)}"
               for k, old, new in changes(before.knobs, record.knobs)]
     text = printable(", ".join(turned)) or "-"
     return text if len(text) <= 40 else text[:39] + "…"

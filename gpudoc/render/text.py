@@ -38,6 +38,13 @@ _RENDERERS = {
 }
 
 
+def knob_word(value: object) -> str:
+    """A knob's value as every command writes it: booleans as the profile spells them (``true``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 @text.register
 def _check(result: CheckResult, console: Console) -> None:
     from gpudoc.render.findings_text import render_findings

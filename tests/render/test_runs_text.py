@@ -6,7 +6,7 @@ import io
 
 from gpudoc.output import Console
 from gpudoc.render.text import text
-from gpudoc.results.runs import PruneResult, RunShowResult, RunsResult
+from gpudoc.results.runs import PruneResult, RunsDiffResult, RunShowResult, RunsResult
 from gpudoc.runs.record import RunRecord
 
 TYPED = ["python", "train.py", "--per_device_train_batch_size", "16"]
@@ -48,6 +48,23 @@ def test_runs_show_leads_with_what_ran_and_keeps_what_was_typed():
     out = console.out.getvalue()
     assert "  command: python train.py --per_device_train_batch_size 4\n" in out
     assert "  as typed: python train.py --per_device_train_batch_size 16\n" in out
+
+
+def test_boolean_knobs_read_as_the_profile_and_fix_write_them():
+    before = _attempt("20260101-000000000-aaaaaa", 16, 2)
+    after = _attempt("20260101-000001000-bbbbbb", 16, 2, parent=before.id)
+    before.profile["knobs"]["gradient_checkpointing"] = False
+    after.profile["knobs"]["gradient_checkpointing"] = True
+    shown, listed, diffed = _console(), _console(), _console()
+    text(RunShowResult(record=after, live_status="failed", start=None, end=None, used={}, total={}), shown)
+    text(RunsResult(runs_dir="/x/runs", records=(after,), live_status=("failed",), before={after.id: before}),
+         listed)
+    text(RunsDiffResult(a=before.id, b=after.id, knobs=(("gradient_checkpointing", False, True),), env=(),
+                        edits=(), outcome=()), diffed)
+    assert "gradient_checkpointing=true" in shown.out.getvalue()
+    assert "ckpt false→true" in listed.out.getvalue()
+    assert "gradient_checkpointing: false -> true" in diffed.out.getvalue()
+    assert not any(word in out.out.getvalue() for out in (shown, listed, diffed) for word in ("True", "False"))
 
 
 def test_a_dry_run_prune_says_what_would_be_left():
