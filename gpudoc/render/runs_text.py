@@ -221,13 +221,13 @@ def _run(result: RunResult, console: Console) -> None:
     status_text = {"ok": style("finished", "green", "bold"), "failed": style("FAILED", "red", "bold"),
                    "interrupted": style("interrupted", "yellow", "bold")}.get(record.status, record.status)
     how = f"exit {result.exit_code}"
-    if result.killed_by is not None and result.interrupted_by is not None:
+    if result.killed_by is not None and result.interrupted_by not in (None, result.killed_by):
         # The user's signal sets the status (130, 143); the job itself had to be SIGKILLed after it.
         how += (f" ({signal_name(result.interrupted_by)} from the user; the job was then killed by "
                 f"{signal_name(result.killed_by)})")
-    elif result.killed_by is not None:
+    elif result.killed_by is not None and result.interrupted_by is None:
         how += f" (killed by {signal_name(result.killed_by)})"
-    elif result.interrupted_by is not None and result.exit_code != 0:
+    elif result.interrupted_by is not None and (result.exit_code != 0 or result.killed_by is not None):
         how += f" ({signal_name(result.interrupted_by)} from the user)"
     say("")
     say(f"gpudoc: run {record.id} {status_text} after {format_duration(record.duration_s or 0)}: {how}")

@@ -6,7 +6,7 @@ import io
 
 from gpudoc.output import Console
 from gpudoc.render.text import text
-from gpudoc.results.runs import PruneResult, RunsDiffResult, RunShowResult, RunsResult
+from gpudoc.results.runs import PruneResult, RunResult, RunsDiffResult, RunShowResult, RunsResult
 from gpudoc.runs.record import RunRecord
 
 TYPED = ["python", "train.py", "--per_device_train_batch_size", "16"]
@@ -65,6 +65,23 @@ def test_boolean_knobs_read_as_the_profile_and_fix_write_them():
     assert "ckpt false→true" in listed.out.getvalue()
     assert "gradient_checkpointing: false -> true" in diffed.out.getvalue()
     assert not any(word in out.out.getvalue() for out in (shown, listed, diffed) for word in ("True", "False"))
+
+
+def _ended(killed_by, interrupted_by) -> str:
+    record = _attempt("20260101-000000000-aaaaaa", 16, 2)
+    console = _console()
+    text(RunResult(record=record, exit_code=128 + (interrupted_by or killed_by), log_path="/x/output.log",
+                   killed_by=killed_by, interrupted_by=interrupted_by), console)
+    return console.out.getvalue().splitlines()[1].split(" s: ", 1)[1]
+
+
+def test_the_end_says_the_job_was_killed_after_the_users_signal_only_when_it_took_another_one():
+    import signal
+
+    # Python's KeyboardInterrupt re-raised as SIGINT: the job died of the user's own Ctrl-C.
+    assert _ended(signal.SIGINT, signal.SIGINT) == "exit 130 (SIGINT from the user)"
+    assert _ended(signal.SIGKILL, signal.SIGTERM) == "exit 143 (SIGTERM from the user; the job was then killed by SIGKILL)"
+    assert _ended(signal.SIGKILL, None) == "exit 137 (killed by SIGKILL)"
 
 
 def test_a_dry_run_prune_says_what_would_be_left():
