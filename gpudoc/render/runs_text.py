@@ -193,10 +193,13 @@ def _dry_run(result: DryRunResult, console: Console) -> None:
 
 def _binding_line(b: dict[str, Any]) -> str:
     """``micro_batch_size -> ds.json:train_micro_batch_size_per_gpu  1 -> 8`` (or ``= 8 (unchanged)``)."""
+    file, key = b.get("file"), b.get("key")
+
     def word(value: Any) -> str:
+        if file == "command" and isinstance(value, str) and value and not any(c.isspace() for c in value):
+            return value  # a word of the command line, as the run itself says it ("--flag 16 -> 8")
         return json.dumps(value) if isinstance(value, (str, bool)) or value is None else str(value)
 
-    file, key = b.get("file"), b.get("key")
     where = (f"command {key}" if file == "command" else f"{file}:{key}" if key else file if file
              else b.get("where") or "(nowhere)")  # no file: a knob at the framework's default
     old, new = b.get("old"), b.get("new")

@@ -6,7 +6,7 @@ import io
 
 from gpudoc.output import Console
 from gpudoc.render.text import text
-from gpudoc.results.runs import PruneResult, RunResult, RunsDiffResult, RunShowResult, RunsResult
+from gpudoc.results.runs import DryRunResult, PruneResult, RunResult, RunsDiffResult, RunShowResult, RunsResult
 from gpudoc.runs.record import RunRecord
 
 TYPED = ["python", "train.py", "--per_device_train_batch_size", "16"]
@@ -82,6 +82,19 @@ def test_the_end_says_the_job_was_killed_after_the_users_signal_only_when_it_too
     assert _ended(signal.SIGINT, signal.SIGINT) == "exit 130 (SIGINT from the user)"
     assert _ended(signal.SIGKILL, signal.SIGTERM) == "exit 143 (SIGTERM from the user; the job was then killed by SIGKILL)"
     assert _ended(signal.SIGKILL, None) == "exit 137 (killed by SIGKILL)"
+
+
+def test_a_dry_run_writes_a_flags_values_as_the_command_line_has_them():
+    console = _console()
+    bindings = ({"knob": "micro_batch_size", "file": "command", "key": "--per_device_train_batch_size", "old": "16",
+                 "new": "8", "added": False},
+                {"knob": "run_name", "file": "command", "key": "--run_name", "old": "a b", "new": "c", "added": False},
+                {"knob": "precision", "file": "cfg.json", "key": "fp16", "old": "16", "new": "8", "added": False})
+    text(DryRunResult(argv=("python", "train.py"), env_set={}, file_edits=(), bindings=bindings), console)
+    shown = console.out.getvalue()
+    assert "micro_batch_size -> command --per_device_train_batch_size  16 -> 8\n" in shown
+    assert 'run_name -> command --run_name  "a b" -> c\n' in shown  # a word with a space stays quoted
+    assert 'precision -> cfg.json:fp16  "16" -> "8"\n' in shown  # a file's string stays a string
 
 
 def test_a_dry_run_prune_says_what_would_be_left():
