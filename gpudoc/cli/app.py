@@ -24,8 +24,10 @@ gpudoc fix --apply
     def main(self, *args: str) -> int:
         if args:
             from gpudoc.errors import UsageError
+            from gpudoc.profiles.validate import did_you_mean
 
-            raise UsageError(f"gpudoc: unknown command '{args[0]}' (see `gpudoc --help`)")
+            raise UsageError(f"gpudoc: unknown command '{args[0]}'{did_you_mean(args[0], _SUBCOMMANDS)} "
+                             "(see `gpudoc --help`)")
         if not self.nested_command:
             self.help()
             return 2

@@ -127,7 +127,13 @@ def _json_command(args: list[str]) -> str | None:
     if "--json" not in own:
         return None
     words = [a for a in own[:2] if not a.startswith("-")]
-    return " ".join(words[:2]) if words[:1] == ["profile"] else (words[0] if words else "gpudoc")
+    if not words:
+        return "gpudoc"
+    # A group's subcommand is part of the name, as its own envelope says ("runs show", "profile new").
+    return " ".join(words[:2]) if words[1:2] and words[1] in _SUBCOMMANDS.get(words[0], ()) else words[0]
+
+
+_SUBCOMMANDS = {"profile": ("list", "show", "new"), "runs": ("show", "diff", "prune")}
 
 
 def _flush_stdout() -> None:

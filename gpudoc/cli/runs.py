@@ -28,7 +28,13 @@ gpudoc runs show
         if self.nested_command:
             return 0  # `gpudoc runs prune`: the subcommand does the work
         if args:
-            raise UsageError(f"gpudoc runs: unexpected argument '{args[0]}' (see `gpudoc logs RUN_ID`)")
+            import re
+
+            from gpudoc.profiles.validate import did_you_mean
+
+            hint = (" (one run: `gpudoc runs show RUN_ID`; its log: `gpudoc logs RUN_ID`)"
+                    if re.match(r"\d{8}-", args[0]) else did_you_mean(args[0], ("show", "diff", "prune")))
+            raise UsageError(f"gpudoc runs: unexpected argument '{args[0]}'{hint}")
         from gpudoc.commands.runs import all_runs, runs
 
         if self.every:

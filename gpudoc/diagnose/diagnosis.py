@@ -89,7 +89,10 @@ class Diagnosis:
         if self.inferred and self.signal:
             return replace(self, cause="signal", summary=f"Stopped by the user ({signal_name} to gpudoc): "
                                                          f"gpudoc ended the job with {self.signal}.")
-        summary = f"Stopped by the user ({signal_name} to gpudoc); {self.summary}".strip()
+        said = self.summary or ""
+        if said[:1].isupper() and said[1:2].islower():  # "The job ...", mid-sentence now ("GPU 0 ..." stays)
+            said = said[0].lower() + said[1:]
+        summary = f"Stopped by the user ({signal_name} to gpudoc); {said}".strip()
         return replace(self, cause="signal", summary=summary)
 
     # -- questions ---------------------------------------------------------------------------------

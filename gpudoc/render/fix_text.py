@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gpudoc.output import Console
-from gpudoc.render.text import text
+from gpudoc.render.text import knob_word, text
 from gpudoc.results.fix import CleanPlan, CleanResult, FixResult
 from gpudoc.units import format_bytes
 
 if TYPE_CHECKING:
     # Types only: importing gpudoc.ladder runs its package (the whole ladder) on the launch path.
     from gpudoc.diagnose.diagnosis import Diagnosis
-    from gpudoc.ladder.model import Suggestion
+    from gpudoc.ladder.model import LadderResult, Suggestion
 
 
 @text.register
@@ -62,10 +62,10 @@ def _fix(result: FixResult, console: Console) -> None:
         elif result.rerun is not None or any(note.startswith("nothing written") for note in result.notes):
             pass  # the relaunch, or why nothing was written, is said below
         elif ladder.first_profile_change() is not None and result.knob_places:
-            console.print("Apply the first change with `gpudoc fix --apply` (edits the job's config files and "
-                          "gives the new command), or `gpudoc fix --rerun` to apply and relaunch.")
+            console.print(f"Apply {_first_change(ladder)} with `gpudoc fix --apply` (edits the job's config files "
+                          "and gives the new command), or `gpudoc fix --rerun` to apply and relaunch.")
         elif ladder.first_profile_change() is not None:
-            console.print(f"Apply the first change with `gpudoc fix --apply` (writes {result.target_path}), "
+            console.print(f"Apply {_first_change(ladder)} with `gpudoc fix --apply` (writes {result.target_path}), "
                           "or `gpudoc fix --rerun` to apply and relaunch.")
     if ladder.semantic_held_back:
         console.print("")
@@ -77,6 +77,19 @@ def _fix(result: FixResult, console: Console) -> None:
         if ladder.semantic_held_back and note.startswith("held back"):
             continue  # already listed above
         console.print(style(f"Note: {note}", "dim"))
+
+
+def _first_change(ladder: LadderResult) -> str:
+    """What `--apply` writes: the first rung, or the first two when the first cannot fit alone
+    (the allocator setting rides with the next rung, as `--retry-oom` does it)."""
+    chosen = ladder.first_profile_change()
+    listed = [s.rung for s in ladder.suggestions]
+    if chosen is None or chosen.rung in listed:
+        return "the first change"
+    parts = chosen.rung.split("+")
+    numbers = [str(listed.index(p) + 1) for p in parts if p in listed]
+    return (f"{chosen.rung} ({' and '.join(numbers)} in one relaunch: {parts[0]} alone cannot cover the "
+            "shortfall)")
 
 
 def _figures(diag: Diagnosis) -> str:
@@ -122,7 +135,7 @@ def _nodes(result: FixResult, console: Console) -> None:
 def knob_diff_lines(suggestion: Suggestion, *, current_env: Mapping[str, str] | None = None) -> list[str]:
     rows: list[tuple[str, str, str]] = []
     for knob, (old, new) in suggestion.changes.items():
-        rows.append((knob, _value(old), _value(new)))
+        rows.append((knob, knob_word(old), knob_word(new)))
     for var, value in suggestion.env.items():
         old = (current_env or {}).get(var)
         rows.append((var, old if old is not None else "(unset)", value))
@@ -147,12 +160,6 @@ def fit_text(suggestion: Suggestion, shortfall: int | None) -> str:
     if saving >= shortfall:
         return f"; expected to fit (more than the {format_bytes(shortfall)} short)"
     return f"; not expected to fit alone (the OOM was {format_bytes(shortfall)} short)"
-
-
-def _value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 @text.register

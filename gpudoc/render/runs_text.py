@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpudoc.output import Console, printable
-from gpudoc.render.text import text
+from gpudoc.render.text import knob_word, text
 from gpudoc.results.runs import (
     AllRunsResult,
     DryRunResult,
@@ -74,7 +74,7 @@ def _run_show(result: RunShowResult, console: Console) -> None:
     if record.diagnosis is not None and record.diagnosis.summary:
         say(f"  diagnosis: {printable(record.diagnosis.summary)}")
     if record.knobs:
-        say("  knobs: " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.knobs.items())))
+        say("  knobs: " + ", ".join(f"{k}={printable(knob_word(v))}" for k, v in sorted(record.knobs.items())))
     if record.env_set:
         say("  environment gpudoc set (knobs bound as GPUDOC_*, the allocator): " + ", ".join(f"{k}={printable(str(v))}" for k, v in sorted(record.env_set.items())))
     for label, edits in (("edited", record.file_edits), ("then edited (for the next attempt)", record.applied_edits)):
@@ -121,7 +121,7 @@ def _shown(what: str, value: Any) -> str:
         return format_bytes(value)
     if what == "duration_s" and isinstance(value, (int, float)):
         return format_duration(value)
-    return printable(str(value))
+    return printable(knob_word(value))
 
 
 @text.register
@@ -162,7 +162,7 @@ def _knobs_changed(before: RunRecord | None, record: RunRecord) -> str:
     "mbs 8→4, accum 2→4"."""
     if before is None:
         return "-"
-    turned = [f"{_KNOB_SHORT.get(k, k)} {'-' if old is None else old}→{'-' if new is None else new}"
+    turned = [f"{_KNOB_SHORT.get(k, k)} {'-' if old is None else knob_word(old)}→{'-' if new is None else knob_word(new)}"
               for k, old, new in changes(before.knobs, record.knobs)]
     text = printable(", ".join(turned)) or "-"
     return text if len(text) <= 40 else text[:39] + "…"
@@ -193,10 +193,13 @@ def _dry_run(result: DryRunResult, console: Console) -> None:
 
 def _binding_line(b: dict[str, Any]) -> str:
     """``micro_batch_size -> ds.json:train_micro_batch_size_per_gpu  1 -> 8`` (or ``= 8 (unchanged)``)."""
+    file, key = b.get("file"), b.get("key")
+
     def word(value: Any) -> str:
+        if file == "command" and isinstance(value, str) and value and not any(c.isspace() for c in value):
+            return value  # a word of the command line, as the run itself says it ("--flag 16 -> 8")
         return json.dumps(value) if isinstance(value, (str, bool)) or value is None else str(value)
 
-    file, key = b.get("file"), b.get("key")
     where = (f"command {key}" if file == "command" else f"{file}:{key}" if key else file if file
              else b.get("where") or "(nowhere)")  # no file: a knob at the framework's default
     old, new = b.get("old"), b.get("new")
@@ -221,13 +224,13 @@ def _run(result: RunResult, console: Console) -> None:
     status_text = {"ok": style("finished", "green", "bold"), "failed": style("FAILED", "red", "bold"),
                    "interrupted": style("interrupted", "yellow", "bold")}.get(record.status, record.status)
     how = f"exit {result.exit_code}"
-    if result.killed_by is not None and result.interrupted_by is not None:
+    if result.killed_by is not None and result.interrupted_by not in (None, result.killed_by):
         # The user's signal sets the status (130, 143); the job itself had to be SIGKILLed after it.
         how += (f" ({signal_name(result.interrupted_by)} from the user; the job was then killed by "
                 f"{signal_name(result.killed_by)})")
-    elif result.killed_by is not None:
+    elif result.killed_by is not None and result.interrupted_by is None:
         how += f" (killed by {signal_name(result.killed_by)})"
-    elif result.interrupted_by is not None and result.exit_code != 0:
+    elif result.interrupted_by is not None and (result.exit_code != 0 or result.killed_by is not None):
         how += f" ({signal_name(result.interrupted_by)} from the user)"
     say("")
     say(f"gpudoc: run {record.id} {status_text} after {format_duration(record.duration_s or 0)}: {how}")

@@ -38,11 +38,20 @@ _RENDERERS = {
 }
 
 
+def knob_word(value: object) -> str:
+    """A knob's value as every command writes it: booleans as the profile spells them (``true``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 @text.register
 def _check(result: CheckResult, console: Console) -> None:
     from gpudoc.render.findings_text import render_findings
 
-    header = f"gpudoc check: facts from {result.facts.source}"
+    source = result.facts.source
+    header = ("gpudoc check: no GPU facts (NVML did not start)" if source == "none"
+              else f"gpudoc check: facts from {source}")
     if result.profile_label:
         header += f", profile {result.profile_label}"
     console.print(console.style(header, "dim"))

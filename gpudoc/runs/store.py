@@ -272,7 +272,7 @@ class RunStore:
         if (latest := self.latest()) is None:
             self.require_readable()
             skipped = f"; {said}" if (said := self._skipped()) else ""
-            raise InputError(f"no runs in {self.root} (see `gpudoc runs`){skipped}")
+            raise InputError(f"no runs yet in {self.root} (start one with `gpudoc run -- COMMAND`){skipped}")
         return latest
 
     def latest(self) -> RunRecord | None:

@@ -25,6 +25,16 @@ def test_unknown_command_names_it():
     result = gpudoc_cli("frobnicate")
     assert result.returncode == 2
     assert "unknown command 'frobnicate'" in result.stderr
+    assert "did you mean" not in result.stderr
+
+
+def test_a_mistyped_command_or_runs_subcommand_gets_a_did_you_mean():
+    typo = gpudoc_cli("chek")
+    assert typo.returncode == 2 and "unknown command 'chek' (did you mean 'check'?)" in typo.stderr
+    sub = gpudoc_cli("runs", "shwo")
+    assert sub.returncode == 2 and "unexpected argument 'shwo' (did you mean 'show'?)" in sub.stderr
+    run_id = gpudoc_cli("runs", "20261125-063709418-863c60")
+    assert run_id.returncode == 2 and "`gpudoc runs show RUN_ID`" in run_id.stderr
 
 
 def test_help_lists_subcommands_and_examples():

@@ -62,6 +62,9 @@ def test_the_cases_that_need_no_log():
     stopped = diagnose_text("Traceback (most recent call last):\nKeyboardInterrupt\n", exit_code=1).stopped_by_user(
         "SIGINT")
     assert stopped.cause == "signal" and stopped.summary.startswith("Stopped by the user (SIGINT to gpudoc); ")
+    # One sentence: what the job's own diagnosis said goes on in lower case after the semicolon.
+    own = diagnose_text("Traceback (most recent call last):\nKeyboardInterrupt\n", exit_code=1).summary
+    assert own[:1].isupper() and stopped.summary.endswith("; " + own[0].lower() + own[1:])
     # gpudoc's own SIGKILL (third Ctrl-C, the grace ran out) is not the kernel's OOM killer.
     guessed = diagnose_text("step 1\n", exit_code=-9)
     assert guessed.cause == "host_oom" and guessed.inferred

@@ -6,7 +6,7 @@ import io
 
 from gpudoc.output import Console
 from gpudoc.render.text import text
-from gpudoc.results.runs import PruneResult, RunShowResult, RunsResult
+from gpudoc.results.runs import DryRunResult, PruneResult, RunResult, RunsDiffResult, RunShowResult, RunsResult
 from gpudoc.runs.record import RunRecord
 
 TYPED = ["python", "train.py", "--per_device_train_batch_size", "16"]
@@ -48,6 +48,53 @@ def test_runs_show_leads_with_what_ran_and_keeps_what_was_typed():
     out = console.out.getvalue()
     assert "  command: python train.py --per_device_train_batch_size 4\n" in out
     assert "  as typed: python train.py --per_device_train_batch_size 16\n" in out
+
+
+def test_boolean_knobs_read_as_the_profile_and_fix_write_them():
+    before = _attempt("20260101-000000000-aaaaaa", 16, 2)
+    after = _attempt("20260101-000001000-bbbbbb", 16, 2, parent=before.id)
+    before.profile["knobs"]["gradient_checkpointing"] = False
+    after.profile["knobs"]["gradient_checkpointing"] = True
+    shown, listed, diffed = _console(), _console(), _console()
+    text(RunShowResult(record=after, live_status="failed", start=None, end=None, used={}, total={}), shown)
+    text(RunsResult(runs_dir="/x/runs", records=(after,), live_status=("failed",), before={after.id: before}),
+         listed)
+    text(RunsDiffResult(a=before.id, b=after.id, knobs=(("gradient_checkpointing", False, True),), env=(),
+                        edits=(), outcome=()), diffed)
+    assert "gradient_checkpointing=true" in shown.out.getvalue()
+    assert "ckpt false→true" in listed.out.getvalue()
+    assert "gradient_checkpointing: false -> true" in diffed.out.getvalue()
+    assert not any(word in out.out.getvalue() for out in (shown, listed, diffed) for word in ("True", "False"))
+
+
+def _ended(killed_by, interrupted_by) -> str:
+    record = _attempt("20260101-000000000-aaaaaa", 16, 2)
+    console = _console()
+    text(RunResult(record=record, exit_code=128 + (interrupted_by or killed_by), log_path="/x/output.log",
+                   killed_by=killed_by, interrupted_by=interrupted_by), console)
+    return console.out.getvalue().splitlines()[1].split(" s: ", 1)[1]
+
+
+def test_the_end_says_the_job_was_killed_after_the_users_signal_only_when_it_took_another_one():
+    import signal
+
+    # Python's KeyboardInterrupt re-raised as SIGINT: the job died of the user's own Ctrl-C.
+    assert _ended(signal.SIGINT, signal.SIGINT) == "exit 130 (SIGINT from the user)"
+    assert _ended(signal.SIGKILL, signal.SIGTERM) == "exit 143 (SIGTERM from the user; the job was then killed by SIGKILL)"
+    assert _ended(signal.SIGKILL, None) == "exit 137 (killed by SIGKILL)"
+
+
+def test_a_dry_run_writes_a_flags_values_as_the_command_line_has_them():
+    console = _console()
+    bindings = ({"knob": "micro_batch_size", "file": "command", "key": "--per_device_train_batch_size", "old": "16",
+                 "new": "8", "added": False},
+                {"knob": "run_name", "file": "command", "key": "--run_name", "old": "a b", "new": "c", "added": False},
+                {"knob": "precision", "file": "cfg.json", "key": "fp16", "old": "16", "new": "8", "added": False})
+    text(DryRunResult(argv=("python", "train.py"), env_set={}, file_edits=(), bindings=bindings), console)
+    shown = console.out.getvalue()
+    assert "micro_batch_size -> command --per_device_train_batch_size  16 -> 8\n" in shown
+    assert 'run_name -> command --run_name  "a b" -> c\n' in shown  # a word with a space stays quoted
+    assert 'precision -> cfg.json:fp16  "16" -> "8"\n' in shown  # a file's string stays a string
 
 
 def test_a_dry_run_prune_says_what_would_be_left():

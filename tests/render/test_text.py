@@ -49,3 +49,19 @@ def test_a_result_brings_its_renderers_and_only_those():
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['gpudoc.render.text'] ['gpudoc.render.profile_text'] True"
+
+
+def test_check_without_gpu_facts_says_so_in_its_header():
+    import io
+
+    from gpudoc.facts.model import Facts
+    from gpudoc.output import Console
+    from gpudoc.results.core import CheckResult
+
+    headers = []
+    for source in ("none", "nvml"):
+        console = Console(out=io.StringIO(), err=io.StringIO(), colour=False)
+        text(CheckResult(facts=Facts(collected_at="2026-01-01T00:00:00Z", source=source), findings=(), exit_code=0),
+             console)
+        headers.append(console.out.getvalue().splitlines()[0])
+    assert headers == ["gpudoc check: no GPU facts (NVML did not start)", "gpudoc check: facts from nvml"]

@@ -217,11 +217,19 @@ def test_a_runs_path_that_cannot_be_listed_is_an_error_not_no_runs(tmp_path):
         store.named_or_latest(None)
 
 
+def test_no_runs_yet_says_how_to_start_one_as_runs_does(tmp_path):
+    # `gpudoc runs` in the same place: "No runs yet in DIR (start one with `gpudoc run -- COMMAND`)."
+    with pytest.raises(InputError) as caught:
+        RunStore(tmp_path).named_or_latest(None)
+    assert str(caught.value).endswith("(start one with `gpudoc run -- COMMAND`)")
+    assert "see `gpudoc runs`" not in str(caught.value)
+
+
 def test_no_readable_runs_says_which_were_skipped(tmp_path):
     store = RunStore(tmp_path)
     bad = make(store)
     (store.run_dir(bad.id) / RECORD).write_text("{not json")
-    with pytest.raises(InputError, match=f"no runs in .*; skipped 1 unreadable run record.*{bad.id}: Expecting"):
+    with pytest.raises(InputError, match=f"no runs yet in .*; skipped 1 unreadable run record.*{bad.id}: Expecting"):
         store.named_or_latest(None)
 
 
