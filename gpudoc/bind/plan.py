@@ -6,7 +6,7 @@ import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gpudoc.bind import shell
 from gpudoc.bind.argchanges import arg_changes
@@ -54,12 +54,30 @@ class BindPlan:
     def diff_text(self) -> str:
         return "".join(edit.diff for edit in self.file_edits)
 
-    def said(self) -> list[str]:
-        """One line per changed flag of the command and per changed file: what, from what to what."""
-        lines = [f"command: {_change(b)}" for b in self.bindings if b["file"] == "command" and _changed(b)]
+    def said(self, before: Sequence[str] | None = None) -> list[str]:
+        """One line per changed flag of the command and per changed file: what, from what to what.
+
+        ``before``: the command the attempt this one relaunches ran. A flag is then said from the
+        value that attempt had, as a file is (edited in place, it holds that attempt's value), not
+        from the command as typed: "8 -> 4" at the second relaunch, not "16 -> 4"."""
+        flags = [b for b in self.bindings if b["file"] == "command"]
+        if before is not None:
+            flags = [since for b in flags if (since := _since(b, before)) is not None]
+        lines = [f"command: {_change(b)}" for b in flags if _changed(b)]
         for edit in self.file_edits:
             lines.append(f"{edit.label or Path(edit.path).name}: " + ", ".join(_change(c) for c in edit.changes))
         return lines
+
+
+def _since(b: Mapping[str, Any], before: Sequence[str]) -> dict[str, Any] | None:
+    """The binding ``b`` as a change from the command ``before`` (its flag's last value there);
+    None for a flag removed that ``before`` did not have either."""
+    found = ArgEdits(list(before)).find((b["key"],))
+    if not found:
+        return {**b, "old": None, "added": True} if b["new"] is not None else None
+    value = found[-1].value
+    old = "" if value is None or (value.startswith("-") and not found[-1].eq) else value  # a bare switch
+    return {**b, "old": old, "added": False}
 
 
 def _changed(b: Mapping[str, Any]) -> bool:
@@ -72,7 +90,7 @@ def _change(c: Mapping[str, Any]) -> str:
     if c.get("added") or (old is None and new is not None):
         return f"{key} {_word(new)} added" if new != "" else f"{key} added"
     if new is None:
-        return f"{key} {_word(old)} removed" if old is not None else f"{key} removed"
+        return f"{key} {_word(old)} removed" if old not in (None, "") else f"{key} removed"
     return f"{key} {_word(old)} -> {_word(new)}"
 
 

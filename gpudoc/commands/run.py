@@ -168,9 +168,15 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     for note in (*resolved.conflicts, *resolved.notes):
         console.error(f"gpudoc: note: {note}")
     edits = refusing(lambda: _apply_edits(resolved, ws))
-    for line in resolved.said:  # a flag the user typed, a value in a file: never changed unsaid
+    for line in _said(resolved, ws, parent):  # a flag the user typed, a value in a file: never changed unsaid
         console.error(f"gpudoc: {line}")
     return launch_attempt(options, profile, resolved, child_env, edits, ws, parent=parent)
+
+
+def _said(resolved: ResolvedCommand, ws: Workspace, parent: str | None) -> tuple[str, ...]:
+    """The changes to say: at a relaunch, from what the attempt it relaunches ran."""
+    earlier = ws.store.record_or_none(parent) if parent is not None and resolved.plan is not None else None
+    return tuple(resolved.plan.said(before=earlier.argv)) if earlier is not None and earlier.argv else resolved.said
 
 
 def _dry_run_result(resolved: ResolvedCommand, profile: Profile) -> DryRunResult:

@@ -434,6 +434,11 @@ def test_said_names_each_changed_flag_of_the_command_and_of_a_script(tmp_path):
     assert typed.argv == ["python", "train.py", "--per_device_train_batch_size=8", "--seed", "1", "--bf16"]
     assert typed.said() == ["command: --per_device_train_batch_size 2 -> 8", "command: --fp16 removed",
                             "command: --bf16 added"]
+    # At a relaunch each flag is said from what the attempt before it ran, as a file edited in place is.
+    assert typed.said(before=["python", "train.py", "--per_device_train_batch_size", "4", "--seed", "1",
+                              "--bf16"]) == ["command: --per_device_train_batch_size 4 -> 8"]
+    assert typed.said(before=["python", "train.py", "--per_device_train_batch_size=8", "--fp16", "--seed", "1"]) \
+        == ["command: --fp16 removed", "command: --bf16 added"]
 
 
 def test_a_misspelt_name_in_a_nanogpt_config_is_refused_a_new_one_appended(tmp_path):

@@ -82,6 +82,36 @@ def test_a_flag_the_user_typed_and_the_profile_replaces_is_said(isolated_home):
     assert "gpudoc: command: --per_device_train_batch_size 2 -> 8\n" in done.stderr
 
 
+OOMS_ABOVE_4 = """\
+import sys
+mbs = int(sys.argv[sys.argv.index("--per_device_train_batch_size") + 1])
+print(f"knobs: micro_batch_size={mbs}", flush=True)
+if mbs > 4:
+    sys.stderr.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                     "capacity of 23.68 GiB of which 1.00 GiB is free.\\n")
+    sys.exit(1)
+"""
+
+
+def test_each_relaunch_says_a_flag_from_the_value_the_attempt_before_it_ran(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text(
+        '[train]\nmicro_batch_size = 16\ngradient_accumulation_steps = 1\n[bind]\nargs = "hf-trainer"\n')
+    (isolated_home / "train.py").write_text(OOMS_ABOVE_4)
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "3", "--", "python", "train.py",
+                      "--per_device_train_batch_size", "16")
+    assert done.returncode == 0, done.stderr
+    # The allocator rung first (the OOM gives no reserved figure to rule it out), then two halvings.
+    assert [int(line.rpartition("=")[2]) for line in done.stdout.splitlines() if line.startswith("knobs:")] \
+        == [16, 16, 8, 4]
+    said = [line for line in done.stderr.splitlines() if line.startswith("gpudoc: command: ")]
+    # As a config file edited in place would say it: 16 -> 8, then 8 -> 4 (not 16 -> 4 again).
+    assert said == ["gpudoc: command: --gradient_accumulation_steps 1 added",
+                    "gpudoc: command: --per_device_train_batch_size 16 -> 8",
+                    "gpudoc: command: --gradient_accumulation_steps 1 -> 2",
+                    "gpudoc: command: --per_device_train_batch_size 8 -> 4",
+                    "gpudoc: command: --gradient_accumulation_steps 2 -> 4"]
+
+
 def test_a_process_count_the_profile_contradicts_is_refused_by_the_dry_run(isolated_home):
     (isolated_home / "gpudoc.toml").write_text("[train]\nmicro_batch_size = 8\n[launch]\nnproc_per_node = 4\n")
     done = gpudoc_cli("run", "--dry-run", "--", "torchrun", "--nproc_per_node=2", "train.py")
