@@ -281,7 +281,7 @@ complete -c gpudoc -n '__gpudoc_at \'\'' -a run -d 'Launch a training job: check
 complete -c gpudoc -n '__gpudoc_at \'\'' -a fix -d 'After a failure: say what happened and propose the next rungs of the tuning ladder'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a estimate -d 'Peak GPU memory per GPU for the profile\'s model and knobs, and the largest micro batch that fits'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a clean -d 'End your stray processes holding GPU memory (SIGTERM, then SIGKILL), then report what was freed'
-complete -c gpudoc -n '__gpudoc_at \'\'' -a runs -d 'List the run records: id, start, duration, status, cause and command'
+complete -c gpudoc -n '__gpudoc_at \'\'' -a runs -d 'List the run records: id, start, duration, status, cause, peak memory, what changed and command'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a logs -d 'Print a run\'s output (the latest run by default); -f follows it until the run ends'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a watch -d 'Follow a running run (the latest by default): GPU memory with its history, processes, last line'
 complete -c gpudoc -n '__gpudoc_at \'\'' -a profile -d 'List, show and create profiles (GPU needs, environment and training knobs)'

@@ -8,7 +8,7 @@ from gpudoc.cli.base import Command
 
 
 class RunsCommand(Command):
-    """List the run records: id, start, duration, status, cause and command."""
+    """List the run records: id, start, duration, status, cause, peak memory, what changed and command."""
 
     EXAMPLES = """
 gpudoc runs
