@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import ExitStatus, GpudocError, UsageError
@@ -95,7 +96,8 @@ def _from_run(ws: Workspace, name: str, run_id: str) -> str:
         raise UsageError(f"--from-run: gpudoc read no knobs from run {record.id}'s command "
                          f"({' '.join(record.command)}); write [train] and [bind] by hand")
     doc = tomlkit.document()
-    doc.add(tomlkit.comment(f"Read by gpudoc from run {record.id}: {' '.join(record.command)}"))
+    # What that run launched, whose values [train] holds (a relaunch's, not the command as typed).
+    doc.add(tomlkit.comment(f"Read by gpudoc from run {record.id}: {shlex.join(record.launched)}"))
     doc.add("description", f"{name}: {profile.job.framework} job")
     places = profile.job.places
     train = tomlkit.table()

@@ -237,11 +237,14 @@ def test_fix_with_no_profile_offers_the_flags_and_writes_no_profile(tmp_path):
 def test_profile_new_from_run_writes_what_was_read(tmp_path):
     cwd = _job_dir(tmp_path)
     command = _launch(1, "hf_trainer.py", *HF_FLAGS)
-    done, _records = _retry(cwd, command, oom_above=4)
+    done, records = _retry(cwd, command, oom_above=4)
     assert done.returncode == 0
     made = gpudoc_cli("profile", "new", "mine", "--from-run", cwd=cwd)
     assert made.returncode == 0, made.stderr
     text = (cwd / ".gpudoc" / "profiles" / "mine.toml").read_text()
+    header = text.splitlines()[0]  # what the run launched, whose values the profile holds
+    assert header.startswith(f"# Read by gpudoc from run {records[-1].id}: ")
+    assert " --per_device_train_batch_size 4 " in header and " --per_device_train_batch_size 8 " not in header
     assert "micro_batch_size = 4 # argv:--per_device_train_batch_size" in text
     assert 'args = "hf-trainer"' in text and 'PYTORCH_ALLOC_CONF = "expandable_segments:True"' in text
     # The profile now describes the job: run with it as typed, it launches the halved batch.
