@@ -42,11 +42,14 @@ def _job_model(ws: Workspace, profile: Profile, command: list[str]) -> tuple[Pro
             command, cwd, source = list(runs[-1].command), Path(runs[-1].cwd), f"the command of run {runs[-1].id}"
     profile, note = with_job_model(profile, command, cwd, ws.environ)
     if not profile.model:
-        where = profile.path or "the profile"
-        asked = (f"{source} names no model (--model_name_or_path, model.name_or_path=, ...)" if command
-                 else "no job command to read one from (gpudoc estimate -- COMMAND)")
-        raise ProfileError(f"{where}: no [model], and {asked}: set {HF_CONFIG_HINT} or hidden, layers, heads, vocab",
-                           file=str(profile.path) if profile.path else None, key="model")
+        named = f"{source} names no model (--model_name_or_path, model.name_or_path=, ...)"
+        if profile.path is None:  # no profile either: there is none to "set [model]" in yet
+            asked = named if command else "no job command to read a model from (gpudoc estimate -- COMMAND)"
+            raise ProfileError(f"no profile, and {asked}: a profile with {HF_CONFIG_HINT} or hidden, layers, "
+                               "heads, vocab says it (`gpudoc estimate -p FILE -- COMMAND`)", key="model")
+        asked = named if command else "no job command to read one from (gpudoc estimate -- COMMAND)"
+        raise ProfileError(f"{profile.path}: no [model], and {asked}: set {HF_CONFIG_HINT} or hidden, layers, heads, "
+                           "vocab", file=str(profile.path), key="model")
     return profile, note
 
 

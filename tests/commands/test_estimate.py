@@ -264,6 +264,15 @@ def test_a_job_that_names_no_model_is_said_so(isolated_home):
         estimate_command(captured_workspace(isolated_home), command=["python", "train.py", "--bf16"])
 
 
+def test_with_no_profile_a_missing_model_is_not_asked_of_a_profile(isolated_home):
+    ws = captured_workspace(isolated_home)
+    with pytest.raises(ProfileError, match=r"^no profile, and no job command to read a model from "
+                                           r"\(gpudoc estimate -- COMMAND\): a profile with \[model\] hf_config"):
+        estimate_command(ws)
+    with pytest.raises(ProfileError, match=r"^no profile, and the job's command names no model \(--model_name_or_path"):
+        estimate_command(ws, command=["python", "train.py", "--per_device_train_batch_size", "4"])
+
+
 def test_a_named_model_missing_from_the_cache_is_one_line(isolated_home, tmp_path):
     (isolated_home / "gpudoc.toml").write_text(JOB_PROFILE)
     ws = captured_workspace(isolated_home, environ={"HF_HOME": str(tmp_path / "hf")})
