@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,7 +84,7 @@ def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int
                       "relaunching")
         from gpudoc.commands.resume import with_resume
 
-        options = with_resume(options, record, new_profile, ws)
+        options = replace(with_resume(options, record, new_profile, ws), attempt=attempt)
         profile, parent = new_profile, record.id
 
 
@@ -95,7 +96,8 @@ def _changes_lost(before: RunRecord, after: RunRecord, profile: Profile, ws: Wor
     arrival = say_arrival(before, after, profile, ws)
     if arrival is None or not arrival.missing or after.succeeded:
         return False
-    ws.console.error("gpudoc: --retry-oom stopped: the next rung would change a setting the job does not read")
+    ws.console.error("gpudoc: --retry-oom stopped: the next rung would change a setting the job does not read "
+                     f"(see `gpudoc fix {after.id}`)")
     return True
 
 

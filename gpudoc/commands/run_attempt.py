@@ -206,7 +206,8 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     from gpudoc.results.runs import RunResult
 
     result = RunResult(record=record, exit_code=outcome.status, log_path=str(log_path),
-                       killed_by=outcome.signal, interrupted_by=outcome.interrupted_by)
+                       killed_by=outcome.signal, interrupted_by=outcome.interrupted_by,
+                       retries_left=options.retry_oom - options.attempt)
     try:
         # gpudoc's own words go to stderr: stdout is the job's.
         show(result, Console(out=console.err, err=console.err, colour=console.colour), as_json=options.json)

@@ -58,6 +58,9 @@ class RunOptions:
     # Not a switch: the checkpoint a relaunch resumes from (``gpudoc.commands.resume``), whose
     # switch goes on the launched command while ``command`` stays the user's.
     resume: dict | None = None
+    # Not a switch: the relaunches --retry-oom has made so far; while some are left, a failed
+    # attempt's summary sends the user nowhere (gpudoc relaunches by itself).
+    attempt: int = 0
 
     def to_argv(self) -> list[str]:
         """The same `gpudoc run` as arguments (after the program name), minus --tmux and --dry-run."""

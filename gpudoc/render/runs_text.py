@@ -249,7 +249,7 @@ def _run(result: RunResult, console: Console) -> None:
         say(f"  GPU memory samples are incomplete: {record.samples_error}")
     say(f"  log: {result.log_path}")
     unused = _unused_share(record.peak_memory_bytes, record.gpu_totals)
-    if record.status != "ok":
+    if record.status != "ok" and not result.relaunch_follows:
         say(f"  next: gpudoc fix {record.id}")
     elif unused is not None and unused > 0.4:
         say(f"  next: gpudoc fix {record.id}   (memory was left unused: it can propose a bigger batch)")

@@ -146,10 +146,17 @@ class RunResult:
     log_path: str
     killed_by: int | None = None  # the signal that ended the job, when one did
     interrupted_by: int | None = None  # the signal the user sent gpudoc (Ctrl-C, SIGTERM)
+    retries_left: int = 0  # --retry-oom relaunches still allowed after this attempt
 
     @property
     def status(self) -> str:
         return self.record.status
+
+    @property
+    def relaunch_follows(self) -> bool:
+        """A GPU OOM with --retry-oom relaunches left: gpudoc climbs the ladder itself (it says so
+        when no rung is left), so the summary sends the user to no `gpudoc fix`."""
+        return self.retries_left > 0 and self.record.cause == "gpu_oom" and self.record.status != "interrupted"
 
     def json_body(self) -> dict[str, Any]:
         return {"run": self.record.to_dict(), "log": self.log_path}

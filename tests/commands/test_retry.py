@@ -117,6 +117,10 @@ def test_a_job_that_prints_its_old_value_stops_the_ladder_after_one_relaunch(tmp
     assert ("gpudoc: micro_batch_size = 4 did not reach the job: the job printed micro_batch_size = 8 again, "
             "not 4; bind micro_batch_size where the job reads it") in done.stderr
     assert "--retry-oom stopped" in done.stderr and "--retry-oom 2/4" not in done.stderr
+    # Relaunched, the first attempt pointed nowhere; the chain's end points to fix on its last run.
+    assert [line.strip() for line in done.stderr.splitlines() if "gpudoc fix" in line] == [
+        "gpudoc: --retry-oom stopped: the next rung would change a setting the job does not read "
+        f"(see `gpudoc fix {records[1].id}`)"]
     assert records[1].arrival == {"missing": {"micro_batch_size": "the job printed micro_batch_size = 8 again, not 4"},
                                   "confirmed": []}
 

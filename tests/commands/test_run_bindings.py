@@ -104,6 +104,7 @@ def test_each_relaunch_says_a_flag_from_the_value_the_attempt_before_it_ran(isol
     assert [int(line.rpartition("=")[2]) for line in done.stdout.splitlines() if line.startswith("knobs:")] \
         == [16, 16, 8, 4]
     said = [line for line in done.stderr.splitlines() if line.startswith("gpudoc: command: ")]
+    assert "next: gpudoc fix" not in done.stderr  # each failed attempt was relaunched, the last one fit
     # As a config file edited in place would say it: 16 -> 8, then 8 -> 4 (not 16 -> 4 again).
     assert said == ["gpudoc: command: --gradient_accumulation_steps 1 added",
                     "gpudoc: command: --per_device_train_batch_size 16 -> 8",

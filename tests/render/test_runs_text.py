@@ -84,6 +84,22 @@ def test_the_end_says_the_job_was_killed_after_the_users_signal_only_when_it_too
     assert _ended(signal.SIGKILL, None) == "exit 137 (killed by SIGKILL)"
 
 
+def test_a_failed_attempt_sends_the_user_to_fix_unless_retry_oom_relaunches_it():
+    from dataclasses import replace
+
+    def next_lines(record: RunRecord, retries_left: int) -> list[str]:
+        console = _console()
+        text(RunResult(record=record, exit_code=1, log_path="/x/output.log", retries_left=retries_left), console)
+        return [line.strip() for line in console.out.getvalue().splitlines() if line.strip().startswith("next:")]
+
+    oom = replace(_attempt("20260101-000000000-aaaaaa", 16, 2), cause="gpu_oom")
+    assert next_lines(oom, 0) == [f"next: gpudoc fix {oom.id}"]
+    assert next_lines(oom, 1) == []  # gpudoc relaunches it (and says so if no rung is left)
+    # Not an OOM, or stopped by the user: no relaunch follows, whatever retries are left.
+    assert next_lines(replace(oom, cause="error"), 1) == [f"next: gpudoc fix {oom.id}"]
+    assert next_lines(replace(oom, status="interrupted"), 1) == [f"next: gpudoc fix {oom.id}"]
+
+
 def test_a_dry_run_writes_a_flags_values_as_the_command_line_has_them():
     console = _console()
     bindings = ({"knob": "micro_batch_size", "file": "command", "key": "--per_device_train_batch_size", "old": "16",
