@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import sysconfig
@@ -76,6 +77,20 @@ def test_bin_gpudoc_works_from_a_fresh_clone(fresh_clone, tmp_path):
     assert set(names) == shipped
 
 
+def test_bin_gpudoc_uses_the_venv_bin_test_made_without_installing_again(tmp_path):
+    # The venv ./bin/test made (its own stamp, newer than pyproject.toml): gpudoc is in it already.
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / ".gpudoc-test-installed").touch()
+    env = {**clean_env(tmp_path), "GPUDOC_VENV": str(venv)}
+    done = subprocess.run([str(REPO / "bin" / "gpudoc"), "--version"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, f"gpudoc {__version__}", "")
+    assert not (venv / ".gpudoc-installed").exists()
+
+
 def test_an_install_puts_scripts_and_profiles_where_the_shells_look(fresh_clone, tmp_path):
     env = clean_env(tmp_path)
     prefix = tmp_path / "venv"
@@ -145,7 +160,8 @@ def _venv_standing_in_for_bin_test(tmp_path: Path) -> Path:
     stamped as installed so bin/test goes straight to pytest."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (venv / "bin" / "python").chmod(0o755)
     stamp = venv / ".gpudoc-test-installed"
     stamp.touch()
     later = (REPO / "pyproject.toml").stat().st_mtime + 10
