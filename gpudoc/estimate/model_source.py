@@ -138,6 +138,9 @@ def _load(path: Path) -> Any:
     from ruamel.yaml.error import YAMLError
 
     try:
+        # Only a regular file: opening a FIFO (or a device) named like a config waits for a writer forever.
+        if not path.is_file():
+            return None
         raw = path.read_text(encoding="utf-8")
         return json.loads(raw) if path.suffix == ".json" else YAML(typ="safe", pure=True).load(raw)
     except (OSError, ValueError, YAMLError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors

@@ -172,6 +172,23 @@ def test_config_files_named_by_the_job_are_read(tmp_path):
     assert model_name_from_job([], data) == NamedModel("NousResearch/Llama-3.2-1B", "file:axolotl.yml:base_model")
 
 
+def test_a_fifo_named_like_a_config_is_skipped_not_read(tmp_path):
+    """`gpudoc estimate -- axolotl train cfg.yaml` with cfg.yaml a named pipe: opening it would wait
+    for a writer forever."""
+    import threading
+
+    os.mkfifo(tmp_path / "cfg.yaml")
+    found: list = []
+    reader = threading.Thread(target=lambda: found.append(job_config_data(["cfg.yaml"], tmp_path)), daemon=True)
+    reader.start()
+    reader.join(timeout=5)
+    hung = reader.is_alive()
+    if hung:  # let the blocked open() finish, so the thread ends with the test
+        os.close(os.open(tmp_path / "cfg.yaml", os.O_WRONLY | os.O_NONBLOCK))
+    assert not hung
+    assert found == [[]]
+
+
 def test_a_profile_without_model_takes_the_jobs(tmp_path, hub):
     path = cache_model(hub, "meta-llama/Llama-3.2-1B", CONFIGS["meta-llama/Llama-3.2-1B"])
     argv = ["torchrun", "--nproc_per_node", "4", "train.py", "--model_name_or_path", "meta-llama/Llama-3.2-1B"]
