@@ -66,8 +66,11 @@ def script_tree(job: JobCommand, cwd: Path) -> ast.Module | None:
     """The job's own ``.py`` script, parsed (never run): what it imports and how it is decorated."""
     if not job.script or not job.script.endswith(".py"):
         return None
+    path = cwd / job.script
+    if not path.is_file():
+        return None  # `python <(...)`: reading a pipe would block, or take the bytes python should get
     try:
-        return ast.parse((cwd / job.script).read_text(encoding="utf-8"))
+        return ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
 

@@ -20,7 +20,7 @@ from gpudoc.estimate.model_source import (
     with_job_model,
 )
 from gpudoc.profiles.model import Profile
-from tests.conftest import REPO
+from tests.conftest import REPO, call_beside_fifo
 from tests.estimate.hf_configs import CONFIGS
 
 
@@ -175,18 +175,8 @@ def test_config_files_named_by_the_job_are_read(tmp_path):
 def test_a_fifo_named_like_a_config_is_skipped_not_read(tmp_path):
     """`gpudoc estimate -- axolotl train cfg.yaml` with cfg.yaml a named pipe: opening it would wait
     for a writer forever."""
-    import threading
-
     os.mkfifo(tmp_path / "cfg.yaml")
-    found: list = []
-    reader = threading.Thread(target=lambda: found.append(job_config_data(["cfg.yaml"], tmp_path)), daemon=True)
-    reader.start()
-    reader.join(timeout=5)
-    hung = reader.is_alive()
-    if hung:  # let the blocked open() finish, so the thread ends with the test
-        os.close(os.open(tmp_path / "cfg.yaml", os.O_WRONLY | os.O_NONBLOCK))
-    assert not hung
-    assert found == [[]]
+    assert call_beside_fifo(tmp_path / "cfg.yaml", lambda: job_config_data(["cfg.yaml"], tmp_path)) == []
 
 
 def test_a_profile_without_model_takes_the_jobs(tmp_path, hub):
