@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoc.bind.args import LIGHTNING_PRECISION, ArgEdits
-from gpudoc.bind.filecontext import num
+from gpudoc.bind.filecontext import count, num
 from gpudoc.bind.values import as_bool_text
 from gpudoc.job.knobs import JobReading
 
@@ -126,7 +126,16 @@ def knob_value(knob: str, value: Any) -> Any:
         return precision_of(value)
     if knob == "gradient_checkpointing":
         return value if isinstance(value, bool) else as_bool_text(str(value))
-    return num(value) if not isinstance(value, str) else to_int(value)
+    number = num(value) if not isinstance(value, str) else to_int(value)
+    # Not a number: kept as written, for JobReading.set to name (None, "auto", ${...} say no value).
+    return number if number is not None else count(value)
+
+
+def usable(knob: str, value: Any) -> bool:
+    """A value read from a key that only looks like the knob's (a leaf named ``batch_size``): a
+    count that is no number is some other setting, not an error."""
+    return value is not None and (knob in ("precision", "gradient_checkpointing") or
+                                  (isinstance(value, int) and not isinstance(value, bool)))
 
 
 def _leaves(data: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
@@ -150,7 +159,7 @@ def generic_knobs(data: Any) -> dict[str, tuple[str, Any]]:
                 if path[-1] != name or any(p.startswith(("eval", "val", "test")) for p in path):
                     continue
                 typed = knob_value(knob, value)
-                if typed is not None:
+                if usable(knob, typed):
                     found[knob] = (".".join(path), typed)
                     break
             if knob in found:
