@@ -59,7 +59,17 @@ def load_config(path: Path, label: str, reading: JobReading) -> Any:
     if isinstance(data, Mapping):
         reading.config_data.append((label, data))
         return data
+    # Every framework read here takes a mapping of settings: say why none was read (the job fails on it).
+    reading.notes.append(f"{label}: not read ({_kind(data)}, not a mapping of settings)")
     return None
+
+
+def _kind(data: Any) -> str:
+    if data is None:
+        return "empty"
+    if isinstance(data, bool):
+        return "a boolean"
+    return "a number" if isinstance(data, (int, float)) else "a list" if isinstance(data, list) else "text"
 
 
 def script_tree(job: JobCommand, cwd: Path) -> ast.Module | None:

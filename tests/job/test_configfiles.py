@@ -154,3 +154,13 @@ def test_accelerate_config_alone_is_all_a_plain_script_says(tmp_path):
     assert reading.values == {"precision": "fp16", "zero_stage": 3, "gradient_accumulation_steps": 1,
                               "offload_optimizer": False, "offload_params": False}
     assert set(reading.places.values()) == {"file:acc.yaml"}
+
+
+@pytest.mark.parametrize(("text", "what"), [("", "empty"), ("# all commented out\n", "empty"),
+                                            ("- micro_batch_size: 2\n", "a list"), ("42\n", "a number")])
+def test_a_config_that_is_no_mapping_is_said_not_passed_over(tmp_path, text, what):
+    """axolotl's YAML empty, or a list: axolotl refuses it; gpudoc says why it read no knob from it."""
+    (tmp_path / "cfg.yml").write_text(text)
+    reading = read_job(["axolotl", "train", "cfg.yml"], tmp_path)
+    assert reading.knobs == {}
+    assert reading.notes == [f"cfg.yml: not read ({what}, not a mapping of settings)"]
