@@ -36,6 +36,11 @@ GENERIC_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Real training configs are kilobytes; the round-trip YAML parser takes seconds per megabyte, and a
+# job's config is parsed more than once, so a 50 MB file would hold `run` for many minutes.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 # -- shared ----------------------------------------------------------------------------------------
 def load_config(path: Path, label: str, reading: JobReading) -> Any:
     """A config file's data, or None with a note: reading never fails on the job's behalf."""
@@ -43,6 +48,11 @@ def load_config(path: Path, label: str, reading: JobReading) -> Any:
     from gpudoc.errors import GpudocError
 
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            reading.notes.append(f"{label}: not read ({size / 2**20:.1f} MiB: larger than any training config; "
+                                 f"gpudoc reads at most {MAX_CONFIG_BYTES >> 20} MiB)")
+            return None
         text = path.read_text(encoding="utf-8")
         suffix = path.suffix.lower()
         if suffix == ".json":

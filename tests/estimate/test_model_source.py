@@ -179,6 +179,12 @@ def test_a_fifo_named_like_a_config_is_skipped_not_read(tmp_path):
     assert call_beside_fifo(tmp_path / "cfg.yaml", lambda: job_config_data(["cfg.yaml"], tmp_path)) == []
 
 
+def test_a_config_larger_than_any_real_one_is_not_parsed_for_the_model(tmp_path):
+    padding = "".join(f"  - path: data/shard_{i:06d}.jsonl\n" for i in range(40_000))
+    (tmp_path / "cfg.yml").write_text(f"base_model: org/model\ndatasets:\n{padding}")
+    assert job_config_data(["cfg.yml"], tmp_path) == []
+
+
 def test_a_profile_without_model_takes_the_jobs(tmp_path, hub):
     path = cache_model(hub, "meta-llama/Llama-3.2-1B", CONFIGS["meta-llama/Llama-3.2-1B"])
     argv = ["torchrun", "--nproc_per_node", "4", "train.py", "--model_name_or_path", "meta-llama/Llama-3.2-1B"]
