@@ -67,9 +67,12 @@ def placeholder(value: Any) -> bool:
 
 
 def count(value: Any) -> Any:
-    """A count as a file says it: the number (``8.0`` is 8); None when absent, null or a placeholder;
-    anything else as written, for the job's reader to name (``"eight"``, ``8.5``, ``true``)."""
+    """A count as a file says it: the number (``8.0`` is 8, a quoted ``"8"`` too: the frameworks'
+    config parsers coerce it); None when absent, null or a placeholder; anything else as written,
+    for the job's reader to name (``"eight"``, ``8.5``, ``true``)."""
     if value is MISSING or value is None or placeholder(value):
         return None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
     number = num(value)
     return number if number is not None else value

@@ -25,7 +25,7 @@ def test_an_unusable_batch_in_a_trainers_yaml_is_an_error_naming_the_file(tmp_pa
 
 @pytest.mark.parametrize(("text", "key"), [
     ("per_device_train_batch_size: 4\ngradient_accumulation_steps: 0\n", "gradient_accumulation_steps"),
-    ("per_device_train_batch_size: '4'\n", "micro_batch_size"),
+    ("per_device_train_batch_size: '4.5'\n", "micro_batch_size"),
 ])
 def test_llama_factory_yaml_values_are_checked_too(tmp_path, text, key):
     (tmp_path / "sft.yaml").write_text("stage: sft\ncutoff_len: 1024\n" + text)
@@ -56,10 +56,17 @@ def test_an_unusable_flag_value_is_an_error_naming_the_flag(tmp_path, flags):
 
 
 def test_a_deepspeed_json_batch_of_the_wrong_type_is_an_error(tmp_path):
-    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "8",
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "eight",
                                                   "zero_optimization": {"stage": 2}}))
-    with pytest.raises(InputError, match=r"^ds\.json: micro_batch_size = '8'"):
+    with pytest.raises(InputError, match=r"^ds\.json: micro_batch_size = 'eight'"):
         read_job(["deepspeed", "train.py", "--deepspeed_config", "ds.json"], tmp_path)
+
+
+def test_a_quoted_whole_number_is_that_number_not_an_error(tmp_path):
+    # pydantic (axolotl) and jsonargparse coerce "8": refusing it would stop a job that runs.
+    (tmp_path / "cfg.yml").write_text("base_model: x\nsequence_len: '512'\nmicro_batch_size: '8'\n")
+    reading = read_job(AXOLOTL, tmp_path)
+    assert reading.values["micro_batch_size"] == 8 and reading.values["max_seq_len"] == 512
 
 
 def test_torchtune_override_values_are_checked(tmp_path):
