@@ -85,6 +85,22 @@ def captured_workspace(cwd: Path | None = None, *, environ: dict | None = None, 
                               console=console, stdin=io.StringIO(stdin), nvml_backend=nvml_backend)
 
 
+def call_beside_fifo(fifo: Path, call, timeout: float = 5.0):
+    """``call()``'s result, asserting it returns while ``fifo`` (a named pipe it may meet) has no
+    writer: a reader that opens the pipe waits forever. Unblocks such a reader before failing."""
+    import threading
+
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(timeout)
+        pytest.fail(f"blocked opening the FIFO {fifo.name}")
+    return result[0]
+
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mounts a tmpfs (CI runs as root)")
 
 

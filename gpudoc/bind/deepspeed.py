@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get, is_auto, num
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get, is_auto, num
 from gpudoc.bind.values import is_neutral
 
 
@@ -72,7 +72,7 @@ def deepspeed_read(data: Any) -> dict[str, Any]:
     for knob, path in (("micro_batch_size", ("train_micro_batch_size_per_gpu",)),
                        ("gradient_accumulation_steps", ("gradient_accumulation_steps",)),
                        ("zero_stage", ("zero_optimization", "stage"))):
-        v = num(get(data, path))
+        v = count(get(data, path))
         if v is not None:
             out[knob] = v
     for knob, section, legacy in (("offload_optimizer", "offload_optimizer", "cpu_offload"),

@@ -59,3 +59,20 @@ def num(value: Any) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
+
+
+def placeholder(value: Any) -> bool:
+    """A value that says none: DeepSpeed's "auto" (the Trainer fills it), OmegaConf's ``${...}`` and ``???``."""
+    return is_auto(value) or (isinstance(value, str) and (value.strip() == "???" or value.strip().startswith("${")))
+
+
+def count(value: Any) -> Any:
+    """A count as a file says it: the number (``8.0`` is 8, a quoted ``"8"`` too: the frameworks'
+    config parsers coerce it); None when absent, null or a placeholder; anything else as written,
+    for the job's reader to name (``"eight"``, ``8.5``, ``true``)."""
+    if value is MISSING or value is None or placeholder(value):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    number = num(value)
+    return number if number is not None else value

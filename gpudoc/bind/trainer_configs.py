@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoc.bind.args import nanogpt_settings
-from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get, num
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get, num
 
 
 # -- axolotl YAML ---------------------------------------------------------------------------------
@@ -80,7 +80,7 @@ def axolotl_read(data: Any) -> dict[str, Any]:
 def _read_simple(data: Any, ints: dict[str, str], bools: dict[str, str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for knob, key in ints.items():
-        v = num(get(data, tuple(key.split("."))))
+        v = count(get(data, tuple(key.split("."))))
         if v is not None:
             out[knob] = v
     for knob, key in (bools or {}).items():
@@ -237,10 +237,10 @@ def accelerate_read(data: Any) -> dict[str, Any]:
         out["precision"] = {"no": "fp32"}.get(mixed, mixed)
     if str(get(data, ("distributed_type",))).upper() == "DEEPSPEED":
         ds = get(data, ("deepspeed_config",))
-        stage = num(get(ds, ("zero_stage",)))
+        stage = count(get(ds, ("zero_stage",)))
         if stage is not None:
             out["zero_stage"] = stage
-        accum = num(get(ds, ("gradient_accumulation_steps",)))
+        accum = count(get(ds, ("gradient_accumulation_steps",)))
         if accum is not None:
             out["gradient_accumulation_steps"] = accum
         for knob, key in (("offload_optimizer", "offload_optimizer_device"), ("offload_params", "offload_param_device")):

@@ -137,7 +137,12 @@ def _load(path: Path) -> Any:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
+    from gpudoc.job.sources import MAX_CONFIG_BYTES
+
     try:
+        # Only a regular file: opening a FIFO (or a device) named like a config waits for a writer forever.
+        if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
+            return None  # no real config is that large; parsing one would take minutes
         raw = path.read_text(encoding="utf-8")
         return json.loads(raw) if path.suffix == ".json" else YAML(typ="safe", pure=True).load(raw)
     except (OSError, ValueError, YAMLError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors

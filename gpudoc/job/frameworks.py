@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpudoc.bind.args import HF_LORA_FLAGS, HF_SEQ_FLAGS, NANOGPT_DTYPE
-from gpudoc.bind.filecontext import MISSING, get, is_auto, num
+from gpudoc.bind.filecontext import MISSING, count, get, num
 from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
 from gpudoc.job import configfiles, lightning
 from gpudoc.job.argv import JobCommand
@@ -36,6 +36,7 @@ from gpudoc.job.sources import (
     script_tree,
     to_int,
     typed,
+    usable,
 )
 
 HF_DEFAULTS = {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "gradient_checkpointing": False,
@@ -103,7 +104,7 @@ def _hf(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
                        ("--gradient_accumulation_steps", "gradient_accumulation_steps")):
         hit = flag_value(args, (flag,))
         if hit is not None:
-            r.set(knob, to_int(hit[1]), "argv", flag)
+            r.set(knob, knob_value(knob, hit[1]), "argv", flag)
     # transformers 5 reads --activation_checkpointing; --gradient_checkpointing is its old alias.
     for flag in ("--gradient_checkpointing", "--activation_checkpointing"):
         on = bool_flag(args, flag)
@@ -115,7 +116,7 @@ def _hf(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
     for knob, flags in (("max_seq_len", HF_SEQ_FLAGS), ("lora_rank", HF_LORA_FLAGS)):
         hit = flag_value(args, flags)
         if hit is not None:
-            r.set(knob, to_int(hit[1]), "argv", hit[0])
+            r.set(knob, knob_value(knob, hit[1]), "argv", hit[0])
 
 
 # -- Hydra -----------------------------------------------------------------------------------------
@@ -162,8 +163,10 @@ def _hydra(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
             continue
         key, value = over
         for knob, names in GENERIC_KEYS.items():
-            if full_keys.get(knob) == key or (knob not in r.knobs and key.split(".")[-1] in names):
-                r.set(knob, knob_value(knob, value), "argv", key)
+            typed_value = knob_value(knob, value)
+            if full_keys.get(knob) == key or (knob not in r.knobs and key.split(".")[-1] in names
+                                              and usable(knob, typed_value)):
+                r.set(knob, typed_value, "argv", key)
                 full_keys[knob] = key
 
 
@@ -262,8 +265,8 @@ def _nanogpt_set(r: JobReading, knob: str, value: Any, where: tuple[str, str, st
     elif knob == "gradient_accumulation_steps" and num(value) is not None:
         # nanoGPT's value is the total over all ranks; train.py divides it by the world size.
         r.set(knob, max(1, int(value) // world), kind, name, path)
-    elif not is_auto(value):
-        r.set(knob, num(value), kind, name, path)
+    else:
+        r.set(knob, count(value), kind, name, path)
 
 
 def _nproc(job: JobCommand) -> int | None:

@@ -24,6 +24,8 @@ def _which(name: str, environ: Mapping[str, str]) -> str | None:
 
 def shebang_interpreter(path: str, environ: Mapping[str, str]) -> str | None:
     """The Python named by a script's ``#!`` line, or None when it is not a Python script."""
+    if not os.path.isfile(path):
+        return None  # a pipe (`<(...)`) would block, or lose the job its bytes
     try:
         with open(path, "rb") as handle:
             first = handle.readline(512)
@@ -67,6 +69,8 @@ def target_python(argv: Sequence[str], environ: Mapping[str, str]) -> str | None
 
 
 def _head(path: str) -> bytes:
+    if not os.path.isfile(path):
+        return b""  # a pipe (`<(...)`) would block, or lose the job its bytes
     try:
         with open(path, "rb") as handle:
             return handle.read(2048)

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoc.errors import ProfileError
+from gpudoc.bind.filecontext import placeholder
+from gpudoc.errors import InputError, ProfileError
 from gpudoc.job.argv import parse_command
 from gpudoc.job.identity import world
+from gpudoc.profiles.schema import RANGES
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,20 @@ class JobReading:
         return out
 
     def set(self, knob: str, value: Any, kind: str, name: str, path: str | None = None) -> None:
-        """Later readings win: readers call this in the order the job itself applies its sources."""
-        if value is not None:
-            self.knobs[knob] = Knob(value, kind, name, path)
+        """Later readings win: readers call this in the order the job itself applies its sources.
+        A count no framework can train with (``"eight"``, ``8.5``, ``0``, ``1e30``) is an error naming
+        where it is said: the framework's default is not what the job runs with, and the estimate and
+        the ladder must not compute with it. None, ``"auto"`` and ``${...}`` say no value."""
+        if value is None or placeholder(value):
+            return
+        bounds = _COUNTS.get(knob)
+        if bounds is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                   or not bounds[0] <= value <= bounds[1]):
+            said = f"{name} {value}" if kind == "argv" and name.startswith("-") else \
+                f"{name}={value}" if kind == "argv" else f"{path}: {name or knob} = {value!r}"
+            raise InputError(f"{said}: expected a whole number from {bounds[0]} to {bounds[1]}",
+                             file=path, key=name or knob)
+        self.knobs[knob] = Knob(value, kind, name, path)
 
     def bindings(self, knobs: Iterable[str]) -> dict[str, Any]:
         """The ``[bind]`` table that writes ``knobs`` where each lives (and nowhere else)."""
@@ -123,6 +136,13 @@ class JobReading:
         if overrides:
             bind["overrides"] = overrides
         return bind
+
+
+# The counts a reading checks, with the bounds a profile's [train] has (gpudoc.profiles.schema).
+_COUNTS: dict[str, tuple[int, int]] = {
+    **{knob: (int(low), int(high)) for (table, knob), (low, high) in RANGES.items() if table == "train"},
+    "zero_stage": (0, 3),
+}
 
 
 # Frameworks whose flags an argument preset of gpudoc.bind writes (Hydra's keys are the job's own, as

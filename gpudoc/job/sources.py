@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoc.bind.args import LIGHTNING_PRECISION, ArgEdits
-from gpudoc.bind.filecontext import num
+from gpudoc.bind.filecontext import count, num
 from gpudoc.bind.values import as_bool_text
 from gpudoc.job.knobs import JobReading
 
@@ -36,6 +36,11 @@ GENERIC_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Real training configs are kilobytes; the round-trip YAML parser takes seconds per megabyte, and a
+# job's config is parsed more than once, so a 50 MB file would hold `run` for many minutes.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 # -- shared ----------------------------------------------------------------------------------------
 def load_config(path: Path, label: str, reading: JobReading) -> Any:
     """A config file's data, or None with a note: reading never fails on the job's behalf."""
@@ -43,6 +48,11 @@ def load_config(path: Path, label: str, reading: JobReading) -> Any:
     from gpudoc.errors import GpudocError
 
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            reading.notes.append(f"{label}: not read ({size / 2**20:.1f} MiB: larger than any training config; "
+                                 f"gpudoc reads at most {MAX_CONFIG_BYTES >> 20} MiB)")
+            return None
         text = path.read_text(encoding="utf-8")
         suffix = path.suffix.lower()
         if suffix == ".json":
@@ -59,15 +69,28 @@ def load_config(path: Path, label: str, reading: JobReading) -> Any:
     if isinstance(data, Mapping):
         reading.config_data.append((label, data))
         return data
+    # Every framework read here takes a mapping of settings: say why none was read (the job fails on it).
+    reading.notes.append(f"{label}: not read ({_kind(data)}, not a mapping of settings)")
     return None
+
+
+def _kind(data: Any) -> str:
+    if data is None:
+        return "empty"
+    if isinstance(data, bool):
+        return "a boolean"
+    return "a number" if isinstance(data, (int, float)) else "a list" if isinstance(data, list) else "text"
 
 
 def script_tree(job: JobCommand, cwd: Path) -> ast.Module | None:
     """The job's own ``.py`` script, parsed (never run): what it imports and how it is decorated."""
     if not job.script or not job.script.endswith(".py"):
         return None
+    path = cwd / job.script
+    if not path.is_file():
+        return None  # `python <(...)`: reading a pipe would block, or take the bytes python should get
     try:
-        return ast.parse((cwd / job.script).read_text(encoding="utf-8"))
+        return ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
 
@@ -123,7 +146,16 @@ def knob_value(knob: str, value: Any) -> Any:
         return precision_of(value)
     if knob == "gradient_checkpointing":
         return value if isinstance(value, bool) else as_bool_text(str(value))
-    return num(value) if not isinstance(value, str) else to_int(value)
+    number = num(value) if not isinstance(value, str) else to_int(value)
+    # Not a number: kept as written, for JobReading.set to name (None, "auto", ${...} say no value).
+    return number if number is not None else count(value)
+
+
+def usable(knob: str, value: Any) -> bool:
+    """A value read from a key that only looks like the knob's (a leaf named ``batch_size``): a
+    count that is no number is some other setting, not an error."""
+    return value is not None and (knob in ("precision", "gradient_checkpointing") or
+                                  (isinstance(value, int) and not isinstance(value, bool)))
 
 
 def _leaves(data: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
@@ -147,7 +179,7 @@ def generic_knobs(data: Any) -> dict[str, tuple[str, Any]]:
                 if path[-1] != name or any(p.startswith(("eval", "val", "test")) for p in path):
                     continue
                 typed = knob_value(knob, value)
-                if typed is not None:
+                if usable(knob, typed):
                     found[knob] = (".".join(path), typed)
                     break
             if knob in found:

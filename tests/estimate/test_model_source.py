@@ -20,7 +20,7 @@ from gpudoc.estimate.model_source import (
     with_job_model,
 )
 from gpudoc.profiles.model import Profile
-from tests.conftest import REPO
+from tests.conftest import REPO, call_beside_fifo
 from tests.estimate.hf_configs import CONFIGS
 
 
@@ -170,6 +170,19 @@ def test_config_files_named_by_the_job_are_read(tmp_path):
     data = job_config_data(["axolotl.yml", "--deepspeed=ds.json", "broken.yaml", "missing.yaml"], tmp_path)
     assert [name for name, _ in data] == ["axolotl.yml", "ds.json"]
     assert model_name_from_job([], data) == NamedModel("NousResearch/Llama-3.2-1B", "file:axolotl.yml:base_model")
+
+
+def test_a_fifo_named_like_a_config_is_skipped_not_read(tmp_path):
+    """`gpudoc estimate -- axolotl train cfg.yaml` with cfg.yaml a named pipe: opening it would wait
+    for a writer forever."""
+    os.mkfifo(tmp_path / "cfg.yaml")
+    assert call_beside_fifo(tmp_path / "cfg.yaml", lambda: job_config_data(["cfg.yaml"], tmp_path)) == []
+
+
+def test_a_config_larger_than_any_real_one_is_not_parsed_for_the_model(tmp_path):
+    padding = "".join(f"  - path: data/shard_{i:06d}.jsonl\n" for i in range(40_000))
+    (tmp_path / "cfg.yml").write_text(f"base_model: org/model\ndatasets:\n{padding}")
+    assert job_config_data(["cfg.yml"], tmp_path) == []
 
 
 def test_a_profile_without_model_takes_the_jobs(tmp_path, hub):

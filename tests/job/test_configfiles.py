@@ -154,3 +154,24 @@ def test_accelerate_config_alone_is_all_a_plain_script_says(tmp_path):
     assert reading.values == {"precision": "fp16", "zero_stage": 3, "gradient_accumulation_steps": 1,
                               "offload_optimizer": False, "offload_params": False}
     assert set(reading.places.values()) == {"file:acc.yaml"}
+
+
+@pytest.mark.parametrize(("text", "what"), [("", "empty"), ("# all commented out\n", "empty"),
+                                            ("- micro_batch_size: 2\n", "a list"), ("42\n", "a number")])
+def test_a_config_that_is_no_mapping_is_said_not_passed_over(tmp_path, text, what):
+    """axolotl's YAML empty, or a list: axolotl refuses it; gpudoc says why it read no knob from it."""
+    (tmp_path / "cfg.yml").write_text(text)
+    reading = read_job(["axolotl", "train", "cfg.yml"], tmp_path)
+    assert reading.knobs == {}
+    assert reading.notes == [f"cfg.yml: not read ({what}, not a mapping of settings)"]
+
+
+def test_a_config_larger_than_any_real_one_is_not_parsed(tmp_path):
+    """A 50 MB YAML took the round-trip parser over ten minutes, three times over: a size bound keeps
+    the reading quick, and the note says why nothing was read from it."""
+    padding = "".join(f"  - path: data/shard_{i:06d}.jsonl\n" for i in range(40_000))
+    (tmp_path / "cfg.yml").write_text(f"base_model: x\nmicro_batch_size: 2\nsequence_len: 512\ndatasets:\n{padding}")
+    reading = read_job(["axolotl", "train", "cfg.yml"], tmp_path)
+    assert reading.knobs == {}
+    assert reading.notes == ["cfg.yml: not read (1.3 MiB: larger than any training config; gpudoc reads at most "
+                             "1 MiB)"]

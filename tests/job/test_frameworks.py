@@ -4,6 +4,7 @@ framework's order of precedence, and the edit that lands where the winning value
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.job.knobs import read_job
 from gpudoc.ladder import suggest
 from gpudoc.profiles.from_job import job_profile
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, call_beside_fifo
 
 HF = ["torchrun", "--nproc_per_node=2", "train.py", "--output_dir", "out", "--per_device_train_batch_size", "8",
       "--gradient_accumulation_steps", "4", "--bf16"]
@@ -257,3 +258,12 @@ def test_torchtune_optimizer_in_bwd_keeps_accumulation_at_one(tmp_path):
     # Turned off on the command line, accumulation is a knob again.
     off = read_job([*command, "optimizer_in_bwd=False"], tmp_path)
     assert off.values["gradient_accumulation_steps"] == 1
+
+
+def test_a_script_that_is_a_pipe_is_not_read(tmp_path):
+    """`gpudoc run -- python <(...)`: the script is a pipe; parsing it for @hydra.main or LightningCLI
+    would wait for a writer, or take the bytes python itself should read."""
+    os.mkfifo(tmp_path / "train.py")
+    for command in (["python", "train.py"], ["python", "train.py", "--config", "cfg.yaml"]):
+        reading = call_beside_fifo(tmp_path / "train.py", lambda c=command: read_job(c, tmp_path))
+        assert reading.knobs == {}

@@ -6,6 +6,7 @@ import os
 import sys
 
 from gpudoc.job.interpreter import shebang_interpreter, target_python
+from tests.conftest import call_beside_fifo
 
 
 def _script(path, first_line):
@@ -35,3 +36,12 @@ def test_launcher_script_shebangs(tmp_path):
 def test_not_python_at_all():
     assert target_python(["definitely-not-here-xyz"], {"PATH": "/nonexistent"}) is None
     assert target_python([], {}) is None
+
+
+def test_a_program_that_is_a_pipe_is_not_read(tmp_path):
+    """`gpudoc run -- <(...)`: the program is a pipe; reading its #! line would wait for a writer, or
+    take the bytes the job itself should get."""
+    os.mkfifo(tmp_path / "run.sh")
+    env = {"PATH": os.path.dirname(sys.executable)}
+    assert call_beside_fifo(tmp_path / "run.sh", lambda: target_python([str(tmp_path / "run.sh")], env)) is None
+    assert call_beside_fifo(tmp_path / "run.sh", lambda: shebang_interpreter(str(tmp_path / "run.sh"), env)) is None
