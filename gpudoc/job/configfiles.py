@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import MISSING, get, num
+from gpudoc.bind.filecontext import MISSING, count, get, num
 from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.knobs import JobReading
@@ -85,9 +85,12 @@ def accelerate_config(job: JobCommand, cwd: Path, r: JobReading, *, trainer: boo
     if data is None:
         r.notes.append(f"accelerate: --config_file {label} not read")
         return
-    processes, machines = num(get(data, ("num_processes",))), num(get(data, ("num_machines",))) or 1
-    if processes is not None and processes % machines == 0:
-        r.launch.update({"nproc_per_node": processes // machines, "nnodes": machines})
+    said, machines = count(get(data, ("num_processes",))), num(get(data, ("num_machines",))) or 1
+    if isinstance(said, int) and not isinstance(said, bool) and said > 0 and machines > 0 and said % machines == 0:
+        r.launch.update({"nproc_per_node": said // machines, "nnodes": machines})
+    elif said is not None:  # accelerate would refuse it too: the world size is not guessed
+        r.notes.append(f"{label}: num_processes = {said!r} is no count of processes over {machines} machine(s): "
+                       "the world size was not read from it")
     plugin = get(data, ("deepspeed_config",))
     if str(get(data, ("distributed_type",))).upper() == "DEEPSPEED" and isinstance(plugin, Mapping):
         _follow_deepspeed(r, cwd, label, plugin.get("deepspeed_config_file"), "deepspeed_config_file")

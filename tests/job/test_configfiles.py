@@ -147,6 +147,20 @@ def test_accelerate_config_gives_precision_zero_stage_and_world(tmp_path):
     assert edit.changes == [{"key": "mixed_precision", "old": "fp16", "new": "bf16"}]
 
 
+@pytest.mark.parametrize(("processes", "machines"), [('"x"', 1), ("0", 1), ("3", 2), ("'4'", 2)])
+def test_an_accelerate_process_count_that_is_none_is_said_not_guessed(tmp_path, processes, machines):
+    text = TRL_ZERO3.read_text().replace("num_processes: 8", f"num_processes: {processes}")
+    (tmp_path / "acc.yaml").write_text(text.replace("num_machines: 1", f"num_machines: {machines}"))
+    reading = read_job(["accelerate", "launch", "--config_file", "acc.yaml", "train.py"], tmp_path)
+    if processes == "'4'":  # a quoted whole number is that number: 2 processes on each of 2 machines
+        assert reading.launch == {"nproc_per_node": 2, "nnodes": 2}
+        return
+    assert reading.launch == {}
+    [note] = [n for n in reading.notes if "num_processes" in n]
+    assert note.startswith("acc.yaml: num_processes = ") and note.endswith(f"over {machines} machine(s): the world "
+                                                                          "size was not read from it")
+
+
 def test_accelerate_config_alone_is_all_a_plain_script_says(tmp_path):
     shutil.copy(TRL_ZERO3, tmp_path / "acc.yaml")
     reading = read_job(["accelerate", "launch", "--config_file", "acc.yaml", "train.py"], tmp_path)
