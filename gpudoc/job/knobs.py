@@ -88,7 +88,7 @@ class JobReading:
         the ladder must not compute with it. None, ``"auto"`` and ``${...}`` say no value."""
         if value is None or placeholder(value):
             return
-        bounds = _COUNTS.get(knob)
+        bounds = COUNT_BOUNDS.get(knob)
         if bounds is not None and (isinstance(value, bool) or not isinstance(value, int)
                                    or not bounds[0] <= value <= bounds[1]):
             said = f"{name} {value}" if kind == "argv" and name.startswith("-") else \
@@ -139,7 +139,7 @@ class JobReading:
 
 
 # The counts a reading checks, with the bounds a profile's [train] has (gpudoc.profiles.schema).
-_COUNTS: dict[str, tuple[int, int]] = {
+COUNT_BOUNDS: dict[str, tuple[int, int]] = {
     **{knob: (int(low), int(high)) for (table, knob), (low, high) in RANGES.items() if table == "train"},
     "zero_stage": (0, 3),
 }

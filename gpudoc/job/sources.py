@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gpudoc.bind.args import LIGHTNING_PRECISION, ArgEdits
 from gpudoc.bind.filecontext import count, num
 from gpudoc.bind.values import as_bool_text
-from gpudoc.job.knobs import JobReading
+from gpudoc.job.knobs import COUNT_BOUNDS, JobReading
 
 if TYPE_CHECKING:
     from gpudoc.job.argv import JobCommand
@@ -153,9 +153,12 @@ def knob_value(knob: str, value: Any) -> Any:
 
 def usable(knob: str, value: Any) -> bool:
     """A value read from a key that only looks like the knob's (a leaf named ``batch_size``): a
-    count that is no number is some other setting, not an error."""
-    return value is not None and (knob in ("precision", "gradient_checkpointing") or
-                                  (isinstance(value, int) and not isinstance(value, bool)))
+    count that is no number, or none a job trains with (``-1`` for "all"), is some other setting,
+    not an error that would refuse the job."""
+    if value is None or knob in ("precision", "gradient_checkpointing"):
+        return value is not None
+    low, high = COUNT_BOUNDS.get(knob, (0, 10**18))
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _leaves(data: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:

@@ -154,6 +154,15 @@ def test_hydra_reads_the_decorators_config_and_its_defaults_group(tmp_path):
         "config.yaml": [{"key": "trainer.accumulate_grad_batches", "old": 5, "new": 15}]}
 
 
+def test_a_hydra_leaf_that_only_looks_like_a_knob_and_holds_no_count_is_passed_over(tmp_path):
+    # A key gpudoc finds by its name alone: -1 ("all") is some other setting, not a batch to refuse.
+    _hydra_project(tmp_path)
+    (tmp_path / "conf" / "data_loader" / "default.yaml").write_text("batch_size: -1\nnum_workers: 4\n")
+    reading = read_job(["python", "train.py"], tmp_path)
+    assert reading.framework == "hydra" and "micro_batch_size" not in reading.places
+    assert reading.places["gradient_accumulation_steps"] == "file:conf/config.yaml:trainer.accumulate_grad_batches"
+
+
 def test_hydra_override_beats_the_file_and_is_the_one_edited(tmp_path):
     _hydra_project(tmp_path)
     command = ["python", "train.py", "data_loader.batch_size=45", "++trainer.accumulate_grad_batches=5"]
