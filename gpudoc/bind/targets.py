@@ -13,7 +13,7 @@ import difflib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from gpudoc.bind.filecontext import MISSING, is_auto
 from gpudoc.bind.values import format_value
@@ -115,37 +115,64 @@ def _check_file_preset(label: str, path_text: str, preset: Any) -> None:
 
 
 def check_files_table(files: Any, knobs: Mapping[str, Any], enums: Mapping[str, tuple[str, ...]],
-                      where: str) -> None:
+                      where: str, line_of: Callable[[str, str], int | None] | None = None) -> None:
     """The shape of ``[bind.files]`` as the profile loads (no file is read here): every binding
-    names a declared knob, readable key paths, and map values the knob can take."""
+    names a declared knob, readable key paths, and map values the knob can take.
+
+    Errors name the profile and the binding's key (for ``--json``'s error envelope) and, when
+    ``line_of(table, key)`` finds it in the profile's text, the line: ``FILE:LINE: [bind.files."F"] ...``."""
     if not isinstance(files, Mapping):
-        raise ProfileError(f"{where}: [bind.files] must be a table of \"FILE\" = preset or table")
+        raise ProfileError(f"{where}: [bind.files] must be a table of \"FILE\" = preset or table",
+                           file=where, key="bind.files")
     for path_text, spec in files.items():
-        label = f"{where}: [bind.files.\"{path_text}\"]"
-        if not isinstance(spec, (str, Mapping)):
-            raise ProfileError(f"{label}: expected a preset name or a table of knob = \"key.path\"")
-        _check_file_preset(label, path_text, spec if isinstance(spec, str) else spec.get("preset"))
-        if isinstance(spec, str):
-            continue
-        for knob, binding in spec.items():
-            if knob == "preset":
+        table = f'bind.files."{path_text}"'
+        key = table
+        try:
+            label = f"{_at(where, line_of, 'bind.files', path_text)}: [{table}]"
+            if not isinstance(spec, (str, Mapping)):
+                raise ProfileError(f"{label}: expected a preset name or a table of knob = \"key.path\"")
+            if not isinstance(spec, str) and "preset" in spec:
+                label = f"{_at(where, line_of, table, 'preset')}: [{table}]"
+            _check_file_preset(label, path_text, spec if isinstance(spec, str) else spec.get("preset"))
+            if isinstance(spec, str):
                 continue
-            if knob not in knobs:
-                close = difflib.get_close_matches(knob, list(knobs), n=1)
+            for knob, binding in spec.items():
+                if knob == "preset":
+                    continue
+                key = f"{table}.{knob}"
+                label = f"{_at(where, line_of, table, knob)}: [{table}]"
+                _check_binding(label, path_text, knob, binding, knobs, enums)
+        except ProfileError as exc:
+            exc.file, exc.key = exc.file or where, exc.key or key
+            raise
+
+
+def _at(where: str, line_of: Callable[[str, str], int | None] | None, table: str, key: str) -> str:
+    """``FILE:LINE`` of ``key`` in ``[table]``, or ``FILE`` when its line is not found."""
+    line = line_of(table, key) if line_of is not None else None
+    return f"{where}:{line}" if line else where
+
+
+def _check_binding(label: str, path_text: str, knob: str, binding: Any, knobs: Mapping[str, Any],
+                   enums: Mapping[str, tuple[str, ...]]) -> None:
+    """One ``KNOB = ...`` of ``[bind.files."F"]``: a declared knob, readable key paths, map values
+    the knob can take; for a shell script, one flag."""
+    if knob not in knobs:
+        close = difflib.get_close_matches(knob, list(knobs), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ProfileError(f"{label} {knob}: not a knob in [train]{hint}")
+    if path_text.endswith((".sh", ".bash")):
+        if not isinstance(binding, str):
+            raise ProfileError(f"{label} {knob}: a shell script binds a knob to one flag, e.g. \"--batch_size\"")
+        return
+    for target in targets(label, knob, binding):
+        choices = enums.get(knob, ())
+        for value in target.map or ():
+            if choices and value not in choices:
+                close = difflib.get_close_matches(value, choices, n=1)
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise ProfileError(f"{label} {knob}: not a knob in [train]{hint}")
-            if path_text.endswith((".sh", ".bash")):
-                if not isinstance(binding, str):
-                    raise ProfileError(f"{label} {knob}: a shell script binds a knob to one flag, e.g. \"--batch_size\"")
-                continue
-            for target in targets(label, knob, binding):
-                choices = enums.get(knob, ())
-                for value in target.map or ():
-                    if choices and value not in choices:
-                        close = difflib.get_close_matches(value, choices, n=1)
-                        hint = f" (did you mean '{close[0]}'?)" if close else ""
-                        raise ProfileError(f"{label} {knob}: map.{value}: {knob} is never '{value}'{hint}; "
-                                           f"it is one of {', '.join(choices)}")
+                raise ProfileError(f"{label} {knob}: map.{value}: {knob} is never '{value}'{hint}; "
+                                   f"it is one of {', '.join(choices)}")
 
 
 def _kind(value: Any) -> str:

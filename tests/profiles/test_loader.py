@@ -275,24 +275,30 @@ def test_bind_files_are_checked_as_the_profile_loads_against_the_merged_train(is
                                              'micro_bach_size = "vram.batch_size"\n')
     with pytest.raises(ProfileError) as info:
         load_profile(str(typo))
-    assert str(info.value) == (f'{typo}: [bind.files."c.json"] micro_bach_size: not a knob in [train] '
+    # File, line and key, as every other profile error (SPEC "Profiles"); file and key for --json too.
+    assert str(info.value) == (f'{typo}:4: [bind.files."c.json"] micro_bach_size: not a knob in [train] '
                                f"(did you mean 'micro_batch_size'?)")
+    assert (info.value.file, info.value.key) == (str(typo), 'bind.files."c.json".micro_bach_size')
     enum = write(isolated_home / "enum.toml", '[train]\nprecision = "fp16"\n[bind.files."c.json"]\n'
                                              'precision = {key = "use_fp16", map = {fp16 = true, bf61 = false}}\n')
     with pytest.raises(ProfileError, match=r"map.bf61: precision is never 'bf61' \(did you mean 'bf16'\?\)"):
         load_profile(str(enum))
     key = write(isolated_home / "key.toml", '[train]\nmicro_batch_size = 2\n[bind.files."c.py"]\n'
                                            'micro_batch_size = "CONFIG[\\"bs"\n')
-    with pytest.raises(ProfileError, match=r"micro_batch_size: cannot read the key path"):
+    with pytest.raises(ProfileError, match=r"key.toml:4: \[bind.files.\"c.py\"\] micro_batch_size: cannot read the key path"):
         load_profile(str(key))
+    field = write(isolated_home / "field.toml", '[train]\nmicro_batch_size = 2\n[bind.files."c.yaml"]\n\n'
+                                               'micro_batch_size = {key = "a.b", mapp = {}}\n')
+    with pytest.raises(ProfileError, match=r"field.toml:5: \[bind.files.\"c.yaml\"\] micro_batch_size: unknown field 'mapp'"):
+        load_profile(str(field))
 
 
 def test_a_file_preset_the_binder_lacks_is_refused_as_the_profile_loads(isolated_home):
     table = write(isolated_home / "table.toml", '[train]\nmicro_batch_size = 2\n[bind.files."ds.json"]\n'
                                                'preset = "deepspeeed"\n')
-    expect_error(table, '[bind.files."ds.json"]: unknown preset \'deepspeeed\' (did you mean \'deepspeed\'?)')
+    expect_error(table, ':4: [bind.files."ds.json"]: unknown preset \'deepspeeed\' (did you mean \'deepspeed\'?)')
     short = write(isolated_home / "short.toml", '[train]\nmicro_batch_size = 2\n[bind.files]\n"a.yaml" = "axolotel"\n')
-    expect_error(short, "unknown preset 'axolotel' (did you mean 'axolotl'?)")
+    expect_error(short, ":4: [bind.files.\"a.yaml\"]: unknown preset 'axolotel' (did you mean 'axolotl'?)")
     # A shell script's preset is an argument preset: its command line is edited as COMMAND's would be.
     shell = write(isolated_home / "shell.toml", '[train]\nmicro_batch_size = 2\n[bind.files]\n'
                                                '"run.sh" = "hf-trainer"\n"b.sh" = "deepspeed"\n')

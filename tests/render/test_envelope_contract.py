@@ -80,10 +80,12 @@ def test_the_run_record_at_the_end_of_a_run_is_the_envelope_on_stderr(isolated_h
     (["estimate", "--gpu-memory", "-1", "--json"], "estimate", 2, None, None),
     (["run", "--no-check", "--json", "--", "no-such-program-anywhere"], "run", 127, None, None),
     (["run", "-p", "bad.toml", "--json", "--", "true"], "run", 125, "bad.toml", "gpu.cuont"),
+    (["check", "-p", "badbind.toml", "--json"], "check", 2, "badbind.toml", 'bind.files."c.json".micro_bach_size'),
 ])
 def test_errors_are_the_envelope_once_json_was_asked(isolated_home, args, command, exit_code, file, key):
     (isolated_home / "gpudoc.toml").write_text(PROFILE)
     (isolated_home / "bad.toml").write_text("[gpu]\ncuont = 2\n")
+    (isolated_home / "badbind.toml").write_text('[train]\nmicro_batch_size = 2\n[bind.files."c.json"]\nmicro_bach_size = "bs"\n')
     done = gpudoc_cli(*args, cwd=isolated_home)
     assert done.returncode == exit_code
     doc = json.loads(done.stdout)
