@@ -45,7 +45,9 @@ class AllRunsResult:
     status: str = "ok"
 
     def json_body(self) -> dict[str, Any]:
-        return {"projects": [table.json_body() for table in self.tables]}
+        projects = [table.json_body() for table in self.tables]
+        # `runs` as `gpudoc runs --json` has it (SPEC: runs' own key), every project's; `projects` groups them.
+        return {"runs": [run for project in projects for run in project["runs"]], "projects": projects}
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,8 @@ def test_runs_all_lists_every_project_gpudoc_ran_in(isolated_home, tmp_path):
     assert text.count("python -c") == 3
     doc = json.loads(gpudoc_cli("runs", "--all", "--json", cwd=elsewhere, env=env).stdout)
     assert [len(project["runs"]) for project in doc["projects"]] == [2, 1]
+    # The envelope's own key for runs is `runs`, with --all too: every project's records.
+    assert [run["cwd"] for run in doc["runs"]] == [str(first), str(first), str(second)]
     import shutil
 
     shutil.rmtree(second / ".gpudoc")  # a project gone: dropped from the list, never an error

@@ -45,6 +45,7 @@ def assert_envelope(doc: dict, command: str, exit_code: int) -> None:
     (["check", "--list-checks", "--json"], "check", {"checks"}),
     (["estimate", "--gpu-memory", "24", "--json"], "estimate", {"peak_bytes", "breakdown", "max_micro_batch_size"}),
     (["runs", "--json"], "runs", {"runs", "runs_dir"}),
+    (["runs", "--all", "--json"], "runs", {"runs", "projects"}),
     (["profile", "list", "--json"], "profile list", {"profiles"}),
     (["profile", "show", "gpu-24gb", "--json"], "profile show", {"profile"}),
     (["run", "--dry-run", "--json", "--", "python", "train.py"], "run", {"argv", "env_set", "file_edits"}),
