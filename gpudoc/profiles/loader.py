@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from gpudoc.errors import ProfileError
 from gpudoc.profiles import schema
 from gpudoc.profiles.model import EMPTY, Profile
-from gpudoc.profiles.validate import _line_of, did_you_mean, error_at, read_quietly, toml_parser, validate
+from gpudoc.profiles.validate import did_you_mean, error_at, line_of, read_quietly, toml_parser, validate
 
 PROJECT_PROFILE = "gpudoc.toml"
 
@@ -133,7 +133,7 @@ def _check_bindings(merged: Mapping[str, Any], leaf: Path) -> None:
         enums = {key: choices for (table, key), choices in schema.ENUMS.items() if table == "train"}
         text = read_quietly(leaf)
         check_files_table(files, dict(merged.get("train") or {}), enums, str(leaf),
-                          line_of=lambda table, key: _line_of(text, table, key))
+                          line_of=lambda table, key: line_of(text, table, key))
 
 
 def _check_rung_knobs(merged: Mapping[str, Any], rung_files: list[Path]) -> None:

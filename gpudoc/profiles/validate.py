@@ -18,7 +18,7 @@ def error_at(path: Path, text: str, table: str | None, key: str, message: str, *
               nth: int = 0) -> ProfileError:
     """The one-line error for ``key`` in ``[table]`` of ``path``: ``FILE:LINE: KEY: message``.
     ``shown`` replaces the dotted key in the message; ``nth`` picks one of several ``[[table]]``."""
-    line = _line_of(text, table, key, nth=nth)
+    line = line_of(text, table, key, nth=nth)
     where = f"{path}:{line}" if line else str(path)
     dotted = f"{table}.{key}" if table else key
     return ProfileError(f"{where}: {shown or dotted}: {message}", file=str(path), key=dotted)
@@ -174,7 +174,7 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
-def _line_of(text: str, table: str | None, key: str, nth: int = 0) -> int | None:
+def line_of(text: str, table: str | None, key: str, nth: int = 0) -> int | None:
     """1-based line of ``key`` inside ``[table]`` (the ``nth`` ``[[table]]`` of several);
     tomllib keeps no positions, so look it up."""
     current = None
