@@ -94,12 +94,13 @@ class FileState:
         try:
             self.old_text = read_exact(path)
         except FileNotFoundError:
-            raise UsageError(f"{label}: file not found (bound in the profile or named by the command)") from None
+            raise UsageError(f"{label}: file not found (bound in the profile or named by the command)",
+                             file=label) from None
         except IsADirectoryError:
             raise UsageError(f"{label}: a directory, not a config file (bound in the profile or named by "
-                             f"the command)") from None
+                             f"the command)", file=label) from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"{label}: cannot read: {exc}") from None
+            raise InputError(f"{label}: cannot read: {exc}", file=label) from None
         self.text, self.crlf = as_lf(self.old_text)  # the editors see LF; edit() puts CRLF back
         self.changes: list[dict] = []
         # Every value a binding or preset put here, changed or not (what `run --dry-run` shows).

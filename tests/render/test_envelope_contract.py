@@ -72,7 +72,9 @@ def test_the_run_record_at_the_end_of_a_run_is_the_envelope_on_stderr(isolated_h
 
 @pytest.mark.parametrize(("args", "command", "exit_code", "file", "key"), [
     (["check", "-p", "missing-profile", "--json"], "check", 2, None, None),
-    (["fix", "--log", "nope.log", "--json"], "fix", 2, None, None),
+    (["fix", "--log", "nope.log", "--json"], "fix", 2, "nope.log", None),
+    (["check", "--snapshot", "nope.xml", "--json"], "check", 2, "nope.xml", None),
+    (["run", "-p", "bindmissing.toml", "--json", "--", "true"], "run", 125, "absent.json", None),
     (["profile", "show", "bad.toml", "--json"], "profile show", 2, "bad.toml", "gpu.cuont"),
     (["runs", "show", "no-such-run", "--json"], "runs show", 2, None, None),
     (["runs", "diff", "no-such-run", "other", "--json"], "runs diff", 2, None, None),
@@ -86,6 +88,8 @@ def test_the_run_record_at_the_end_of_a_run_is_the_envelope_on_stderr(isolated_h
 def test_errors_are_the_envelope_once_json_was_asked(isolated_home, args, command, exit_code, file, key):
     (isolated_home / "gpudoc.toml").write_text(PROFILE)
     (isolated_home / "bad.toml").write_text("[gpu]\ncuont = 2\n")
+    (isolated_home / "bindmissing.toml").write_text('[train]\nmicro_batch_size = 2\n'
+                                                    '[bind.files."absent.json"]\nmicro_batch_size = "bs"\n')
     (isolated_home / "badbind.toml").write_text('[train]\nmicro_batch_size = 2\n[bind.files."c.json"]\nmicro_bach_size = "bs"\n')
     done = gpudoc_cli(*args, cwd=isolated_home)
     assert done.returncode == exit_code
