@@ -149,9 +149,10 @@ def _hydra(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
     if config_dir is not None and name:
         file = config_dir / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
         label = _relative(file, cwd)
-        data = load_config(file, label, r) if file.is_file() else None
-        if data is None:
-            r.notes.append(f"hydra: config {label} not found; only the command's overrides were read")
+        data = load_config(file, label, r, empty_ok=True) if file.is_file() else None
+        if data is None:  # unreadable: load_config said why; missing: said here
+            if not file.is_file():
+                r.notes.append(f"hydra: config {label} not found; only the command's overrides were read")
         else:
             for knob, (key, value) in generic_knobs(data).items():
                 r.set(knob, value, "file", key, label)
@@ -182,7 +183,7 @@ def _hydra_groups(data: Mapping[str, Any], config_dir: Path, cwd: Path, r: JobRe
         if not file.is_file():
             continue
         label = _relative(file, cwd)
-        for knob, (key, value) in generic_knobs(load_config(file, label, r)).items():
+        for knob, (key, value) in generic_knobs(load_config(file, label, r, empty_ok=True)).items():
             if knob not in full_keys:
                 r.set(knob, value, "file", key, label)
                 full_keys[knob] = f"{group}.{key}"

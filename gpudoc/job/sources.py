@@ -42,8 +42,10 @@ MAX_CONFIG_BYTES = 1 << 20
 
 
 # -- shared ----------------------------------------------------------------------------------------
-def load_config(path: Path, label: str, reading: JobReading) -> Any:
-    """A config file's data, or None with a note: reading never fails on the job's behalf."""
+def load_config(path: Path, label: str, reading: JobReading, *, empty_ok: bool = False) -> Any:
+    """A config file's data, or None with a note: reading never fails on the job's behalf.
+    ``empty_ok``: an empty file is an empty mapping, as Hydra composes one (a group option such as
+    ``none.yaml`` that sets nothing), not a config the job would fail on."""
     from gpudoc.bind import jsonedit, pyedit, yamledit
     from gpudoc.errors import GpudocError
 
@@ -66,6 +68,8 @@ def load_config(path: Path, label: str, reading: JobReading) -> Any:
     except (OSError, UnicodeDecodeError, GpudocError) as exc:
         reading.notes.append(f"{label}: not read ({exc})")
         return None
+    if data is None and empty_ok:
+        data = {}
     if isinstance(data, Mapping):
         reading.config_data.append((label, data))
         return data

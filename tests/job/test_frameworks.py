@@ -163,6 +163,18 @@ def test_a_hydra_leaf_that_only_looks_like_a_knob_and_holds_no_count_is_passed_o
     assert reading.places["gradient_accumulation_steps"] == "file:conf/config.yaml:trainer.accumulate_grad_batches"
 
 
+def test_an_empty_hydra_config_or_group_option_sets_nothing_and_is_no_note(tmp_path):
+    # Hydra composes an empty file as {}: a group option such as none.yaml is common and fine.
+    _hydra_project(tmp_path)
+    (tmp_path / "conf" / "config.yaml").write_text("defaults:\n  - data_loader: none\n  - _self_\n")
+    (tmp_path / "conf" / "data_loader" / "none.yaml").write_text("")
+    reading = read_job(["python", "train.py", "data_loader.batch_size=4"], tmp_path)
+    assert reading.framework == "hydra" and reading.notes == []
+    assert reading.places == {"micro_batch_size": "argv:data_loader.batch_size"}
+    (tmp_path / "conf" / "config.yaml").write_text("")
+    assert read_job(["python", "train.py"], tmp_path).notes == []
+
+
 def test_hydra_override_beats_the_file_and_is_the_one_edited(tmp_path):
     _hydra_project(tmp_path)
     command = ["python", "train.py", "data_loader.batch_size=45", "++trainer.accumulate_grad_batches=5"]
