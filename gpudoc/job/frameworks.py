@@ -21,6 +21,7 @@ from typing import Any, Callable
 from gpudoc.bind.args import HF_LORA_FLAGS, HF_SEQ_FLAGS, NANOGPT_DTYPE
 from gpudoc.bind.filecontext import MISSING, count, get, num
 from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
+from gpudoc.errors import InputError
 from gpudoc.job import configfiles, lightning
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.configfiles import first_config
@@ -28,6 +29,7 @@ from gpudoc.job.knobs import JobReading
 from gpudoc.job.sources import (
     GENERIC_KEYS,
     bool_flag,
+    dangling_flag,
     flag_value,
     generic_knobs,
     knob_value,
@@ -100,6 +102,10 @@ def _hf(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
             for knob, value in FILE_PRESETS["deepspeed"].read(data).items():
                 r.set(knob, value, "file", "", ds[1])
             r.file_presets[ds[1]] = ""  # the hf-trainer preset follows --deepspeed itself
+    flag = dangling_flag(args, ("--per_device_train_batch_size", "--gradient_accumulation_steps",
+                                *HF_SEQ_FLAGS, *HF_LORA_FLAGS))
+    if flag is not None:  # not the Trainer's default: its parser stops the job on it
+        raise InputError(f"{flag}: no value after it (the Trainer's parser refuses the command too)", key=flag)
     for flag, knob in (("--per_device_train_batch_size", "micro_batch_size"),
                        ("--gradient_accumulation_steps", "gradient_accumulation_steps")):
         hit = flag_value(args, (flag,))

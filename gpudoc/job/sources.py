@@ -105,6 +105,12 @@ def flag_value(args: list[str], names: tuple[str, ...]) -> tuple[str, str] | Non
     return found[-1] if found else None
 
 
+def dangling_flag(args: list[str], names: tuple[str, ...]) -> str | None:
+    """One of ``names`` that ends the command with no value after it (argparse refuses that)."""
+    found = ArgEdits(args).find(names)
+    return found[-1].name if found and found[-1].value is None else None
+
+
 def bool_flag(args: list[str], name: str) -> bool | None:
     occs = ArgEdits(args).find((name,), boolean=True)
     if not occs:

@@ -55,6 +55,13 @@ def test_an_unusable_flag_value_is_an_error_naming_the_flag(tmp_path, flags):
         read_job(["python", "train.py", "--output_dir", "o", *flags], tmp_path)
 
 
+def test_a_count_flag_that_ends_the_command_with_no_value_is_an_error_not_the_default(tmp_path):
+    with pytest.raises(InputError, match=r"^--per_device_train_batch_size: no value after it"):
+        read_job(["python", "train.py", "--output_dir", "o", "--per_device_train_batch_size"], tmp_path)
+    reading = read_job(["python", "train.py", "--output_dir", "o", "--per_device_train_batch_size", "4"], tmp_path)
+    assert reading.values["micro_batch_size"] == 4
+
+
 def test_a_deepspeed_json_batch_of_the_wrong_type_is_an_error(tmp_path):
     (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "eight",
                                                   "zero_optimization": {"stage": 2}}))
