@@ -130,10 +130,12 @@ def _json_command(args: list[str]) -> str | None:
     if not words:
         return "gpudoc"
     # A group's subcommand is part of the name, as its own envelope says ("runs show", "profile new").
-    return " ".join(words[:2]) if words[1:2] and words[1] in _SUBCOMMANDS.get(words[0], ()) else words[0]
+    return " ".join(words[:2]) if words[1:2] and words[1] in GROUP_SUBCOMMANDS.get(words[0], ()) else words[0]
 
 
-_SUBCOMMANDS = {"profile": ("list", "show", "new"), "runs": ("show", "diff", "prune")}
+# The commands that group subcommands, and theirs: named here, where no plumbum is imported (the
+# fast path), for the JSON envelope's command name and for `gpudoc runs`' did-you-mean.
+GROUP_SUBCOMMANDS = {"profile": ("list", "show", "new"), "runs": ("show", "diff", "prune")}
 
 
 def _flush_stdout() -> None:

@@ -30,10 +30,11 @@ gpudoc runs show
         if args:
             import re
 
+            from gpudoc.cli.main import GROUP_SUBCOMMANDS
             from gpudoc.profiles.validate import did_you_mean
 
             hint = (" (one run: `gpudoc runs show RUN_ID`; its log: `gpudoc logs RUN_ID`)"
-                    if re.match(r"\d{8}-", args[0]) else did_you_mean(args[0], ("show", "diff", "prune")))
+                    if re.match(r"\d{8}-", args[0]) else did_you_mean(args[0], GROUP_SUBCOMMANDS["runs"]))
             raise UsageError(f"gpudoc runs: unexpected argument '{args[0]}'{hint}")
         from gpudoc.commands.runs import all_runs, runs
 

@@ -37,6 +37,13 @@ def test_a_mistyped_command_or_runs_subcommand_gets_a_did_you_mean():
     assert run_id.returncode == 2 and "`gpudoc runs show RUN_ID`" in run_id.stderr
 
 
+@pytest.mark.parametrize("group", sorted(cli_main.GROUP_SUBCOMMANDS))
+def test_the_groups_named_on_the_fast_path_are_the_cli_s_own(group):
+    shown = gpudoc_cli(group, "--help").stdout.split("Sub-commands:", 1)[1].split("Examples:", 1)[0]
+    listed = {line.split()[0] for line in shown.splitlines() if line.startswith("    ") and line[4] != " "}
+    assert listed == set(cli_main.GROUP_SUBCOMMANDS[group])
+
+
 def test_help_lists_subcommands_and_examples():
     result = gpudoc_cli("--help")
     assert result.returncode == 0, result.stderr
