@@ -72,7 +72,7 @@ def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int
         if last is not None and _changes_lost(last, record, profile, ws):
             return status or 1, record  # the ladder stops: another rung of the same would change nothing
         last = record
-        if record.cause != "gpu_oom" or attempt >= options.retry_oom or record.status == "interrupted":
+        if not record.oom_retryable or attempt >= options.retry_oom:
             return status, record  # fits, not a GPU OOM, no retries left, or the user stopped it
         attempt += 1
         new_profile, rung = _next_attempt(record, profile, options, ws)

@@ -88,9 +88,8 @@ class JobReading:
         the ladder must not compute with it. None, ``"auto"`` and ``${...}`` say no value."""
         if value is None or placeholder(value):
             return
-        bounds = COUNT_BOUNDS.get(knob)
-        if bounds is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                   or not bounds[0] <= value <= bounds[1]):
+        if knob in COUNT_BOUNDS and not is_count(knob, value):
+            bounds = COUNT_BOUNDS[knob]
             said = f"{name} {value}" if kind == "argv" and name.startswith("-") else \
                 f"{name}={value}" if kind == "argv" else f"{path}: {name or knob} = {value!r}"
             raise InputError(f"{said}: expected a whole number from {bounds[0]} to {bounds[1]}",
@@ -143,6 +142,13 @@ COUNT_BOUNDS: dict[str, tuple[int, int]] = {
     **{knob: (int(low), int(high)) for (table, knob), (low, high) in RANGES.items() if table == "train"},
     "zero_stage": (0, 3),
 }
+
+
+def is_count(knob: str, value: Any) -> bool:
+    """A whole number (not a boolean) within the knob's bounds; a knob without bounds takes any
+    number from 0."""
+    low, high = COUNT_BOUNDS.get(knob, (0, 10**18))
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 # Frameworks whose flags an argument preset of gpudoc.bind writes (Hydra's keys are the job's own, as

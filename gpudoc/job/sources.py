@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gpudoc.bind.args import LIGHTNING_PRECISION, ArgEdits
 from gpudoc.bind.filecontext import count, num
 from gpudoc.bind.values import as_bool_text
-from gpudoc.job.knobs import COUNT_BOUNDS, JobReading
+from gpudoc.job.knobs import JobReading, is_count
 
 if TYPE_CHECKING:
     from gpudoc.job.argv import JobCommand
@@ -167,8 +167,7 @@ def usable(knob: str, value: Any) -> bool:
     not an error that would refuse the job."""
     if value is None or knob in ("precision", "gradient_checkpointing"):
         return value is not None
-    low, high = COUNT_BOUNDS.get(knob, (0, 10**18))
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    return is_count(knob, value)
 
 
 def _leaves(data: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:

@@ -158,7 +158,7 @@ class RunResult:
     def relaunch_follows(self) -> bool:
         """A GPU OOM with --retry-oom relaunches left: gpudoc climbs the ladder itself (it says so
         when no rung is left), so the summary sends the user to no `gpudoc fix`."""
-        return self.retries_left > 0 and self.record.cause == "gpu_oom" and self.record.status != "interrupted"
+        return self.retries_left > 0 and self.record.oom_retryable
 
     def json_body(self) -> dict[str, Any]:
         return {"run": self.record.to_dict(), "log": self.log_path}

@@ -184,6 +184,11 @@ class RunRecord:
         return self.status == "ok" or (self.exit_code == 0 and self.cause in (None, "ok"))
 
     @property
+    def oom_retryable(self) -> bool:
+        """A GPU OOM the user did not stop: what `--retry-oom` relaunches with the next rung."""
+        return self.cause == "gpu_oom" and self.status != "interrupted"
+
+    @property
     def failed_oom(self) -> bool:
         return self.diagnosed_cause == "gpu_oom"
 
