@@ -83,7 +83,11 @@ class GpuHolder:
         if self.kind == "orphan_of_run":
             return f"gpudoc clean --gpus {self.gpu_index}"
         if self.kind == "own_other":
-            group = f"kill -TERM -{self.pgid}" if self.pgid and self.pgid != self.pid else f"kill -TERM {self.pid}"
+            # The whole group (a dead launcher's workers) only when its leader is gone too: a group
+            # whose leader runs on (a shell, a supervisor) holds live processes the signal would reach.
+            leader_gone = self.process is not None and self.process.group_leader_alive is False
+            group = (f"kill -TERM -{self.pgid}" if self.pgid and self.pgid != self.pid and leader_gone
+                     else f"kill -TERM {self.pid}")
             return f"gpudoc clean --gpus {self.gpu_index}  # or: {group}"
         if self.kind == "own_live_job":
             if self.run_id:

@@ -83,6 +83,9 @@ class ProcessInfo:
     status: str | None = None  # psutil status: "running", "sleeping", "zombie", ...
     zombie: bool = False
     orphaned: bool = False  # re-parented to init or a subreaper: its launcher is gone
+    # Whether the leader of its process group still runs (None: it leads its own group, or unknown):
+    # an orphan in a live group shares it with processes that signalling the group would reach.
+    group_leader_alive: bool | None = None
     gpudoc_run_id: str | None = None  # set when the PID belongs to an earlier gpudoc run
     gpudoc_run_live: bool | None = None  # that run has not ended
 

@@ -79,6 +79,7 @@ def _one(psutil: Any, pid: int, owners: RunOwnerIndex | None) -> ProcessInfo:
         # Re-parented to init, or the parent is gone: whoever launched it no longer owns it.
         orphaned = ppid == 1 or not psutil.pid_exists(ppid)
     owner = owners.owner(pid, info.get("create_time"), info.get("pgid")) if owners is not None else None
+    pgid = info.get("pgid")
     return ProcessInfo(
         pid=pid,
         visible=True,
@@ -92,6 +93,7 @@ def _one(psutil: Any, pid: int, owners: RunOwnerIndex | None) -> ProcessInfo:
         status=status,
         zombie=zombie,
         orphaned=orphaned,
+        group_leader_alive=psutil.pid_exists(pgid) if pgid is not None and pgid != pid else None,
         gpudoc_run_id=owner.run_id if owner is not None else None,
         gpudoc_run_live=owner.live if owner is not None else None,
     )

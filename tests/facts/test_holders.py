@@ -1,6 +1,7 @@
 """Classification of real processes: leftovers of a recorded gpudoc run, live jobs, other users."""
 
 import os
+import subprocess
 
 import psutil
 
@@ -91,3 +92,38 @@ def test_a_snapshot_process_keeps_the_name_the_driver_reported():
     # PID 100477 is llama-server on both GPUs of that capture; /proc cannot see another machine.
     assert {(h.gpu_index, h.pid, h.kind) for h in holders} == {(0, 100477, "unknown"), (1, 100477, "unknown")}
     assert all("llama-server" in h.name for h in holders)
+
+
+def _orphan_in_a_new_group(leader_stays: bool) -> tuple[subprocess.Popen, int]:
+    """A `sleep` whose parent (a subshell) has exited, in the process group of a shell that either
+    stays (a live supervisor) or exits at once (a launcher that died)."""
+    tail = "; exec sleep 300" if leader_stays else ""
+    leader = subprocess.Popen(["sh", "-c", f"(sleep 300 >/dev/null 2>&1 & echo $!){tail}"], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    orphan = int(leader.stdout.readline())
+    if not leader_stays:
+        leader.wait(timeout=5)
+    return leader, orphan
+
+
+def test_an_orphan_whose_group_leader_lives_is_signalled_alone():
+    # Seen on a GPU machine: a stray left by a script that still runs got `kill -TERM -<group>`,
+    # which would have ended the script too.
+    leader, orphan = _orphan_in_a_new_group(leader_stays=True)
+    try:
+        [holder] = classify_gpu_processes(gpu_facts({orphan: ONE_GIB}))
+        assert holder.kind == "own_other" and holder.pgid == leader.pid != orphan
+        assert holder.remedy() == f"gpudoc clean --gpus 0  # or: kill -TERM {orphan}"
+    finally:
+        os.kill(orphan, 9)
+        stop(leader)
+
+
+def test_an_orphan_whose_group_leader_is_gone_is_signalled_with_its_group():
+    leader, orphan = _orphan_in_a_new_group(leader_stays=False)
+    try:
+        [holder] = classify_gpu_processes(gpu_facts({orphan: ONE_GIB}))
+        assert holder.kind == "own_other" and holder.process.group_leader_alive is False
+        assert holder.remedy() == f"gpudoc clean --gpus 0  # or: kill -TERM -{leader.pid}"
+    finally:
+        os.kill(orphan, 9)
