@@ -108,6 +108,10 @@ def run(kit: Kit, result: Result) -> None:
             "classified as an orphan": any(t.get("pid") == stray_pid and t.get("kind") in ("own_other", "orphan_of_run")
                                            for t in targets),
             "only the stray planned": planned_pids == {stray_pid},
+            # The stray shares the section's process group, whose leader (the section) runs on: a
+            # group signal would end the kit itself.
+            "the remedy signals the stray alone": bool(about) and all("kill -TERM -" not in (f.get("remedy") or "")
+                                                                       for f in about),
             "stray ended": not result["stray_alive_after"],
             "live job left running": result["live_alive_after"],
         }
