@@ -24,8 +24,8 @@ SECTIONS = ("check", "estimate", "oom_chain", "overhead", "tune")
 # Each section's own limit on the GPU, in seconds: 270 in all, the 4.5 minutes one device call may
 # spend on the plan (a start costs 1-2 of the session's 15 device minutes, and a rerun must fit).
 # Measured on an H100 (the first device run): check 12 s, estimate 67 s, a two-attempt chain 36 s,
-# each overhead variant about 15 s (imports, CUDA start-up, 100 steps).
-LIMITS_S = {"check": 25, "estimate": 80, "oom_chain": 60, "overhead": 100, "tune": 5}
+# each overhead run about 14 s (imports and CUDA start-up 11 s, 100 steps), two rounds of three.
+LIMITS_S = {"check": 20, "estimate": 75, "oom_chain": 50, "overhead": 120, "tune": 5}
 TOTAL_S = 270
 
 
