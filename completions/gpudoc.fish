@@ -306,6 +306,7 @@ complete -c gpudoc -n '__gpudoc_at \'check\'' -s v -l version -d 'Prints the pro
 complete -c gpudoc -n '__gpudoc_at \'run\'' -s p -l profile -x -a '(__gpudoc_profiles)' -d 'Profile name or path (default: ./gpudoc.toml or $GPUDOC_PROFILE)'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l no-check -d 'Skip the pre-flight checks'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l force -d 'Launch even when a pre-flight check fails'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l no-probe -d 'Do not observe the job from inside (the probe on its PYTHONPATH)'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l clean -d 'First end this user\'s stray processes holding memory on the job\'s GPUs'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -s y -l yes -d 'Do not ask before ending processes (--clean)'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l retry-oom -x -d 'After a GPU OOM, apply the next ladder rung and relaunch, up to N times'

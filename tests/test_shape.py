@@ -51,9 +51,9 @@ def test_package_init_files_only_re_export(path):
 def test_only_the_nvml_wrapper_imports_pynvml_and_nothing_imports_torch():
     users = {_name(p) for p in MODULES if "pynvml" in _imports(p)}
     assert users == {"facts/nvml.py"}
-    # The simulation helper runs in the job's interpreter (by path, never imported by gpudoc).
+    # The simulation helper and the probe run in the job's interpreter (by path, never imported by gpudoc).
     assert {_name(p) for p in MODULES if "torch" in _imports(p)} <= {
-        _name(p) for p in MODULES if p.parent.name == "simhelper"}
+        _name(p) for p in MODULES if p.parent.name in ("simhelper", "probe")}
 
 
 def test_nothing_in_gpudoc_imports_the_simulation_helper():

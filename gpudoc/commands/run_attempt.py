@@ -87,6 +87,11 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     record.run_switches = options.switches()
     child_env = dict(child_env, GPUDOC_RUN_ID=run_id)
     run_dir = store.run_dir(run_id)
+    probing = not options.no_probe and profile.run.get("probe", True) is not False
+    if probing:
+        from gpudoc.runs import probe
+
+        child_env = probe.child_environment(child_env, run_dir)
     log_path = store.log_path(run_id)
 
     watch = _Watch(multi_process=is_multi_process(job, profile),
@@ -196,6 +201,9 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     _merge_pids(record, state, [(p.pid, p.create_time) for p in outcome.processes])
     _finish_record(record, outcome, watch, sampler, log_path)
     _read_rank_logs(record, job, cwd, outcome.started)
+    if probing:
+        for key, value in probe.read(run_dir).items():
+            setattr(record, key, value)
     if sync is not None and record.cause == "gpu_oom" and not sync.announced:
         # The live scan missed it (an output flood): the other nodes still learn of it now.
         diag = record.diagnosis

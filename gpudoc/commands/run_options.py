@@ -20,6 +20,7 @@ SWITCHES: tuple[Switch, ...] = (
      "Profile name or path (default: ./gpudoc.toml or $GPUDOC_PROFILE)"),
     (("--no-check",), "no_check", None, "", "Skip the pre-flight checks"),
     (("--force",), "force", None, "", "Launch even when a pre-flight check fails"),
+    (("--no-probe",), "no_probe", None, "", "Do not observe the job from inside (the probe on its PYTHONPATH)"),
     (("--clean",), "clean", None, "", "First end this user's stray processes holding memory on the job's GPUs"),
     (("--yes", "-y"), "yes", None, "", "Do not ask before ending processes (--clean)"),
     (("--retry-oom",), "retry_oom", "count", "N",
@@ -36,7 +37,7 @@ MAX_RETRIES = 1000
 # Switches of a recorded run that say how to launch, kept for a relaunch. Not kept: -p (the new
 # profile replaces it), --retry-oom (the relaunch is the retry), --tmux/--dry-run/--json (how
 # that invocation talked, not how the job runs).
-RELAUNCH_SWITCHES = ("no_check", "force", "clean", "yes", "allow_semantic")
+RELAUNCH_SWITCHES = ("no_check", "force", "clean", "yes", "allow_semantic", "no_probe")
 
 
 @dataclass
@@ -47,6 +48,7 @@ class RunOptions:
     profile: str | None = None
     no_check: bool = False
     force: bool = False
+    no_probe: bool = False
     clean: bool = False
     yes: bool = False
     retry_oom: int = 0
@@ -67,7 +69,8 @@ class RunOptions:
         args = ["run"]
         if self.profile:
             args += ["-p", self.profile]
-        for flag, on in (("--no-check", self.no_check), ("--force", self.force), ("--clean", self.clean),
+        for flag, on in (("--no-check", self.no_check), ("--force", self.force), ("--no-probe", self.no_probe),
+                         ("--clean", self.clean),
                          ("--yes", self.yes), ("--allow-semantic", self.allow_semantic), ("--json", self.json),
                          ("--watch", self.watch)):
             if on:

@@ -95,6 +95,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "notify_after_s": NUMBER,  # the older spelling of bell_after_s (the loader renames it)
         "tmux_keep": STR,  # --tmux: keep the window after the run: failure (default) | always | never
         "resume": BOOL,  # --retry-oom / fix --rerun resume from the newest complete checkpoint (default true)
+        "probe": BOOL,  # observe the job from inside (default true; run --no-probe for one run)
     },
 }
 

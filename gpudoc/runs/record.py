@@ -75,6 +75,12 @@ class RunRecord:
     survivors: list[int] = field(default_factory=list)  # PIDs that outlived even SIGKILL
     # Did this relaunch's knob changes reach the job (``gpudoc.ladder.arrival``)? {"missing", "confirmed"}
     arrival: dict | None = None
+    # What the probe inside the job saw (``gpudoc.runs.probe``): the knobs it trained with, its steps,
+    # and what filled the memory at an OOM; None where nothing was observed.
+    observed: dict | None = None
+    steps: dict | None = None
+    oom: dict | None = None
+    probe_errors: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)

@@ -1,0 +1,300 @@
+"""The probe inside the job: what each rank really trains with, per step, and what filled the memory
+at an OOM. Loaded by file path from ``site/sitecustomize.py`` in the job's interpreter (never imported
+by gpudoc); gpudoc reads what it writes with ``gpudoc.runs.probe``.
+
+It arms once the job imports torch (it never imports torch itself) through hooks torch provides —
+the top module's forward pre-hook, a hook on its output for the start of backward, one trainable
+parameter's post-accumulate-grad hook for backward passes, the global optimizer step hooks — and
+``sys.excepthook`` for an OOM that ends the job. No wrapper: no frame is added to any traceback the
+job prints. It holds weak references to the model and optimizers, never an exception or a frame.
+Only a process that trains writes (an optimizer step or an OOM in it): launchers, DataLoader
+workers and compile workers stay silent. Every hook is guarded and switches itself off after an
+error; the file is capped, with a last line saying so.
+
+Events, one JSON object a line in ``$GPUDOC_PROBE_DIR/rank-N.jsonl``:
+``start`` (pid, rank), ``model`` (parameters, trainable, dtype), ``input`` (shape of the top module's
+first input), ``step`` (n, seconds, backward passes, autocast dtype, world size, optimizer, peaks),
+``oom`` (phase, step, breakdown), ``error`` (a hook that failed), ``truncated``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import weakref
+from typing import Any
+
+CAP_BYTES = 4 * 2**20
+_PHASE_FRAMES = (("backward", "backward"), ("_engine_run_backward", "backward"), ("step", "optimizer"))
+
+
+class _Probe:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.pid = os.getpid()
+        self.rank = _int(os.environ.get("RANK")) or 0
+        self.file: Any = None
+        self.written = 0
+        self.closed = False
+        self.broken: set[str] = set()
+        self.torch: Any = None
+        self.model: Any = None  # weakref to the top module
+        self.optimizers: list[Any] = []  # weakrefs
+        self.phase = "data"
+        self.steps = 0
+        self.backward = 0
+        self.backward_at_step = 0
+        self.last_step_at: float | None = None
+        self.input_seen = False
+        self.autocast: str | None = None  # the autocast dtype of the first forward, or "off"
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(self, event: str, **fields: Any) -> None:
+        if self.closed or os.getpid() != self.pid:
+            return
+        try:
+            if self.file is None:
+                os.makedirs(self.directory, mode=0o700, exist_ok=True)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+                self.file = os.fdopen(os.open(os.path.join(self.directory, f"rank-{self.rank}.jsonl"), flags, 0o600),
+                                      "a", encoding="utf-8")
+                self._line({"event": "start", "pid": self.pid, "rank": self.rank, "t": time.time()})
+            self._line({"event": event, "t": time.time(), **fields})
+        except Exception:
+            self.closed = True  # a read-only or full run directory: the job goes on unobserved
+
+    def _line(self, doc: dict) -> None:
+        text = json.dumps(doc, default=str) + "\n"
+        if self.written + len(text) > CAP_BYTES:
+            self.file.write(json.dumps({"event": "truncated", "at_bytes": self.written}) + "\n")
+            self.file.flush()
+            self.closed = True
+            return
+        self.file.write(text)
+        self.file.flush()
+        self.written += len(text)
+
+    def guarded(self, name: str, fn: Any) -> Any:
+        """``fn`` as a hook that never raises into the job and goes quiet after its first error."""
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            if name in self.broken or os.getpid() != self.pid:
+                return None
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                self.broken.add(name)
+                self.write("error", hook=name, error=f"{type(exc).__name__}: {exc}"[:300])
+                return None
+        return hook
+
+    # -- arming ------------------------------------------------------------------------------
+
+    def arm(self, torch: Any) -> None:
+        if self.torch is not None or os.getpid() != self.pid:
+            return
+        self.torch = torch
+        import torch.nn.modules.module as modules
+        import torch.optim.optimizer as optimizer  # the attribute path fails on torch 2.13
+
+        self._global = modules.register_module_forward_pre_hook(self.guarded("top", self._find_top))
+        optimizer.register_optimizer_step_pre_hook(self.guarded("step-pre", self._step_begins))
+        optimizer.register_optimizer_step_post_hook(self.guarded("step-post", self._step_ends))
+
+    def _find_top(self, module: Any, args: Any) -> None:
+        # The first module called is the outermost one: found, the global hook goes (torch.compile
+        # warns while any global module hook exists) and per-module hooks take over.
+        self._global.remove()
+        self.model = weakref.ref(module)
+        module.register_forward_pre_hook(self.guarded("forward", self._forward_begins), with_kwargs=True)
+        module.register_forward_hook(self.guarded("output", self._forward_ends))
+        params = list(module.parameters())
+        trainable = [p for p in params if p.requires_grad]
+        if trainable and hasattr(trainable[-1], "register_post_accumulate_grad_hook"):
+            trainable[-1].register_post_accumulate_grad_hook(self.guarded("grad", self._backward_done))
+        dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+        self.write("model", parameters=sum(p.numel() for p in params), trainable=sum(p.numel() for p in trainable),
+                   dtypes=dtypes)
+        self._forward_begins(module, args, {})
+
+    def _forward_begins(self, module: Any, args: Any, kwargs: Any) -> None:
+        self.phase = "forward"
+        if self.input_seen:
+            return
+        torch = self.torch
+        self.autocast = "off"
+        for device in ("cuda", "cpu"):
+            if hasattr(torch, "get_autocast_dtype") and torch.is_autocast_enabled(device):
+                self.autocast = str(torch.get_autocast_dtype(device)).replace("torch.", "")
+        first = kwargs.get("input_ids") if isinstance(kwargs, dict) else None
+        if first is None:
+            first = next((a for a in (*args, *(kwargs or {}).values()) if isinstance(a, self.torch.Tensor)), None)
+        if first is not None:
+            self.input_seen = True
+            self.write("input", shape=list(first.shape), dtype=str(first.dtype).replace("torch.", ""))
+
+    def _forward_ends(self, module: Any, args: Any, output: Any) -> None:
+        tensor = _first_grad_tensor(self.torch, output)
+        if tensor is not None:
+            tensor.register_hook(self.guarded("backward", self._backward_begins))
+
+    def _backward_begins(self, grad: Any) -> None:
+        self.phase = "backward"
+
+    def _backward_done(self, param: Any) -> None:
+        self.backward += 1
+
+    def _step_begins(self, opt: Any, args: Any, kwargs: Any) -> None:
+        self.phase = "optimizer"
+        if not any(ref() is opt for ref in self.optimizers):
+            self.optimizers.append(weakref.ref(opt))
+
+    def _step_ends(self, opt: Any, args: Any, kwargs: Any) -> None:
+        torch, now = self.torch, time.monotonic()
+        self.phase = "data"
+        self.steps += 1
+        seconds = now - self.last_step_at if self.last_step_at is not None else None
+        self.last_step_at = now
+        passes, self.backward_at_step = self.backward - self.backward_at_step, self.backward
+        distributed = _distributed(torch)
+        world = torch.distributed.get_world_size() if distributed else 1
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        state_dtype = next((str(v.dtype).replace("torch.", "") for s in opt.state.values() for v in s.values()
+                            if isinstance(v, torch.Tensor) and v.dim() > 0), None)
+        fields: dict[str, Any] = {"n": self.steps, "seconds": seconds, "backward": passes, "world_size": world,
+                                  "distributed": distributed,
+                                  "optimizer": type(opt).__name__, "state_dtype": state_dtype}
+        if self.autocast is not None:
+            fields["autocast"] = self.autocast
+        if cuda:
+            fields["peak_allocated"] = torch.cuda.max_memory_allocated()
+            fields["peak_reserved"] = torch.cuda.max_memory_reserved()
+        # Every step of the first hundred, then one in a hundred: the file stays small on long runs.
+        if self.steps <= 100 or self.steps % 100 == 0:
+            self.write("step", **fields)
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def excepthook(self, kind: type, value: BaseException, tb: Any) -> None:
+        try:
+            if self.torch is not None and os.getpid() == self.pid and _is_oom(self.torch, value):
+                self.write("oom", phase=_phase_of(tb) or self.phase, step=self.steps,
+                           breakdown=self._breakdown())
+        except Exception:
+            pass
+
+    def _breakdown(self) -> dict:
+        torch = self.torch
+        model = self.model() if self.model is not None else None
+        params = list(model.parameters()) if model is not None else []
+        seen: set[int] = set()
+
+        def size(tensors: Any) -> int:
+            total = 0
+            for t in tensors:
+                if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                    key = t.untyped_storage().data_ptr() if t.device.type != "cpu" else id(t)
+                    if key not in seen:
+                        seen.add(key)
+                        total += t.untyped_storage().nbytes()
+            return total
+
+        out = {"parameters": size(params), "gradients": size(p.grad for p in params if p.grad is not None),
+               "optimizer_states": size(v for ref in self.optimizers if ref() is not None
+                                        for s in ref().state.values() for v in s.values())}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+            out["other"] = max(0, allocated - sum(out.values()))
+            out["reserved_unallocated"] = max(0, reserved - allocated)
+            out["allocated"] = allocated
+        return out
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _distributed(torch: Any) -> bool:
+    dist = getattr(torch, "distributed", None)
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def _first_grad_tensor(torch: Any, output: Any) -> Any:
+    if isinstance(output, torch.Tensor):
+        return output if output.requires_grad else None
+    values = output.values() if isinstance(output, dict) else output if isinstance(output, (list, tuple)) else ()
+    for value in values:
+        found = _first_grad_tensor(torch, value)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_oom(torch: Any, value: BaseException) -> bool:
+    oom = getattr(torch, "OutOfMemoryError", None)
+    return (oom is not None and isinstance(value, oom)) or (
+        isinstance(value, RuntimeError) and "out of memory" in str(value).lower())
+
+
+def _phase_of(tb: Any) -> str | None:
+    """The phase from the frames the OOM passed through: the innermost named one wins (the hooks'
+    state can lag, e.g. an OOM in backward's first kernel before any gradient reached the output)."""
+    phase = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        for name, what in _PHASE_FRAMES:
+            if code.co_name == name and ("autograd" in code.co_filename or "_tensor" in code.co_filename
+                                         or ("optim" in code.co_filename and what == "optimizer")):
+                phase = what
+        tb = tb.tb_next
+    return phase
+
+
+class _TorchFinder:
+    """Arms the probe when the job's ``import torch`` has executed (not when it is looked up:
+    transformers asks for torch's spec long before it imports it). Torch keeps its own loader; only
+    that loader's ``exec_module`` is followed by arming."""
+
+    def __init__(self, probe: _Probe) -> None:
+        self.probe = probe
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        run, arm = spec.loader.exec_module, self.probe.guarded("arm", self.probe.arm)
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            arm(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    directory = os.environ.get("GPUDOC_PROBE_DIR")
+    if not directory:
+        return
+    probe = _Probe(directory)
+    previous = sys.excepthook
+
+    def excepthook(kind: type, value: BaseException, tb: Any) -> None:
+        probe.excepthook(kind, value, tb)
+        previous(kind, value, tb)
+
+    sys.excepthook = excepthook
+    if "torch" in sys.modules:
+        probe.guarded("arm", probe.arm)(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _TorchFinder(probe))

@@ -1,0 +1,165 @@
+"""What the probe inside the job wrote (``<run>/probe/rank-N.jsonl``, see ``gpudoc/probe/agent.py``),
+read as untrusted input and folded into the record's ``observed``, ``steps`` and ``oom``.
+
+The files are the job's to write, so each is read through a bounded window (its first
+``READ_CAP_BYTES``, lines up to ``LINE_CAP_BYTES``), a line that is not a JSON object of the
+expected shape is skipped and counted, and every value is checked before it is believed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+READ_CAP_BYTES = 8 * 2**20
+LINE_CAP_BYTES = 64 * 1024
+MAX_RANKS = 1024
+PROBE_DIR = "probe"
+_RANK_FILE = re.compile(r"rank-(\d{1,4})\.jsonl")
+# The profile's spellings of what the probe saw.
+_OPTIMIZERS = {"AdamW": "adamw", "Adam": "adam", "SGD": "sgd", "Adafactor": "adafactor"}
+_PHASES = ("forward", "backward", "optimizer", "data", "eval")
+_BREAKDOWN = ("parameters", "gradients", "optimizer_states", "other", "reserved_unallocated")
+
+
+def site_dir() -> Path:
+    """The directory gpudoc puts first on the job's PYTHONPATH (its ``sitecustomize`` starts the probe)."""
+    return Path(__file__).resolve().parent.parent / "probe" / "site"
+
+
+def child_environment(env: dict[str, str], run_dir: Path) -> dict[str, str]:
+    """The job's environment with the probe in it: the child's alone, never gpudoc's own."""
+    path = env.get("PYTHONPATH")
+    return dict(env, GPUDOC_PROBE_DIR=str(run_dir / PROBE_DIR),
+                PYTHONPATH=os.pathsep.join([str(site_dir()), *([path] if path else [])]))
+
+
+def _events(path: Path) -> tuple[list[dict], int]:
+    """The file's events, and how many lines were not events (bounded, never following a link)."""
+    events, bad = [], 0
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return [], 1
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(READ_CAP_BYTES)
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line[:LINE_CAP_BYTES]) if len(line) <= LINE_CAP_BYTES else None
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("event"), str):
+            events.append(doc)
+        else:
+            bad += 1
+    return events, bad
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _rank_view(events: list[dict]) -> dict[str, Any]:
+    """One rank's knobs as the probe saw them: {knob: (value, how)}, its steps and its OOM."""
+    knobs: dict[str, tuple[Any, str]] = {}
+    steps = [e for e in events if e["event"] == "step"]
+    shape = next((e.get("shape") for e in events if e["event"] == "input" and isinstance(e.get("shape"), list)), None)
+    if shape and all(_count(n) for n in shape):
+        knobs["micro_batch_size"] = (shape[0], "input-shape")
+        if len(shape) >= 2 and str(next(e.get("dtype") for e in events if e["event"] == "input")).startswith("int"):
+            knobs["max_seq_len"] = (shape[1], "input-shape")
+    passes = [p for p in (_count(e.get("backward")) for e in steps) if p]
+    if passes:
+        knobs["gradient_accumulation_steps"] = (int(statistics.median(passes)), "backward-per-step")
+    world = next((e for e in steps if _count(e.get("world_size"))), None)
+    if world is not None:
+        knobs["world_size"] = (world["world_size"], "process-group" if world.get("distributed") else "single-process")
+    model = next((e for e in events if e["event"] == "model"), {})
+    dtypes = model.get("dtypes") if isinstance(model.get("dtypes"), list) else []
+    autocast = next((e.get("autocast") for e in steps if isinstance(e.get("autocast"), str)), None)
+    if autocast in ("bfloat16", "float16"):
+        knobs["precision"] = ("bf16" if autocast == "bfloat16" else "fp16", "autocast")
+    elif autocast == "off" and dtypes:
+        half = {"bfloat16": "bf16-true", "float16": "fp16-true"}
+        trained = [d for d in dtypes if d in half or d == "float32"]
+        if len(trained) == 1:
+            knobs["precision"] = (half.get(trained[0], "fp32"), "parameter-dtype")
+    optimizer = next((e.get("optimizer") for e in steps if isinstance(e.get("optimizer"), str)), None)
+    if optimizer:
+        knobs["optimizer"] = (_OPTIMIZERS.get(optimizer, optimizer.lower()), "optimizer-step")
+    oom = next((e for e in events if e["event"] == "oom"), None)
+    return {"knobs": knobs, "steps": steps, "oom": oom, "model": model,
+            "state_dtype": next((e.get("state_dtype") for e in steps if isinstance(e.get("state_dtype"), str)), None)}
+
+
+def read(run_dir: Path) -> dict[str, Any]:
+    """``{"observed", "steps", "oom", "probe_errors"}`` for the record (each None when not seen)."""
+    directory = run_dir / PROBE_DIR
+    ranks: dict[int, dict[str, Any]] = {}
+    bad = 0
+    try:
+        names: Iterable[str] = sorted(os.listdir(directory))[:MAX_RANKS]
+    except OSError:
+        names = ()
+    errors: list[str] = []
+    for name in names:
+        match = _RANK_FILE.fullmatch(name)
+        if not match:
+            continue
+        events, skipped = _events(directory / name)
+        bad += skipped
+        errors += [str(e.get("hook")) + ": " + str(e.get("error"))[:200] for e in events if e["event"] == "error"][:5]
+        if events:
+            ranks[int(match.group(1))] = _rank_view(events)
+    if not ranks:
+        return {"observed": None, "steps": None, "oom": None, "probe_errors": None}
+    first = min(ranks)
+    observed: dict[str, Any] = {}
+    for knob, (value, how) in ranks[first]["knobs"].items():
+        agree = [r for r, view in sorted(ranks.items()) if view["knobs"].get(knob, (None,))[0] == value]
+        others = {str(r): view["knobs"][knob][0] for r, view in sorted(ranks.items())
+                  if knob in view["knobs"] and r not in agree}
+        observed[knob] = {"value": value, "how": how, "ranks": agree, "others": others}
+    model = ranks[first]["model"]
+    if model:
+        observed["model"] = {"parameters": _count(model.get("parameters")), "trainable": _count(model.get("trainable")),
+                             "optimizer_state_dtype": ranks[first]["state_dtype"]}
+    if bad:
+        errors.append(f"{bad} line(s) of the probe's files were not events and were skipped")
+    return {"observed": observed or None, "steps": _steps(ranks[first], observed), "oom": _oom(ranks),
+            "probe_errors": errors or None}
+
+
+def _steps(view: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any] | None:
+    steps = view["steps"]
+    if not steps:
+        return None
+    seconds = [float(s["seconds"]) for s in steps if isinstance(s.get("seconds"), (int, float)) and s["seconds"] > 0]
+    per_step = statistics.median(seconds) if seconds else None
+    samples = 1
+    for knob in ("micro_batch_size", "gradient_accumulation_steps", "world_size"):
+        samples *= int((observed.get(knob) or {}).get("value") or 1)
+    peaks = {key: max((_count(s.get(field)) or 0 for s in steps), default=0) or None
+             for key, field in (("peak_allocated_bytes", "peak_allocated"), ("peak_reserved_bytes", "peak_reserved"))}
+    return {"count": max(_count(s.get("n")) or 0 for s in steps), "seconds_per_step": per_step,
+            "samples_per_second": samples / per_step if per_step else None, **peaks}
+
+
+def _oom(ranks: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    for rank, view in sorted(ranks.items()):
+        event = view["oom"]
+        if event is None:
+            continue
+        raw = event.get("breakdown") if isinstance(event.get("breakdown"), dict) else {}
+        breakdown = {key: _count(raw.get(key)) for key in _BREAKDOWN if _count(raw.get(key)) is not None}
+        return {"rank": rank, "step": _count(event.get("step")),
+                "phase": event.get("phase") if event.get("phase") in _PHASES else None,
+                "breakdown": breakdown, "snapshot": None, "top": []}
+    return None

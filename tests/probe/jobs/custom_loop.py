@@ -1,0 +1,51 @@
+"""The seed guides' shape: a hand-written loop whose micro batch is its DataLoader's and whose
+gradient accumulation lives in its own code, on one process or under torchrun (gloo). ``--oom-at
+PHASE:STEP`` raises a real ``torch.OutOfMemoryError`` inside that phase of that optimizer step."""
+
+import argparse
+import os
+
+import torch
+from torch import nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch", type=int, default=4)
+parser.add_argument("--accum", type=int, default=3)
+parser.add_argument("--steps", type=int, default=2)
+parser.add_argument("--seq", type=int, default=16)
+parser.add_argument("--bf16", action="store_true", help="train under CPU autocast in bfloat16")
+parser.add_argument("--oom-at", default="")
+args = parser.parse_args()
+torch.manual_seed(0)
+if "RANK" in os.environ:
+    torch.distributed.init_process_group("gloo")
+model = nn.Sequential(nn.Embedding(100, 32), nn.Flatten(), nn.Linear(32 * args.seq, 100))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+data = torch.utils.data.DataLoader(torch.randint(100, (64, args.seq)), batch_size=args.batch)
+phase, at = args.oom_at.split(":") if args.oom_at else ("", "-1")
+
+
+def out_of_memory(*_):
+    # Sized from the actual input, as the allocator words it.
+    raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.numel() * 4 * 2**20} bytes")
+
+
+step = 0
+for i, x in enumerate(data):
+    if phase == "forward" and step == int(at):
+        model[2].register_forward_hook(out_of_memory)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        out = model(x)
+    loss = out.float().logsumexp(-1).mean()
+    if phase == "backward" and step == int(at):
+        out.register_hook(out_of_memory)
+    (loss / args.accum).backward()
+    if (i + 1) % args.accum == 0:
+        if phase == "optimizer" and step == int(at):
+            optimizer.register_step_pre_hook(out_of_memory)
+        optimizer.step()
+        optimizer.zero_grad()
+        step += 1
+        print(f"step {step} loss {loss.item():.3f}", flush=True)
+        if step >= args.steps:
+            break

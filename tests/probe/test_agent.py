@@ -1,0 +1,157 @@
+"""The probe inside real jobs (CPU torch, real `gpudoc run`, real torchrun): what it observes, what it
+records at an OOM, and that the job cannot tell it is there."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoc.runs import probe
+from tests.conftest import REPO, gpudoc_cli
+
+JOB = Path(__file__).resolve().parent / "jobs" / "custom_loop.py"
+AGENT = REPO / "gpudoc" / "probe" / "agent.py"
+PARAMS = 100 * 32 + 32 * 16 * 100 + 100  # the job's model: embedding, then a linear layer with bias
+
+pytestmark = pytest.mark.slow
+
+
+def run(work: Path, *job_args: str, switches: tuple[str, ...] = (), launcher: tuple[str, ...] = ("python",),
+        env: dict | None = None) -> tuple[int, dict]:
+    done = gpudoc_cli("run", "--no-check", *switches, "--", *launcher, str(JOB), *job_args, cwd=work, env=env)
+    shown = gpudoc_cli("runs", "show", "--json", cwd=work)
+    return done.returncode, json.loads(shown.stdout)["run"]
+
+
+def test_a_custom_loop_is_observed_as_it_trains(isolated_home):
+    code, record = run(isolated_home, "--batch", "4", "--accum", "3", "--steps", "2")
+    assert code == 0
+    observed = record["observed"]
+    assert {k: (v["value"], v["how"]) for k, v in observed.items() if k != "model"} == {
+        "micro_batch_size": (4, "input-shape"), "max_seq_len": (16, "input-shape"),
+        "gradient_accumulation_steps": (3, "backward-per-step"), "world_size": (1, "single-process"),
+        "precision": ("fp32", "parameter-dtype"), "optimizer": ("adamw", "optimizer-step")}
+    assert observed["model"] == {"parameters": PARAMS, "trainable": PARAMS, "optimizer_state_dtype": "float32"}
+    assert record["steps"]["count"] == 2 and record["steps"]["seconds_per_step"] > 0
+    assert record["oom"] is None and record["probe_errors"] is None
+
+
+def test_every_rank_under_torchrun_reports_and_agrees(isolated_home):
+    code, record = run(isolated_home, "--batch", "2", "--accum", "2", "--steps", "2",
+                       launcher=("torchrun", "--nproc_per_node", "2"))
+    assert code == 0
+    observed = record["observed"]
+    assert observed["world_size"] == {"value": 2, "how": "process-group", "ranks": [0, 1], "others": {}}
+    assert observed["micro_batch_size"]["value"] == 2 and observed["micro_batch_size"]["ranks"] == [0, 1]
+    assert observed["gradient_accumulation_steps"]["value"] == 2
+    # Only the ranks wrote: not torchrun, which imports torch too.
+    assert sorted(p.name for p in (isolated_home / ".gpudoc" / "runs" / record["id"] / "probe").iterdir()) == [
+        "rank-0.jsonl", "rank-1.jsonl"]
+
+
+def test_autocast_is_read_inside_the_forward(isolated_home):
+    code, record = run(isolated_home, "--bf16", "--steps", "1")
+    assert code == 0 and record["observed"]["precision"] == {"value": "bf16", "how": "autocast", "ranks": [0],
+                                                             "others": {}}
+
+
+@pytest.mark.parametrize(("where", "step"), [("forward", 1), ("backward", 0), ("optimizer", 1)])
+def test_an_oom_is_recorded_with_its_phase_step_and_breakdown(isolated_home, where, step):
+    code, record = run(isolated_home, "--oom-at", f"{where}:{step}")
+    assert code == 1 and record["cause"] == "gpu_oom"
+    oom = record["oom"]
+    assert (oom["rank"], oom["phase"], oom["step"]) == (0, where, step)
+    assert oom["breakdown"]["parameters"] == PARAMS * 4
+    # AdamW's two fp32 states per parameter exist once a step has completed (plus its step counters).
+    assert (oom["breakdown"]["optimizer_states"] >= 2 * PARAMS * 4) == (step > 0)
+
+
+def test_the_job_cannot_tell_the_probe_is_there(isolated_home):
+    outputs = {}
+    for switches in ((), ("--no-probe",)):
+        work = isolated_home / (switches[0].strip("-") if switches else "probed")
+        work.mkdir()
+        code, record = run(work, "--oom-at", "backward:1", switches=switches)
+        log = (work / ".gpudoc" / "runs" / record["id"] / "output.log").read_bytes()
+        outputs[switches] = (code, log.replace(str(work).encode(), b"WORK"))
+        assert (record["oom"] is None) == bool(switches)
+        assert (work / ".gpudoc" / "runs" / record["id"] / "probe").exists() != bool(switches)
+    assert outputs[()] == outputs[("--no-probe",)]
+    assert b"Traceback" in outputs[()][1] and b"OutOfMemoryError" in outputs[()][1]
+
+
+def test_the_users_own_sitecustomize_still_runs_once(isolated_home, tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import sys\nprint('their sitecustomize ran', file=sys.stderr)\n")
+    code, record = run(isolated_home, "--steps", "1", env={"PYTHONPATH": os.pathsep.join([str(theirs), str(REPO)])})
+    assert code == 0 and record["observed"]["micro_batch_size"]["value"] == 4
+    log = (isolated_home / ".gpudoc" / "runs" / record["id"] / "output.log").read_text()
+    assert log.count("their sitecustomize ran") == 1
+
+
+def test_a_job_that_isolates_its_interpreter_is_simply_not_observed(isolated_home):
+    code, record = run(isolated_home, "--steps", "1", launcher=("python", "-I"))
+    assert code == 0 and record["observed"] is None and record["oom"] is None
+
+
+def test_probe_off_in_the_profile(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text("[run]\nprobe = false\n")
+    code, record = run(isolated_home, "--steps", "1")
+    assert code == 0 and record["observed"] is None
+
+
+def test_the_probe_environment_is_the_childs_alone(tmp_path):
+    env = probe.child_environment({"PYTHONPATH": "/theirs"}, tmp_path)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(probe.site_dir()), "/theirs"]
+    assert (probe.site_dir() / "sitecustomize.py").is_file()
+    assert "gpudoc/probe/site" not in os.environ.get("PYTHONPATH", "")
+
+
+def _agent():
+    spec = importlib.util.spec_from_file_location("_gpudoc_probe_agent_test", AGENT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_probe_file_is_capped_with_a_last_line_saying_so(tmp_path, monkeypatch):
+    agent = _agent()
+    monkeypatch.setattr(agent, "CAP_BYTES", 64 * 1024)
+    writer = agent._Probe(str(tmp_path / "probe"))
+    for n in range(10_000):  # about 1 MB of events
+        writer.write("step", n=n, padding="x" * 80)
+    path = tmp_path / "probe" / "rank-0.jsonl"
+    lines = path.read_text().splitlines()
+    assert path.stat().st_size <= 64 * 1024 + 200
+    assert json.loads(lines[-1])["event"] == "truncated"
+
+
+def test_an_unwritable_run_directory_leaves_the_job_unobserved(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    writer = _agent()._Probe(str(blocker / "probe"))
+    writer.write("step", n=1)  # never raises into the job
+    assert writer.closed
+
+
+def test_a_hook_that_fails_goes_quiet_after_one_line(tmp_path):
+    agent = _agent()
+    writer = agent._Probe(str(tmp_path / "probe"))
+    hook = writer.guarded("demo", lambda: 1 / 0)
+    assert hook() is None and hook() is None
+    events = [json.loads(line) for line in (tmp_path / "probe" / "rank-0.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["start", "error"] and events[1]["hook"] == "demo"
+
+
+def test_the_agent_never_imports_torch_itself():
+    done = __import__("subprocess").run(
+        [sys.executable, "-c", "import sys, os; os.environ['GPUDOC_PROBE_DIR'] = '/nonexistent';"
+         f"import importlib.util as u; s = u.spec_from_file_location('a', {str(AGENT)!r}); m = u.module_from_spec(s);"
+         "s.loader.exec_module(m); m.install(); print('torch' in sys.modules)"], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr

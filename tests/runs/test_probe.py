@@ -1,0 +1,83 @@
+"""The probe's files read as untrusted input: bounded, defensive, and believed only where they hold
+what the probe writes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from gpudoc.runs import probe
+
+
+def _write(directory, name: str, *events: object) -> None:
+    (directory / "probe").mkdir(exist_ok=True)
+    with open(directory / "probe" / name, "w") as out:
+        for event in events:
+            out.write((event if isinstance(event, str) else json.dumps(event)) + "\n")
+
+
+def _rank(batch: int, world: int = 2) -> list[dict]:
+    return [{"event": "start", "pid": 1, "rank": 0}, {"event": "model", "parameters": 10, "trainable": 4,
+                                                      "dtypes": ["bfloat16"]},
+            {"event": "input", "shape": [batch, 128], "dtype": "int64"},
+            {"event": "step", "n": 1, "seconds": None, "backward": 8, "world_size": world, "distributed": True,
+             "optimizer": "AdamW", "state_dtype": "float32", "autocast": "off", "peak_allocated": 5},
+            {"event": "step", "n": 2, "seconds": 0.5, "backward": 8, "world_size": world, "distributed": True,
+             "optimizer": "AdamW", "autocast": "off", "peak_allocated": 7}]
+
+
+def test_ranks_that_disagree_are_named(tmp_path):
+    _write(tmp_path, "rank-0.jsonl", *_rank(4))
+    _write(tmp_path, "rank-1.jsonl", *_rank(2))
+    read = probe.read(tmp_path)
+    assert read["observed"]["micro_batch_size"] == {"value": 4, "how": "input-shape", "ranks": [0], "others": {"1": 2}}
+    assert read["observed"]["precision"] == {"value": "bf16-true", "how": "parameter-dtype", "ranks": [0, 1],
+                                             "others": {}}
+    assert read["observed"]["gradient_accumulation_steps"]["value"] == 8
+    assert read["steps"] == {"count": 2, "seconds_per_step": 0.5, "samples_per_second": 4 * 8 * 2 / 0.5,
+                             "peak_allocated_bytes": 7, "peak_reserved_bytes": None}
+
+
+def test_lines_that_are_not_events_are_skipped_and_counted(tmp_path):
+    _write(tmp_path, "rank-0.jsonl", "not json", "[1, 2]", json.dumps({"no": "event"}), "x" * 70_000, *_rank(4))
+    read = probe.read(tmp_path)
+    assert read["observed"]["micro_batch_size"]["value"] == 4
+    assert read["probe_errors"] == ["4 line(s) of the probe's files were not events and were skipped"]
+
+
+def test_values_of_the_wrong_shape_are_not_believed(tmp_path):
+    events = _rank(4)
+    events[2]["shape"] = ["eight", 128]
+    events[3].update(backward=-3, world_size="two")
+    events[4].update(backward=True, world_size=None)
+    _write(tmp_path, "rank-0.jsonl", *events, {"event": "oom", "phase": "elsewhere", "step": "1",
+                                               "breakdown": {"parameters": -1, "gradients": 12, "x": 1}})
+    read = probe.read(tmp_path)
+    assert {"micro_batch_size", "max_seq_len", "gradient_accumulation_steps", "world_size"}.isdisjoint(read["observed"])
+    assert read["oom"] == {"rank": 0, "step": None, "phase": None, "breakdown": {"gradients": 12}, "snapshot": None,
+                           "top": []}
+
+
+def test_a_huge_file_is_read_only_to_its_cap(tmp_path):
+    _write(tmp_path, "rank-0.jsonl", *_rank(4))
+    with open(tmp_path / "probe" / "rank-0.jsonl", "a") as out:
+        line = json.dumps({"event": "step", "n": 3, "padding": "x" * 1000}) + "\n"
+        out.write(line * (12 * 2**20 // len(line)))  # 12 MB
+    read = probe.read(tmp_path)
+    assert read["observed"]["micro_batch_size"]["value"] == 4
+    assert read["steps"]["count"] == 3  # what lay within the cap
+
+
+def test_a_planted_link_and_other_names_are_not_read(tmp_path):
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text("\n".join(json.dumps(e) for e in _rank(4)))
+    (tmp_path / "probe").mkdir()
+    os.symlink(elsewhere, tmp_path / "probe" / "rank-0.jsonl")
+    _write(tmp_path, "notes.jsonl", *_rank(4))
+    _write(tmp_path, "rank-99999.jsonl", *_rank(4))
+    read = probe.read(tmp_path)
+    assert read["observed"] is None and read["oom"] is None
+
+
+def test_nothing_written_is_nothing_observed(tmp_path):
+    assert probe.read(tmp_path) == {"observed": None, "steps": None, "oom": None, "probe_errors": None}
