@@ -70,6 +70,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     from gpudoc.launch.scan import LiveScan
     from gpudoc.launch.spawn import Launcher, LaunchOptions
     from gpudoc.launch.watch import GpuSampler, SamplerThread, nvml_reader
+    from gpudoc.runs import probe
     from gpudoc.runs.store import new_run_id
 
     console, cwd, store, nvml_backend = ws.console, ws.cwd, ws.store, ws.nvml_backend
@@ -88,10 +89,8 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     child_env = dict(child_env, GPUDOC_RUN_ID=run_id)
     run_dir = store.run_dir(run_id)
     probing = not options.no_probe and profile.run.get("probe", True) is not False
-    if probing:
-        from gpudoc.runs import probe
-
-        child_env = probe.child_environment(child_env, run_dir)
+    if probing:  # the job's environment alone, never gpudoc's own
+        child_env = probe.launch_environment(child_env, run_dir, resolved.argv, say=safe_warn if not options.attempt else None)
     log_path = store.log_path(run_id)
 
     watch = _Watch(multi_process=is_multi_process(job, profile),
@@ -201,9 +200,11 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     _merge_pids(record, state, [(p.pid, p.create_time) for p in outcome.processes])
     _finish_record(record, outcome, watch, sampler, log_path)
     _read_rank_logs(record, job, cwd, outcome.started)
+    from gpudoc.commands.resume import record_written
+
+    record_written(record, profile, cwd)  # what a relaunch of this chain may resume from
     if probing:
-        for key, value in probe.read(run_dir).items():
-            setattr(record, key, value)
+        record.take_observations(probe.read(run_dir))
     if sync is not None and record.cause == "gpu_oom" and not sync.announced:
         # The live scan missed it (an output flood): the other nodes still learn of it now.
         diag = record.diagnosis

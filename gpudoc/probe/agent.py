@@ -12,7 +12,7 @@ workers and compile workers stay silent. Every hook is guarded and switches itse
 error; the file is capped, with a last line saying so.
 
 Events, one JSON object a line in ``$GPUDOC_PROBE_DIR/rank-N.jsonl``:
-``start`` (pid, rank), ``model`` (parameters, trainable, dtype), ``input`` (shape of the top module's
+``start`` (pid, rank), ``parser`` (the flags a parser of the job declares, and its values), ``model`` (parameters, trainable, dtype), ``input`` (shape of the top module's
 first input), ``step`` (n, seconds, backward passes, autocast dtype, world size, optimizer, peaks),
 ``oom`` (phase, step, breakdown), ``error`` (a hook that failed), ``truncated``.
 """
@@ -27,6 +27,10 @@ import weakref
 from typing import Any
 
 CAP_BYTES = 4 * 2**20
+MAX_PARSERS = 8
+# Where argparse makes the namespace, by Python version (3.13 moved it into _parse_known_args2).
+_PARSE_FRAMES = ("parse_known_args", "_parse_known_args2", "parse_known_intermixed_args")
+MAX_OPTIONS = 2000
 _PHASE_FRAMES = (("backward", "backward"), ("_engine_run_backward", "backward"), ("step", "optimizer"))
 
 
@@ -49,6 +53,9 @@ class _Probe:
         self.last_step_at: float | None = None
         self.input_seen = False
         self.autocast: str | None = None  # the autocast dtype of the first forward, or "off"
+        # The parsers the job used, kept in memory until this process writes for training: a launcher
+        # (torchrun parses its own arguments) must never create a rank's file.
+        self.parsers: list[tuple[dict, Any]] = []  # (what the parser declares, weakref to its namespace)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -62,6 +69,8 @@ class _Probe:
                 self.file = os.fdopen(os.open(os.path.join(self.directory, f"rank-{self.rank}.jsonl"), flags, 0o600),
                                       "a", encoding="utf-8")
                 self._line({"event": "start", "pid": self.pid, "rank": self.rank, "t": time.time()})
+                for declared, namespace in self.parsers:
+                    self._line({"event": "parser", **declared, "values": _values(namespace())})
             self._line({"event": event, "t": time.time(), **fields})
         except Exception:
             self.closed = True  # a read-only or full run directory: the job goes on unobserved
@@ -89,6 +98,31 @@ class _Probe:
                 self.write("error", hook=name, error=f"{type(exc).__name__}: {exc}"[:300])
                 return None
         return hook
+
+    # -- what the job parsed -----------------------------------------------------------------
+
+    def observe_parsers(self, argparse: Any) -> None:
+        """Every ``parse_known_args`` (``parse_args`` goes through it; HfArgumentParser is an
+        ArgumentParser) starts with ``Namespace()`` when the job passes none: the new namespace and
+        the parser in the calling frame are noted there, before any option is read, so no error the
+        parse raises passes through the probe."""
+        original, probe = argparse.Namespace.__init__, self
+
+        def init(namespace: Any, **kwargs: Any) -> None:
+            original(namespace, **kwargs)
+            try:
+                if os.getpid() != probe.pid or len(probe.parsers) >= MAX_PARSERS or kwargs:
+                    return
+                caller = sys._getframe(1)
+                parser = caller.f_locals.get("self") if caller.f_code.co_name in _PARSE_FRAMES else None
+                if isinstance(parser, argparse.ArgumentParser):
+                    # What it declares is read now (a parser is often gone once it has parsed); the
+                    # values once this process trains, when they are all in the namespace.
+                    probe.parsers.append((_declared(parser), weakref.ref(namespace)))
+            except Exception:
+                pass
+
+        argparse.Namespace.__init__ = init
 
     # -- arming ------------------------------------------------------------------------------
 
@@ -212,6 +246,21 @@ class _Probe:
         return out
 
 
+def _declared(parser: Any) -> dict:
+    """The flags a parser declares: the exact set the job accepts."""
+    options = sorted({flag for action in parser._actions for flag in action.option_strings})[:MAX_OPTIONS]
+    return {"prog": str(parser.prog)[:200], "type": type(parser).__name__, "options": options}
+
+
+def _values(namespace: Any) -> dict:
+    """What a parse produced, scalars only (a path, a count, a rate, a switch)."""
+    values: dict = {}
+    for key, value in (vars(namespace).items() if namespace is not None else ()):
+        if value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 500):
+            values[key] = value
+    return values
+
+
 def _int(value: str | None) -> int | None:
     try:
         return int(value) if value is not None else None
@@ -255,31 +304,38 @@ def _phase_of(tb: Any) -> str | None:
     return phase
 
 
-class _TorchFinder:
-    """Arms the probe when the job's ``import torch`` has executed (not when it is looked up:
-    transformers asks for torch's spec long before it imports it). Torch keeps its own loader; only
-    that loader's ``exec_module`` is followed by arming."""
+class _AfterImport:
+    """Calls ``then(module)`` once the job's own import of ``name`` has executed (not when it is
+    looked up: transformers asks for torch's spec long before it imports it). The module keeps its
+    own loader; only that loader's ``exec_module`` is followed by the call."""
 
-    def __init__(self, probe: _Probe) -> None:
-        self.probe = probe
+    def __init__(self, name: str, then: Any) -> None:
+        self.name, self.then = name, then
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "torch":
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
         import importlib.util
 
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
-        run, arm = spec.loader.exec_module, self.probe.guarded("arm", self.probe.arm)
+        run, then = spec.loader.exec_module, self.then
 
         def exec_module(module: Any) -> None:
             run(module)
-            arm(module)
+            then(module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+def _after_import(name: str, then: Any) -> None:
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
 
 
 def install() -> None:
@@ -294,7 +350,7 @@ def install() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = excepthook
-    if "torch" in sys.modules:
-        probe.guarded("arm", probe.arm)(sys.modules["torch"])
-    else:
-        sys.meta_path.insert(0, _TorchFinder(probe))
+    # Imported by the job, not by the probe: a job that never parses arguments or never imports
+    # torch pays nothing for either.
+    _after_import("argparse", probe.guarded("argparse", probe.observe_parsers))
+    _after_import("torch", probe.guarded("arm", probe.arm))

@@ -12,13 +12,15 @@ import json
 import os
 import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 READ_CAP_BYTES = 8 * 2**20
 LINE_CAP_BYTES = 64 * 1024
 MAX_RANKS = 1024
+MAX_PARSERS = 8
+MAX_OPTIONS = 2000
 PROBE_DIR = "probe"
 _RANK_FILE = re.compile(r"rank-(\d{1,4})\.jsonl")
 # The profile's spellings of what the probe saw.
@@ -32,11 +34,33 @@ def site_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "probe" / "site"
 
 
+def launch_environment(env: dict[str, str], run_dir: Path, argv: list[str],
+                       say: Callable[[str], None] | None) -> dict[str, str]:
+    """The job's environment with the probe in it; ``say`` hears once why a command is out of reach."""
+    why = unreachable(list(argv))
+    if why and say is not None:
+        say(why)
+    return child_environment(env, run_dir)
+
+
 def child_environment(env: dict[str, str], run_dir: Path) -> dict[str, str]:
     """The job's environment with the probe in it: the child's alone, never gpudoc's own."""
     path = env.get("PYTHONPATH")
     return dict(env, GPUDOC_PROBE_DIR=str(run_dir / PROBE_DIR),
                 PYTHONPATH=os.pathsep.join([str(site_dir()), *([path] if path else [])]))
+
+
+def unreachable(argv: list[str]) -> str | None:
+    """Why the probe cannot see this job, when its command says so: a Python started with ``-I``
+    or ``-E`` ignores ``PYTHONPATH``."""
+    if not argv or not os.path.basename(argv[0]).startswith("python"):
+        return None
+    for arg in argv[1:]:
+        if not arg.startswith("-") or arg == "-" or arg.startswith(("-c", "-m")):
+            return None  # the script, or code, begins: what follows is the job's
+        if arg[1:2] != "-" and ("I" in arg[1:] or "E" in arg[1:]):
+            return f"{argv[0]} {arg} ignores PYTHONPATH: the probe cannot observe this job (nothing else changes)"
+    return None
 
 
 def _events(path: Path) -> tuple[list[dict], int]:
@@ -95,12 +119,30 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
     if optimizer:
         knobs["optimizer"] = (_OPTIMIZERS.get(optimizer, optimizer.lower()), "optimizer-step")
     oom = next((e for e in events if e["event"] == "oom"), None)
-    return {"knobs": knobs, "steps": steps, "oom": oom, "model": model,
+    return {"knobs": knobs, "steps": steps, "oom": oom, "model": model, "parsers": _parsers(events),
             "state_dtype": next((e.get("state_dtype") for e in steps if isinstance(e.get("state_dtype"), str)), None)}
 
 
+def _parsers(events: list[dict]) -> list[dict]:
+    """The argument parsers the job used: the flags each declares (exactly what it accepts) and the
+    values it parsed (scalars only)."""
+    out = []
+    for event in events:
+        options = event.get("options")
+        if event["event"] != "parser" or not isinstance(options, list):
+            continue
+        raw = event.get("values")
+        values: dict = raw if isinstance(raw, dict) else {}
+        out.append({"prog": str(event.get("prog"))[:200], "type": str(event.get("type"))[:100],
+                    "options": [o for o in options[:MAX_OPTIONS] if isinstance(o, str) and o.startswith("-")],
+                    "values": {str(k)[:100]: v for k, v in list(values.items())[:MAX_OPTIONS]
+                               if v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 500)}})
+    return out[:MAX_PARSERS]
+
+
 def read(run_dir: Path) -> dict[str, Any]:
-    """``{"observed", "steps", "oom", "probe_errors"}`` for the record (each None when not seen)."""
+    """``{"observed", "steps", "oom", "parsers", "probe_errors"}`` for the record (each None when not
+    seen)."""
     directory = run_dir / PROBE_DIR
     ranks: dict[int, dict[str, Any]] = {}
     bad = 0
@@ -119,7 +161,7 @@ def read(run_dir: Path) -> dict[str, Any]:
         if events:
             ranks[int(match.group(1))] = _rank_view(events)
     if not ranks:
-        return {"observed": None, "steps": None, "oom": None, "probe_errors": None}
+        return {"observed": None, "steps": None, "oom": None, "parsers": None, "probe_errors": None}
     first = min(ranks)
     observed: dict[str, Any] = {}
     for knob, (value, how) in ranks[first]["knobs"].items():
@@ -134,7 +176,7 @@ def read(run_dir: Path) -> dict[str, Any]:
     if bad:
         errors.append(f"{bad} line(s) of the probe's files were not events and were skipped")
     return {"observed": observed or None, "steps": _steps(ranks[first], observed), "oom": _oom(ranks),
-            "probe_errors": errors or None}
+            "parsers": ranks[first]["parsers"] or None, "probe_errors": errors or None}
 
 
 def _steps(view: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any] | None:

@@ -41,6 +41,9 @@ class RunRecord:
     applied_edits: list[dict] = field(default_factory=list)
     # The checkpoint this run resumed from ({"framework", "path", "step", "switch"}), when it did.
     resumed_from: dict | None = None
+    # The checkpoints written while this run ran ({"path", "proof", "ino", "size", "mtime_ns"}): the
+    # only ones a relaunch of its chain resumes from (``gpudoc.commands.resume``).
+    checkpoints: list[dict] = field(default_factory=list)
     started_at: str | None = None
     ended_at: str | None = None
     duration_s: float | None = None
@@ -80,6 +83,8 @@ class RunRecord:
     observed: dict | None = None
     steps: dict | None = None
     oom: dict | None = None
+    # The argument parsers the job used ({"prog", "type", "options", "values"}): the flags it declares.
+    parsers: list[dict] | None = None
     probe_errors: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,6 +112,11 @@ class RunRecord:
         record = cls(**{k: v for k, v in data.items() if k in types_ and k != "diagnosis"})
         record.diagnosis = Diagnosis.from_dict(data.get("diagnosis"))
         return record
+
+    def take_observations(self, seen: Mapping[str, Any]) -> None:
+        """What the probe saw (``gpudoc.runs.probe.read``): observed, steps, oom, parsers, probe_errors."""
+        for key in ("observed", "steps", "oom", "parsers", "probe_errors"):
+            setattr(self, key, seen.get(key))
 
     # -- what other rooms ask of a record ------------------------------------------------------
 

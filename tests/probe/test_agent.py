@@ -39,6 +39,16 @@ def test_a_custom_loop_is_observed_as_it_trains(isolated_home):
     assert observed["model"] == {"parameters": PARAMS, "trainable": PARAMS, "optimizer_state_dtype": "float32"}
     assert record["steps"]["count"] == 2 and record["steps"]["seconds_per_step"] > 0
     assert record["oom"] is None and record["probe_errors"] is None
+    # The flags the job's own parser declares: the only ones gpudoc may ever write into its command.
+    [parser] = record["parsers"]
+    assert parser["options"] == ["--accum", "--batch", "--bf16", "--help", "--oom-at", "--seq", "--steps", "-h"]
+    assert parser["values"] == {"batch": 4, "accum": 3, "steps": 2, "seq": 16, "bf16": False, "oom_at": ""}
+
+
+def test_a_job_refused_by_its_own_parser_leaves_no_probe_file(isolated_home):
+    code, record = run(isolated_home, "--batch", "eight")
+    assert code == 2 and record["parsers"] is None
+    assert not (isolated_home / ".gpudoc" / "runs" / record["id"] / "probe").exists()
 
 
 def test_every_rank_under_torchrun_reports_and_agrees(isolated_home):
@@ -96,8 +106,19 @@ def test_the_users_own_sitecustomize_still_runs_once(isolated_home, tmp_path):
 
 
 def test_a_job_that_isolates_its_interpreter_is_simply_not_observed(isolated_home):
-    code, record = run(isolated_home, "--steps", "1", launcher=("python", "-I"))
-    assert code == 0 and record["observed"] is None and record["oom"] is None
+    done = gpudoc_cli("run", "--no-check", "--", "python", "-I", str(JOB), "--steps", "1", cwd=isolated_home)
+    record = json.loads(gpudoc_cli("runs", "show", "--json", cwd=isolated_home).stdout)["run"]
+    assert done.returncode == 0 and record["observed"] is None and record["oom"] is None
+    said = [line for line in done.stderr.splitlines() if "probe" in line]
+    assert said == ["gpudoc: python -I ignores PYTHONPATH: the probe cannot observe this job (nothing else changes)"]
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["python3", "-u", "-I", "train.py"], True), (["python", "-IB", "x.py"], True), (["python", "-E", "x.py"], True),
+    (["python", "train.py", "-I"], False), (["python", "-c", "pass", "-I"], False), (["torchrun", "-I"], False),
+    (["python", "--version"], False), (["python", "-m", "pkg", "-E"], False)])
+def test_which_commands_the_probe_cannot_reach(argv, said):
+    assert (probe.unreachable(argv) is not None) == said
 
 
 def test_probe_off_in_the_profile(isolated_home):

@@ -80,4 +80,15 @@ def test_a_planted_link_and_other_names_are_not_read(tmp_path):
 
 
 def test_nothing_written_is_nothing_observed(tmp_path):
-    assert probe.read(tmp_path) == {"observed": None, "steps": None, "oom": None, "probe_errors": None}
+    assert probe.read(tmp_path) == {"observed": None, "steps": None, "oom": None, "parsers": None,
+                                    "probe_errors": None}
+
+
+def test_a_parser_is_kept_with_what_it_declares_and_nothing_else(tmp_path):
+    _write(tmp_path, "rank-0.jsonl", {"event": "parser", "prog": "train.py", "type": "HfArgumentParser",
+                                      "options": ["--output_dir", "-h", "not-a-flag", 7],
+                                      "values": {"output_dir": "out", "lr": 0.1, "big": "x" * 600, "list": [1]}},
+           *_rank(4))
+    assert probe.read(tmp_path)["parsers"] == [{"prog": "train.py", "type": "HfArgumentParser",
+                                                "options": ["--output_dir", "-h"],
+                                                "values": {"output_dir": "out", "lr": 0.1}}]

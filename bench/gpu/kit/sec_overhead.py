@@ -128,7 +128,8 @@ def run(kit: Kit, result: Result) -> None:
     # A ratio means nothing finer than the baseline's own spread.
     verdicts[f"the baseline is steady (bare runs within {TARGET:.0%} of each other)"] = (result["bare_spread"] or 0) <= TARGET
     verdicts["peak memory the same"] = all(entry["peak_allocated_bytes"] == peak for entry in table.values())
-    verdicts["every variant ran"] = not result.get("errors") and not result.get("not_run")
+    planned = {name for name, _, _ in variants}
+    verdicts["every variant ran"] = not result.get("errors") and planned <= set(table)
     result["checks"] = verdicts
     failed = [name for name, ok in verdicts.items() if not ok]
     result["status"] = "fail" if failed else "pass"
