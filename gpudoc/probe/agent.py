@@ -19,12 +19,16 @@ first input), ``step`` (n, seconds, backward passes, autocast dtype, world size,
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 import weakref
-from typing import Any
+
+# Annotations only: a job that never trains must not pay for importing typing (or json, imported
+# when the first event is written) at every start-up.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CAP_BYTES = 4 * 2**20
 MAX_PARSERS = 8
@@ -76,6 +80,8 @@ class _Probe:
             self.closed = True  # a read-only or full run directory: the job goes on unobserved
 
     def _line(self, doc: dict) -> None:
+        import json
+
         text = json.dumps(doc, default=str) + "\n"
         if self.written + len(text) > CAP_BYTES:
             self.file.write(json.dumps({"event": "truncated", "at_bytes": self.written}) + "\n")
