@@ -22,12 +22,7 @@ gpudoc fix --apply
 """
 
     def main(self, *args: str) -> int:
-        if args:
-            from gpudoc.errors import UsageError
-            from gpudoc.profiles.validate import did_you_mean
-
-            raise UsageError(f"gpudoc: unknown command '{args[0]}'{did_you_mean(args[0], _SUBCOMMANDS)} "
-                             "(see `gpudoc --help`)")
+        reject_unknown(args[:1])
         if not self.nested_command:
             self.help()
             return 2
@@ -51,3 +46,14 @@ _SUBCOMMANDS = {
 }
 for _name, _target in _SUBCOMMANDS.items():
     Gpudoc.subcommand(_name, _target)
+
+
+def reject_unknown(words: tuple[str, ...] | list[str]) -> None:
+    """A first word that is no command of gpudoc's is a usage error, also before a ``--help`` that
+    would otherwise print the top-level help and exit 0 (``gpudoc tune --help``)."""
+    if words and not words[0].startswith("-") and words[0] not in _SUBCOMMANDS:
+        from gpudoc.errors import UsageError
+        from gpudoc.profiles.validate import did_you_mean
+
+        raise UsageError(f"gpudoc: unknown command '{words[0]}'{did_you_mean(words[0], _SUBCOMMANDS)} "
+                         "(see `gpudoc --help`)")

@@ -76,6 +76,9 @@ def _fast_main(argv: list[str], ws: Workspace) -> int | None:
     elif argv[1:2] == ["check"]:
         from gpudoc.cli.check import fast_main
     else:
+        from gpudoc.cli.app import reject_unknown
+
+        reject_unknown(argv[1:2])
         return None
     return fast_main(argv[2:], ws)
 

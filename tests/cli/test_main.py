@@ -28,6 +28,16 @@ def test_unknown_command_names_it():
     assert "did you mean" not in result.stderr
 
 
+@pytest.mark.parametrize("args", [("tune", "--help"), ("tune", "-h"), ("chek", "--help-all")])
+def test_an_unknown_command_with_switches_is_still_unknown(args):
+    # `gpudoc tune --help` printed the top-level help and exited 0: a script probing for the
+    # command took it for there.
+    result = gpudoc_cli(*args)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"gpudoc: unknown command '{args[0]}'")
+    assert gpudoc_cli("--help").returncode == 0
+
+
 def test_a_mistyped_command_or_runs_subcommand_gets_a_did_you_mean():
     typo = gpudoc_cli("chek")
     assert typo.returncode == 2 and "unknown command 'chek' (did you mean 'check'?)" in typo.stderr
