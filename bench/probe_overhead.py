@@ -31,7 +31,7 @@ torch.set_num_threads(1)
 torch.manual_seed(0)
 model = nn.Sequential(nn.Embedding(1000, 128), nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 1000))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-data = torch.utils.data.DataLoader(torch.randint(1000, (4096, 64)), batch_size=8)
+data = torch.utils.data.DataLoader(torch.randint(1000, (16384, 64)), batch_size=8)
 times, it = [], iter(data)
 for step in range(int(sys.argv[1])):
     start = time.perf_counter()
