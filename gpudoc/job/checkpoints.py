@@ -16,17 +16,25 @@ resumed from):
 
 Only checkpoints written since ``since`` (the chain's first launch) count: an older one may belong
 to another experiment in the same folder. Nothing here imports torch or writes.
+
+Resuming unpickles what the checkpoint holds, so what the framework would read is held to the trust
+rule (``Checkpoint.problem``): every file of it the user's own and nobody else's to write, and no
+link leading out of the output folder. Which run wrote it is the resume's question
+(``gpudoc.commands.resume``): ``stamp`` is what a run records of each checkpoint it wrote.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import zipfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpudoc.trust import Untrusted, owner_name, untrusted
 
 FRAMEWORKS = ("hf-trainer", "lightning", "torchtune")
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
@@ -35,6 +43,9 @@ _HF_DIR = re.compile(r"^checkpoint-(\d+)$")
 _STEP = re.compile(r"step=(\d+)")
 # A file's modification time may be stamped a little before the run's recorded start (whole seconds).
 _SLACK_S = 2.0
+# The entries of one checkpoint the trust check looks at (a sharded DeepSpeed save holds a few
+# hundred); past this many it is not resumed from rather than walked for minutes.
+_MAX_ENTRIES = 10_000
 
 
 @dataclass(frozen=True)
@@ -52,13 +63,85 @@ class Checkpoint:
             return ("--ckpt_path", self.path)
         return ("resume_from_checkpoint=True",)
 
+    # Not part of what is recorded as resumed from: where it was found, to check and to stamp it.
+    proof: Path | None = field(default=None, compare=False)  # the file whose writing completed the save
+    within: Path | None = field(default=None, compare=False)  # the output folder it must not leave
+    holds: tuple[Path, ...] = field(default=(), compare=False)  # what the framework reads to resume
+
     def to_dict(self) -> dict[str, Any]:
         return {"framework": self.framework, "path": self.path, self.unit: self.step, "switch": list(self.switch())}
+
+    def stamp(self) -> dict[str, Any] | None:
+        """What tells this save from any other written to the same path: its completing file's
+        inode, size and modification time (None when it is gone)."""
+        if self.proof is None:
+            return None
+        try:
+            info = os.lstat(self.proof)
+        except OSError:
+            return None
+        return {"path": self.path, "proof": str(self.proof), "ino": info.st_ino, "size": info.st_size,
+                "mtime_ns": info.st_mtime_ns}
+
+    def problem(self) -> Untrusted | None:
+        """Why resuming from it would read what another user wrote, or None: each file and folder
+        the framework reads must pass the trust rule, a link among them must end inside the output
+        folder, and so must the checkpoint itself."""
+        if self.within is None:
+            return None
+        problem = untrusted(self.within)  # the output folder itself, a link the user made to scratch included
+        if problem is not None:
+            return problem
+        try:
+            inside = self.within.resolve()
+        except (OSError, RuntimeError):
+            return None
+        for seen, path in enumerate(self._entries()):
+            if seen >= _MAX_ENTRIES:
+                return Untrusted(Path(self.path), "unknown", f"holds more than {_MAX_ENTRIES} files to check",
+                                 "resume from it by hand if you trust it")
+            problem = untrusted(path) or _outside(path, inside, self.within)
+            if problem is not None:
+                return problem
+        return None
+
+    def _entries(self) -> Iterator[Path]:
+        for held in self.holds:
+            yield held
+            if held.is_dir() and not held.is_symlink():
+                for folder, dirs, files in os.walk(held):  # links are not descended into: each is checked
+                    dirs.sort()
+                    for name in (*dirs, *sorted(files)):
+                        yield Path(folder) / name
+
+
+def _outside(path: Path, inside: Path, within: Path) -> Untrusted | None:
+    """A path that resolves outside the output folder (a link planted into another user's directory)."""
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):
+        real = path
+    if real == inside or inside in real.parents:
+        return None
+    try:
+        owner = owner_name(os.lstat(path).st_uid)
+    except OSError:
+        owner = "unknown"
+    return Untrusted(path, owner, f"(owner {owner}) leads out of the output folder {within}, to {real}",
+                     "resume from a checkpoint inside the output folder")
 
 
 def newest_checkpoint(framework: str | None, command: Sequence[str], cwd: Path, *,
                       since: float | None = None) -> Checkpoint | None:
     """The newest complete checkpoint the job's command says it writes; None when there is none."""
+    found = written_checkpoints(framework, command, cwd, since=since)
+    return found[0] if found else None
+
+
+def written_checkpoints(framework: str | None, command: Sequence[str], cwd: Path, *,
+                        since: float | None = None) -> list[Checkpoint]:
+    """Every complete checkpoint the job's command says it writes, written since ``since``, the
+    newest first."""
     from gpudoc.job.argv import parse_command
 
     args = parse_command(list(command)).script_args
@@ -69,7 +152,7 @@ def newest_checkpoint(framework: str | None, command: Sequence[str], cwd: Path, 
         return _lightning(args, cwd, since)
     if framework == "torchtune":
         return _torchtune(args, cwd, since)
-    return None
+    return []
 
 
 def resume_command(command: Sequence[str], switch: Sequence[str]) -> list[str]:
@@ -84,13 +167,13 @@ def resume_command(command: Sequence[str], switch: Sequence[str]) -> list[str]:
 
 # -- each framework ------------------------------------------------------------------------------
 
-def _hf(args: list[str], cwd: Path, since: float | None) -> Checkpoint | None:
+def _hf(args: list[str], cwd: Path, since: float | None) -> list[Checkpoint]:
     out = _flag(args, "--output_dir")
     first = args[1:2] if args[:1] in (["train"], ["sft"]) else args[:1]  # `llamafactory-cli train CONFIG`
     if out is None and first and first[0].endswith((".yaml", ".yml", ".json")):
         out = _config_value(cwd / first[0], ("output_dir",))
     if out is None:
-        return None
+        return []
     found = []
     for directory in _children(cwd / out):
         match = _HF_DIR.match(directory.name)
@@ -103,35 +186,34 @@ def _hf(args: list[str], cwd: Path, since: float | None) -> Checkpoint | None:
             continue  # a trainer state cut short: not complete
         if _recent(state, since):
             found.append((step, directory))
-    if not found:
-        return None
-    step, directory = max(found)
-    return Checkpoint("hf-trainer", _shown(directory, cwd), step)
+    return [Checkpoint("hf-trainer", _shown(directory, cwd), step, proof=directory / "trainer_state.json",
+                       within=cwd / out, holds=(directory,))
+            for step, directory in sorted(found, reverse=True)]
 
 
-def _lightning(args: list[str], cwd: Path, since: float | None) -> Checkpoint | None:
+def _lightning(args: list[str], cwd: Path, since: float | None) -> list[Checkpoint]:
     config = _flag(args, "--config") or _flag(args, "-c")
     data = _load(cwd / config) if config else None
     root_name = _flag(args, "--trainer.default_root_dir") or _get(data, ("trainer", "default_root_dir"))
     root = cwd / str(root_name) if root_name else cwd
-    folders = [root / "checkpoints", *sorted((root / "lightning_logs").glob("version_*/checkpoints"))]
+    folders = [(root, root / "checkpoints"),
+               *((root, f) for f in sorted((root / "lightning_logs").glob("version_*/checkpoints")))]
     for callback in _get(data, ("trainer", "callbacks")) or ():
         dirpath = _get(callback, ("init_args", "dirpath")) or _get(callback, ("dirpath",))
         if dirpath:
-            folders.append(cwd / str(dirpath))
+            folders.append((cwd / str(dirpath), cwd / str(dirpath)))
     found = []
-    for folder in folders:
+    for within, folder in folders:
         for file in _children(folder):
             if file.suffix == ".ckpt" and _whole(file) and _recent(file, since):
                 match = _STEP.search(file.name)
-                found.append((file.stat().st_mtime, int(match.group(1)) if match else -1, file))
-    if not found:
-        return None
-    _mtime, step, file = max(found)
-    return Checkpoint("lightning", _shown(file, cwd), step if step >= 0 else None)
+                found.append((file.stat().st_mtime, int(match.group(1)) if match else -1, str(file), within))
+    return [Checkpoint("lightning", _shown(Path(file), cwd), step if step >= 0 else None, proof=Path(file),
+                       within=within, holds=(Path(file),))
+            for _mtime, step, file, within in sorted(found, key=lambda f: f[:3], reverse=True)]
 
 
-def _torchtune(args: list[str], cwd: Path, since: float | None) -> Checkpoint | None:
+def _torchtune(args: list[str], cwd: Path, since: float | None) -> list[Checkpoint]:
     out = None
     for tok in args:
         key, eq, value = tok.lstrip("+").partition("=")
@@ -141,13 +223,16 @@ def _torchtune(args: list[str], cwd: Path, since: float | None) -> Checkpoint | 
     if out is None and config:
         out = _config_value(cwd / config, ("output_dir",))
     if out is None:
-        return None
+        return []
     folder = cwd / out
     for state in (folder / "recipe_state" / "recipe_state.pt", folder / "recipe_state.pt"):
         if state.is_file() and _whole(state) and _recent(state, since):
-            epochs = [int(m.group(1)) for d in _children(folder) if (m := re.match(r"^epoch_(\d+)$", d.name))]
-            return Checkpoint("torchtune", _shown(state, cwd), max(epochs) if epochs else None, unit="epoch")
-    return None
+            epochs = {int(m.group(1)): d for d in _children(folder) if (m := re.match(r"^epoch_(\d+)$", d.name))}
+            # The recipe reads its state and the newest epoch's weights (its checkpointer's files).
+            newest = (epochs[max(epochs)],) if epochs else ()
+            return [Checkpoint("torchtune", _shown(state, cwd), max(epochs) if epochs else None, unit="epoch",
+                               proof=state, within=folder, holds=(state, *newest))]
+    return []
 
 
 # -- reading ------------------------------------------------------------------------------------

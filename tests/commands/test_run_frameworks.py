@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -265,6 +266,12 @@ def test_hf_trainer_relaunch_resumes_from_its_newest_complete_checkpoint(tmp_pat
     (cwd / "out" / "checkpoint-8").mkdir()
     (cwd / "out" / "checkpoint-8" / "model.safetensors").write_bytes(b"\0" * 64)
     (cwd / "out" / "checkpoint-8" / "trainer_state.json").write_text('{"global_step": 8, "log_hi')
+    # Two complete ones no run of the chain wrote, stamped as if written while it ran: another job's
+    # save into the same output_dir, and a link into a directory outside it (SPEC "Trust").
+    future = time.time() + 3600
+    os.utime(_complete(cwd / "out" / "checkpoint-9") / "trainer_state.json", (future, future))
+    os.utime(_complete(cwd / "elsewhere" / "checkpoint-7") / "trainer_state.json", (future, future))
+    (cwd / "out" / "checkpoint-7").symlink_to(cwd / "elsewhere" / "checkpoint-7")
     flags = [*HF_FLAGS, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]
     # Steps 1 and 2 (two forwards each) go through and checkpoint-2 is saved; step 3 runs out of memory.
     done = gpudoc_cli("run", "--no-check", "--retry-oom", "2", "--", *_launch(1, "hf_trainer.py", *flags), cwd=cwd,
@@ -273,6 +280,10 @@ def test_hf_trainer_relaunch_resumes_from_its_newest_complete_checkpoint(tmp_pat
     records = sorted(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
     assert [r.cause for r in records] == ["gpu_oom", "ok"]
     first, last = records
+    assert [stamp["path"] for stamp in first.checkpoints] == ["out/checkpoint-2"]  # what the first run wrote
+    assert "gpudoc: not resuming from out/checkpoint-9: no run of this chain wrote it" in done.stderr
+    assert f"gpudoc: not resuming from out/checkpoint-7: {cwd / 'out' / 'checkpoint-7'} (owner " in done.stderr
+    assert "leads out of the output folder" in done.stderr
     assert "gpudoc: resuming from out/checkpoint-2 (step 2): --resume_from_checkpoint out/checkpoint-2" in done.stderr
     assert last.resumed_from == {"framework": "hf-trainer", "path": "out/checkpoint-2", "step": 2,
                                  "switch": ["--resume_from_checkpoint", "out/checkpoint-2"]}
@@ -284,6 +295,14 @@ def test_hf_trainer_relaunch_resumes_from_its_newest_complete_checkpoint(tmp_pat
     assert re.search(r"Instantaneous batch size per device = 4\b", log)
     final = json.loads((cwd / "out" / "checkpoint-4" / "trainer_state.json").read_text())
     assert final["global_step"] == 4
+
+
+def _complete(folder: Path) -> Path:
+    """A checkpoint directory gpudoc takes for a whole save (its trainer state and weights)."""
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": int(folder.name.split("-")[1])}))
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    return folder
 
 
 def test_lightning_relaunch_resumes_from_its_model_checkpoint_and_restore_undoes_the_config(tmp_path):

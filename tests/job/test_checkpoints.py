@@ -9,9 +9,10 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
-from gpudoc.job.checkpoints import newest_checkpoint, resume_command
+from gpudoc.job.checkpoints import newest_checkpoint, resume_command, written_checkpoints
 from tests.conftest import CONFIGS
 
 
@@ -102,3 +103,75 @@ def test_resume_switch_replaces_a_value_already_there():
 def test_an_unknown_framework_has_no_checkpoint(tmp_path):
     _hf_checkpoint(tmp_path / "out", 1)
     assert newest_checkpoint("hydra", ["python", "t.py", "--output_dir", "out"], tmp_path) is None
+
+
+# -- what resuming would read, held to the trust rule (SPEC "Trust") ------------------------------
+
+NOBODY = 65534
+HF = ["python", "train.py", "--output_dir", "out"]
+
+
+def test_every_complete_checkpoint_is_listed_newest_first_with_what_resuming_reads(tmp_path):
+    for step in (2, 10, 6):
+        _hf_checkpoint(tmp_path / "out", step)
+    found = written_checkpoints("hf-trainer", HF, tmp_path)
+    assert [c.step for c in found] == [10, 6, 2]
+    assert found[0].holds == (tmp_path / "out" / "checkpoint-10",) and found[0].within == tmp_path / "out"
+    assert all(c.problem() is None for c in found)
+
+
+def test_a_rewritten_save_has_another_stamp(tmp_path):
+    state = _hf_checkpoint(tmp_path / "out", 4) / "trainer_state.json"
+    before = newest_checkpoint("hf-trainer", HF, tmp_path).stamp()
+    assert before["path"] == "out/checkpoint-4" and before == newest_checkpoint("hf-trainer", HF, tmp_path).stamp()
+    state.unlink()
+    state.write_text(json.dumps({"global_step": 4}))
+    assert newest_checkpoint("hf-trainer", HF, tmp_path).stamp() != before
+
+
+def test_links_out_of_the_output_folder_are_a_problem_links_within_it_are_not(tmp_path):
+    outside = _hf_checkpoint(tmp_path / "theirs", 50)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "checkpoint-50").symlink_to(outside)
+    problem = newest_checkpoint("hf-trainer", HF, tmp_path).problem()
+    assert problem is not None and f"leads out of the output folder {tmp_path / 'out'}, to {outside}" in str(problem)
+    # One file of a real checkpoint linked out (the weights, say) is the same hole.
+    (tmp_path / "out" / "checkpoint-50").unlink()
+    inside = _hf_checkpoint(tmp_path / "out", 60)
+    (inside / "model.safetensors").unlink()
+    (inside / "model.safetensors").symlink_to(outside / "model.safetensors")
+    assert "leads out of the output folder" in str(newest_checkpoint("hf-trainer", HF, tmp_path).problem())
+    # Lightning's last.ckpt may be a link to a checkpoint beside it: that one stays inside.
+    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    folder.mkdir(parents=True)
+    torch.save({"global_step": 3}, folder / "epoch=0-step=3.ckpt")
+    (folder / "last.ckpt").symlink_to(folder / "epoch=0-step=3.ckpt")
+    found = written_checkpoints("lightning", ["python", "cli.py", "fit"], tmp_path)
+    assert len(found) == 2 and all(c.problem() is None for c in found)
+
+
+def test_a_logger_folder_linked_elsewhere_leads_out_too(tmp_path):
+    elsewhere = tmp_path / "elsewhere" / "checkpoints"
+    elsewhere.mkdir(parents=True)
+    torch.save({"global_step": 3}, elsewhere / "epoch=0-step=3.ckpt")
+    (tmp_path / "job" / "lightning_logs").mkdir(parents=True)
+    (tmp_path / "job" / "lightning_logs" / "version_0").symlink_to(tmp_path / "elsewhere")
+    found = newest_checkpoint("lightning", ["python", "cli.py", "fit"], tmp_path / "job")
+    assert found is not None and "leads out of the output folder" in str(found.problem())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file another owner needs root (CI is root)")
+def test_a_checkpoint_or_a_torchtune_epoch_another_user_wrote_names_its_owner(tmp_path):
+    planted = _hf_checkpoint(tmp_path / "out", 99)
+    os.chown(planted / "model.safetensors", NOBODY, NOBODY)
+    problem = newest_checkpoint("hf-trainer", HF, tmp_path).problem()
+    assert problem is not None and str(problem).startswith(f"{planted / 'model.safetensors'} belongs to nobody")
+    out = tmp_path / "tt"
+    (out / "recipe_state").mkdir(parents=True)
+    (out / "epoch_0").mkdir()
+    torch.save({"epochs_run": 1}, out / "recipe_state" / "recipe_state.pt")
+    command = ["tune", "run", "full_finetune_single_device", "output_dir=tt"]
+    assert newest_checkpoint("torchtune", command, tmp_path).problem() is None
+    (out / "epoch_0" / "model-00001-of-00001.bin").write_bytes(b"\0")
+    os.chown(out / "epoch_0" / "model-00001-of-00001.bin", NOBODY, NOBODY)
+    assert "belongs to nobody" in str(newest_checkpoint("torchtune", command, tmp_path).problem())
