@@ -44,8 +44,12 @@ class Workspace:
 
     @cached_property
     def store(self) -> RunStore:
-        """The run records of this workspace (``$GPUDOC_HOME`` or ``./.gpudoc``)."""
-        return RunStore.locate(self.cwd, self.environ)
+        """The run records of this workspace (``$GPUDOC_HOME`` or ``./.gpudoc``); a runs directory
+        passed over on the way (another user's) is said here, once, before the command uses the store."""
+        store = RunStore.locate(self.cwd, self.environ)
+        for note in store.located_notes:
+            self.console.error(note)
+        return store
 
     def but(self, *, cwd: Path | None = None, console: Console | None = None) -> Workspace:
         """The same workspace in another directory or talking through another console, keeping
@@ -56,13 +60,14 @@ class Workspace:
         return changed
 
     def load_profile(self, name: str | None) -> Profile:
-        """``-p NAME|FILE``, else ``$GPUDOC_PROFILE``, else ``./gpudoc.toml``, else no profile."""
+        """``-p NAME|FILE``, else ``$GPUDOC_PROFILE``, else ``./gpudoc.toml``, else no profile; a
+        profile skipped by the trust rule is said on this workspace's console."""
         from gpudoc.errors import UsageError
         from gpudoc.profiles.loader import load_profile
 
         if name is not None and not name.strip():
             raise UsageError("-p: an empty profile name (name a profile or a file, or leave -p out)")
-        return load_profile(name, self.cwd)
+        return load_profile(name, self.cwd, say=self.console.error)
 
     def history(self, profile: Profile, *, upto: RunRecord | None = None) -> list[RunRecord]:
         """Earlier runs of this profile, oldest first: the one rule check, the run gate, estimate
@@ -88,11 +93,14 @@ class Workspace:
         if not profile.model:
             return None
         from gpudoc.errors import GpudocError
+        from gpudoc.trust import Refused
 
         totals = [g.memory_total_bytes for g in (facts.gpus if facts is not None else ()) if g.memory_total_bytes]
         try:
             return self.estimator(profile, python=python, command=command)(
                 profile, gpu_total_bytes=min(totals) if totals else None, history=self.history(profile))
+        except Refused:
+            raise  # code gpudoc will not run (a factory module another user can write) stops the command
         except GpudocError:
             return None
 

@@ -25,7 +25,7 @@ from gpudoc.ladder import suggest, upward_result
 from gpudoc.ladder.arrival import without_unreached
 from gpudoc.ladder.model import LadderResult, Suggestion
 from gpudoc.profiles.edit import apply_recorded, target_path
-from gpudoc.profiles.loader import load_profile, load_profile_file
+from gpudoc.profiles.loader import load_profile_file
 from gpudoc.profiles.model import Profile
 from gpudoc.render.show import show
 from gpudoc.results.fix import FixResult, NodeView
@@ -136,7 +136,7 @@ def _apply(ladder: LadderResult, diag: Diagnosis, profile: Profile, ws: Workspac
     target = target_path(profile, cwd)
     try:
         with edit_lock(target.parent):
-            now = load_profile_file(target, cwd=cwd) if target.is_file() else None
+            now = load_profile_file(target, cwd=cwd, say=ws.console.error) if target.is_file() else None
             changed = _changed_since(since, now)
             if changed and since is not None and now is not None and _holds(chosen, now):
                 # `fix --apply` twice on one failed run: the rung is written, only not yet tried.
@@ -214,9 +214,9 @@ def _profile(ws: Workspace, name: str | None, record: RunRecord | None) -> Profi
             candidate = Path(record.cwd) / candidate
         if candidate.is_file():
             ran = record.profile or {}
-            return replace(load_profile_file(candidate, cwd=ws.cwd), train=record.knobs or {},
+            return replace(load_profile_file(candidate, cwd=ws.cwd, say=ws.console.error), train=record.knobs or {},
                            env={str(k): str(v) for k, v in dict(ran.get("env") or {}).items()})
-    return load_profile(None, cwd=ws.cwd)
+    return ws.load_profile(None)
 
 
 def _local_facts(ws: Workspace, record: RunRecord) -> Facts | None:
@@ -265,7 +265,7 @@ def _relaunch(ws: Workspace, options: RunOptions, record: RunRecord, *, quiet: b
         console.print(line)
     console.flush()
     if profile is None:
-        profile = load_profile_file(Path(str(options.profile)), cwd=ws.cwd)
+        profile = load_profile_file(Path(str(options.profile)), cwd=ws.cwd, say=ws.console.error)
     if record.failed_oom:
         from gpudoc.commands.resume import with_resume
 

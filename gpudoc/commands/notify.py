@@ -7,17 +7,24 @@ where one can be shown (``notify-send`` on PATH and a graphical session). ``[run
 with the run's id, status, cause, duration, summary and log in its environment. None of it ever
 changes the run's exit status or holds gpudoc up for long: a failing or slow command is said in
 one line.
+
+The command is code gpudoc runs as the user: it runs only while every file of the profile that
+names it, and the program it names by path, pass the trust rule (``gpudoc.trust``) at the end of
+the run too; a profile replaced by another user's while the job ran is refused in one line.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 
 from gpudoc.profiles.model import Profile
 from gpudoc.runs.record import RunRecord
+from gpudoc.trust import Untrusted, untrusted
 from gpudoc.workspace import Workspace
 
 DEFAULT_BELL_AFTER_S = 60.0
@@ -33,7 +40,27 @@ def tell_the_end(record: RunRecord, profile: Profile, ws: Workspace) -> None:
         _desktop(record, ws.environ)
     command = profile.run.get("notify")
     if command:
+        problem = _distrust(str(command), profile, ws.cwd)
+        if problem is not None:
+            ws.console.error(f"gpudoc: [run] notify: {problem}: refused, not run ({problem.remedy})")
+            return
         _run_command(str(command), record, ws)
+
+
+def _distrust(command: str, profile: Profile, cwd: Path) -> Untrusted | None:
+    """Why the notify command must not run, or None: a profile file of its chain (gpudoc's own
+    shipped ones aside) or the program it names by path fails the trust rule."""
+    from gpudoc.profiles.loader import shipped_profiles_dir
+
+    shipped = shipped_profiles_dir().resolve()
+    files = [Path(p) for p in profile.chain if Path(p).resolve().parent != shipped]
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = []
+    if words and "/" in words[0]:
+        files.append(cwd / words[0])  # a script of the project's, ./notify.sh; a bare name is found on PATH
+    return next((problem for problem in map(untrusted, files) if problem is not None), None)
 
 
 def run_environment(record: RunRecord, log_path: str) -> dict[str, str]:

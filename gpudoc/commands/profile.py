@@ -20,9 +20,9 @@ def list_profiles(ws: Workspace, *, as_json: bool = False) -> int:
     console, cwd = ws.console, ws.cwd
     origins = dict(zip(search_dirs(cwd), _ORIGIN))
     rows = []
-    for name, path in sorted(list_profile_names(cwd).items()):
+    for name, path in sorted(list_profile_names(cwd, say=console.error).items()):
         try:
-            description = load_profile(str(path), cwd).description
+            description = load_profile(str(path), cwd, say=console.error).description
         except GpudocError as exc:
             description = f"(invalid: {exc})"
         rows.append({"name": name, "origin": origins.get(path.parent, "?"), "path": str(path), "description": description})

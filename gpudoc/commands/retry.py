@@ -56,7 +56,7 @@ def next_attempt(record: RunRecord, profile: Profile, ws: Workspace, *, allow_se
     if profile.job is not None:  # no profile file: the relaunch writes the change where the knob lives
         return profile.with_changes(chosen.new_knobs(), chosen.env), chosen
     path = apply_recorded(profile, chosen, cwd=ws.cwd, store=ws.store, record=record)
-    return load_profile_file(path, cwd=ws.cwd), chosen
+    return load_profile_file(path, cwd=ws.cwd, say=ws.console.error), chosen
 
 
 def job_torch_facts(record: RunRecord, environ: Mapping[str, str]) -> Facts | None:

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,68 @@ def _cache_key(spec: Mapping[str, Any], versions: Mapping[str, str], code: str |
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+# How many of the project's Python files the trust check looks at before it stops looking: a
+# project directory holds tens; a home directory used as one must not hold the estimate up.
+_MAX_CHECKED_FILES = 2000
+
+
+def check_factory_trust(factory: str, cwd: Path, environ: Mapping[str, str]) -> None:
+    """Raise ``Refused`` when the simulation would import code another user owns or can write.
+
+    The helper puts the project directory first on ``sys.path`` and then imports the factory's
+    module, torch and the model libraries: every top-level module or package of the project
+    directory can shadow them, and the factory's module, its packages and the files beside it
+    are what it imports itself. Those found in the project directory or on the job's
+    ``PYTHONPATH`` are held to the trust rule; installed packages are the user's installation.
+    """
+    from itertools import islice
+
+    from gpudoc.trust import Refused, untrusted
+
+    for path in islice(_factory_files(factory, cwd, environ), _MAX_CHECKED_FILES):
+        problem = untrusted(path)
+        if problem is not None:
+            raise Refused(f"[model] factory = \"{factory}\": {problem}: refused, the simulation would import it "
+                          f"as you ({problem.remedy})", file=str(path), key="model.factory")
+
+
+def _factory_files(factory: str, cwd: Path, environ: Mapping[str, str]) -> Iterator[Path]:
+    """The Python files of the project and the job's PYTHONPATH that importing ``factory`` can run
+    (some may not exist: the rule has nothing to say of those)."""
+    parts = [p for p in factory.partition(":")[0].split(".") if p]
+    yield from _python_files(cwd, top_level=True)  # first on sys.path: they shadow torch and the libraries
+    if not parts:
+        return
+    roots = [cwd, *(cwd / p for p in (environ.get("PYTHONPATH") or "").split(os.pathsep) if p)]
+    for root in roots:
+        if not ((root / parts[0]).is_dir() or (root / f"{parts[0]}.py").is_file()):
+            continue
+        folder = root
+        for part in parts[:-1]:
+            folder = folder / part
+            yield folder / "__init__.py"
+        module = folder / parts[-1]
+        yield module.with_suffix(".py")
+        yield module / "__init__.py"
+        yield from _python_files(module, top_level=False)  # a package's model code
+        yield from _python_files(folder, top_level=False)  # the model code beside the factory's module
+        return  # the first root holding the top-level name is the one Python imports from
+
+
+def _python_files(folder: Path, *, top_level: bool) -> Iterator[Path]:
+    """``folder``'s ``*.py`` files, and with ``top_level`` its packages' ``__init__.py`` too."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        path = Path(entry.path)
+        if entry.name.endswith(".py"):
+            yield path
+        elif top_level and entry.is_dir(follow_symlinks=False):
+            yield path / "__init__.py"
+
+
 def factory_code(factory: str, cwd: Path) -> str | None:
     """A digest of the code a ``[model] factory`` runs, as far as gpudoc sees it without importing
     it: the module's directory in the project (its path, and every Python file in it: the model code
@@ -118,6 +180,8 @@ def run_helper(spec: Mapping[str, Any], *, python: str, environ: Mapping[str, st
     """The helper's result for ``spec`` (``ok`` is true), from the cache when the same spec ran
     under the same library versions (and the same factory code) before. Raises
     ``SimulationUnavailable`` with the reason."""
+    if spec.get("factory"):
+        check_factory_trust(str(spec["factory"]), cwd, environ)  # before any answer, a cached one included
     versions = library_versions(python, environ)
     if spec.get("lora") and "peft" not in versions:
         raise SimulationUnavailable(f"lora_rank is set but peft is not installed in the job's interpreter ({python})")

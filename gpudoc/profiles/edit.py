@@ -17,6 +17,7 @@ from gpudoc.errors import ProfileError, UsageError
 from gpudoc.lineends import as_lf, read_exact, restore
 from gpudoc.profiles.loader import PROJECT_PROFILE
 from gpudoc.profiles.model import Profile
+from gpudoc.trust import Refused, untrusted
 
 if TYPE_CHECKING:
     from gpudoc.ladder.model import Suggestion
@@ -44,6 +45,9 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
         raise UsageError(f"rung '{suggestion.rung}' changes no profile setting: nothing to write")
     cwd = Path(cwd or Path.cwd())
     path = target_path(profile, cwd)
+    problem = untrusted(path)
+    if problem is not None:  # a ./gpudoc.toml skipped as another user's is not theirs to be edited either
+        raise Refused(f"{problem}: gpudoc will not edit it ({problem.remedy}); nothing was written", file=str(path))
     creating = not path.exists()
     crlf = False  # tomlkit writes LF: a CRLF profile gets CRLF back
 

@@ -3,12 +3,20 @@
 Lookup (SPEC): ``-p PATH`` names a file; ``-p NAME`` or ``GPUDOC_PROFILE`` is searched in
 ``./.gpudoc/profiles/``, ``$XDG_CONFIG_HOME/gpudoc/profiles/`` and the shipped ``profiles/``;
 with no name, ``./gpudoc.toml`` is used when it exists, else the job runs without a profile.
+
+Trust (SPEC, ``gpudoc.trust``): a profile found by looking (``./gpudoc.toml``, a name in the search
+directories, a parent named by ``extends``) that another user owns or can write is skipped with
+one line, and the search goes on (the shipped profile of that name answers); one the user named
+(``-p FILE``, ``GPUDOC_PROFILE``, ``extends = "FILE"``) is refused, as is a ``./gpudoc.toml`` that
+names code to run: skipping it would leave the user wondering why their factory or notify command
+never ran.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,8 +24,22 @@ from gpudoc.errors import ProfileError
 from gpudoc.profiles import schema
 from gpudoc.profiles.model import EMPTY, Profile
 from gpudoc.profiles.validate import did_you_mean, error_at, line_of, read_quietly, toml_parser, validate
+from gpudoc.trust import Refused, Untrusted, untrusted
 
 PROJECT_PROFILE = "gpudoc.toml"
+
+# What a skipped profile's line goes through: the command's console (``Workspace.load_profile``).
+Say = Callable[[str], None]
+
+# The keys of a profile that make gpudoc run code: the simulation imports the factory's module,
+# `run` runs the notify command through the shell.
+CODE_KEYS = (("model", "factory"), ("run", "notify"))
+# A profile is a page of TOML; a bigger file found by looking is not read to see what it names.
+_MAX_PEEK_BYTES = 1 << 20
+
+
+def _stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
 
 
 def shipped_profiles_dir() -> Path:
@@ -44,14 +66,20 @@ def _looks_like_path(name: str) -> bool:
     return name.endswith(".toml") or os.sep in name or name.startswith(".")
 
 
-def resolve_profile_path(name: str | None, cwd: Path | None = None) -> Path | None:
-    """The file a ``-p`` value (or ``GPUDOC_PROFILE``, or nothing) refers to; None = no profile."""
+def resolve_profile_path(name: str | None, cwd: Path | None = None, say: Say | None = None) -> Path | None:
+    """The file a ``-p`` value (or ``GPUDOC_PROFILE``, or nothing) refers to; None = no profile.
+    A profile found by looking that fails the trust rule is skipped (``say`` gets the line)."""
     cwd = cwd or Path.cwd()
+    say = say or _stderr
     name = name or os.environ.get("GPUDOC_PROFILE") or None
     if name is None:
         project = cwd / PROJECT_PROFILE
         if project.is_file():
-            return project
+            problem = _distrust(project, project=True)
+            if problem is None:
+                return project
+            say(_skipped(problem, "running without a profile"))
+            return None
         if os.path.lexists(project):  # a directory, a dangling link, a fifo: not silently "no profile"
             raise ProfileError(f"{project}: not a profile file ({_file_kind(project)})", file=str(project))
         return None
@@ -61,14 +89,74 @@ def resolve_profile_path(name: str | None, cwd: Path | None = None) -> Path | No
             if os.path.lexists(path):
                 raise ProfileError(f"{name}: not a profile file ({_file_kind(path)})", file=str(path))
             raise ProfileError(f"profile file not found: {name}", file=str(path))
+        _distrust(path, named=True)
         return path
-    for directory in search_dirs(cwd):
-        candidate = directory / f"{name}.toml"
-        if candidate.is_file():
-            return candidate
-    known = sorted(list_profile_names(cwd))
+    found = _first_trusted([directory / f"{name}.toml" for directory in search_dirs(cwd)], name, say)
+    if found is not None:
+        return found
+    known = sorted(list_profile_names(cwd, say=lambda line: None))  # each skipped file was said above
     hint = did_you_mean(name, known)
     raise ProfileError(f"unknown profile '{name}'{hint} (see `gpudoc profile list`)")
+
+
+def _first_trusted(candidates: list[Path], name: str, say: Say) -> Path | None:
+    """The first of ``candidates`` that is a file gpudoc may read; each skipped before it is said
+    in one line, with the profile that answers instead."""
+    skipped = []
+    found = None
+    for candidate in candidates:
+        if candidate.is_file():
+            problem = _distrust(candidate)
+            if problem is None:
+                found = candidate
+                break
+            skipped.append(problem)
+    instead = f"using {found}" if found is not None else f"no other profile is named '{name}'"
+    for problem in skipped:
+        say(_skipped(problem, instead))
+    return found
+
+
+def _distrust(path: Path, *, named: bool = False, project: bool = False) -> Untrusted | None:
+    """None when gpudoc may read the profile ``path`` (a shipped one always: it is gpudoc's own);
+    else why not, for the caller to skip it with ``_skipped``'s line.
+
+    A profile the user ``named``, or the ``project`` profile (``./gpudoc.toml``) when it names code
+    to run, raises ``Refused`` instead."""
+    if _is_shipped(path):
+        return None
+    problem = untrusted(path)
+    if problem is None:
+        return None
+    code = names_code(path) if project else []
+    if named or code:
+        what = f"it names code to run ({', '.join(code)}), " if code else ""
+        raise Refused(f"{problem}: {what}refused as a profile ({problem.remedy})", file=str(path))
+    return problem
+
+
+def _skipped(problem: Untrusted, instead: str) -> str:
+    return f"gpudoc: {problem}: skipped ({instead}; {problem.remedy})"
+
+
+def names_code(path: Path) -> list[str]:
+    """The keys of ``CODE_KEYS`` the profile sets, read without validating it (a file gpudoc will
+    not use is looked at, never parsed into a profile); [] when it cannot be read as TOML."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(_MAX_PEEK_BYTES + 1)
+        data = toml_parser().loads(raw.decode("utf-8")) if len(raw) <= _MAX_PEEK_BYTES else {}
+    except (OSError, ValueError, RecursionError):  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        return []
+    return [f"[{table}] {key}" for table, key in CODE_KEYS
+            if isinstance(data.get(table), dict) and data[table].get(key)]
+
+
+def _is_shipped(path: Path) -> bool:
+    try:
+        return path.resolve().parent == shipped_profiles_dir().resolve()
+    except (OSError, RuntimeError):
+        return False
 
 
 def _file_kind(path: Path) -> str:
@@ -79,27 +167,33 @@ def _file_kind(path: Path) -> str:
     return "not a regular file"
 
 
-def list_profile_names(cwd: Path | None = None) -> dict[str, Path]:
-    """Every profile name visible from here; earlier search directories shadow later ones."""
+def list_profile_names(cwd: Path | None = None, say: Say | None = None) -> dict[str, Path]:
+    """Every profile name visible from here; earlier search directories shadow later ones, unless
+    they fail the trust rule (``say`` gets the line, the next directory's profile answers)."""
+    say = say or _stderr
+    names = sorted({path.stem for directory in search_dirs(cwd) if directory.is_dir()
+                    for path in directory.glob("*.toml")})
     found: dict[str, Path] = {}
-    for directory in search_dirs(cwd):
-        if directory.is_dir():
-            for path in sorted(directory.glob("*.toml")):
-                found.setdefault(path.stem, path)
+    for name in names:
+        path = _first_trusted([directory / f"{name}.toml" for directory in search_dirs(cwd)], name, say)
+        if path is not None:
+            found[name] = path
     return found
 
 
-def load_profile(name: str | None = None, cwd: Path | None = None) -> Profile:
-    path = resolve_profile_path(name, cwd)
+def load_profile(name: str | None = None, cwd: Path | None = None, say: Say | None = None) -> Profile:
+    path = resolve_profile_path(name, cwd, say)
     if path is None:
         return EMPTY
-    return load_profile_file(path, cwd=cwd)
+    return load_profile_file(path, cwd=cwd, say=say)
 
 
-def load_profile_file(path: Path, cwd: Path | None = None) -> Profile:
+def load_profile_file(path: Path, cwd: Path | None = None, say: Say | None = None) -> Profile:
+    """The profile in ``path``, its ``extends`` chain merged; every file of the chain is held to
+    the trust rule (``say`` gets the line of a parent skipped by name)."""
     chain: list[Path] = []
     rung_files: list[Path] = []
-    merged = _load_chain(Path(path), chain, cwd, rung_files)
+    merged = _load_chain(Path(path), chain, cwd, rung_files, say or _stderr)
     _check_bindings(merged, chain[0])
     _check_rung_knobs(merged, rung_files)
     shipped_dir = shipped_profiles_dir().resolve()
@@ -161,7 +255,7 @@ def _check_rung_knobs(merged: Mapping[str, Any], rung_files: list[Path]) -> None
 MAX_EXTENDS_DEPTH = 32  # a real chain is two or three deep; this stops a runaway before the stack does
 
 
-def _load_chain(path: Path, chain: list[Path], cwd: Path | None, rung_files: list[Path]) -> dict:
+def _load_chain(path: Path, chain: list[Path], cwd: Path | None, rung_files: list[Path], say: Say) -> dict:
     """The merged tables of ``path`` and its parents; ``rung_files`` gets, in the merged order,
     the file each ``[[ladder.rung]]`` came from (errors found after the merge name it)."""
     resolved = path.resolve()
@@ -172,6 +266,7 @@ def _load_chain(path: Path, chain: list[Path], cwd: Path | None, rung_files: lis
     if len(chain) > MAX_EXTENDS_DEPTH:
         raise ProfileError(f"{chain[0]}: 'extends' goes more than {MAX_EXTENDS_DEPTH} profiles deep "
                            f"(at {path})", file=str(chain[0]), key="extends")
+    _distrust(path, named=True)  # the file given, or a parent already chosen by name
     data = parse_profile_text(path)
     own_rungs = [path] * len(dict(data.get("ladder") or {}).get("rung") or [])
     if "extends" not in data:
@@ -180,13 +275,13 @@ def _load_chain(path: Path, chain: list[Path], cwd: Path | None, rung_files: lis
     # A parent is looked up like -p NAME, but a profile never extends itself by name: skip the
     # directory the child lives in when the names match (gpudoc.toml extends "a10g-24gb" is fine,
     # .gpudoc/profiles/a10g-24gb.toml extending "a10g-24gb" means the shipped one).
-    parent_path = _resolve_parent(data["extends"], path, cwd)
-    parent = _load_chain(parent_path, chain, cwd, rung_files)
+    parent_path = _resolve_parent(data["extends"], path, cwd, say)
+    parent = _load_chain(parent_path, chain, cwd, rung_files, say)
     rung_files.extend(own_rungs)  # merge() puts a child's rungs after its parents'
     return merge(parent, data)
 
 
-def _resolve_parent(name: str, child: Path, cwd: Path | None) -> Path:
+def _resolve_parent(name: str, child: Path, cwd: Path | None, say: Say) -> Path:
     def fail(message: str) -> ProfileError:
         return error_at(child, read_quietly(child), None, "extends", message, shown=f"extends = '{name}'")
 
@@ -197,13 +292,11 @@ def _resolve_parent(name: str, child: Path, cwd: Path | None) -> Path:
         if not candidate.is_file():
             raise fail("file not found")
         return candidate
-    itself = False
-    for directory in search_dirs(cwd):
-        candidate = directory / f"{name}.toml"
-        if candidate.is_file():
-            if candidate.resolve() != child.resolve():
-                return candidate
-            itself = True
+    candidates = [directory / f"{name}.toml" for directory in search_dirs(cwd)]
+    itself = any(c.is_file() and c.resolve() == child.resolve() for c in candidates)
+    found = _first_trusted([c for c in candidates if not (c.is_file() and c.resolve() == child.resolve())], name, say)
+    if found is not None:
+        return found
     if itself:  # the only profile of that name is this file: "did you mean" itself would be a cycle
         raise fail("the profile extends itself (a cycle); name another profile, or remove the key")
     others = {p.stem for d in search_dirs(cwd) if d.is_dir() for p in d.glob("*.toml") if p.resolve() != child.resolve()}

@@ -10,7 +10,6 @@ import errno
 import json
 import os
 import re
-import stat
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import GpudocError, InputError
+from gpudoc.trust import untrusted
 
 if TYPE_CHECKING:
     from gpudoc.runs.owners import RunOwners
@@ -88,9 +88,13 @@ class RunStore:
     A command builds one store (the workspace's) and asks it every question about the runs.
     """
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, explicit: bool = False) -> None:
         self.home = Path(home)
         self.root = self.home / "runs"
+        # $GPUDOC_HOME, named by the user: a team's shared home may be group-writable there.
+        self.explicit = explicit
+        # What ``locate`` passed over on its way here (another user's runs directory), one line each.
+        self.located_notes: list[str] = []
         self._cache: dict[str, tuple[int, RunRecord]] = {}  # run id -> (run.json mtime, record)
         self.foreign: set[str] = set()  # ids of records another user wrote here: never read
         self.unreadable: dict[str, str] = {}  # ids of records skipped as unreadable -> why
@@ -101,25 +105,46 @@ class RunStore:
         """The one rule for where gpudoc keeps its runs: ``$GPUDOC_HOME``; else, like git, the
         nearest ``.gpudoc/runs`` from the working directory up, within the project (the search
         stops after a directory holding ``.git``) and below the user's home (never a stray
-        ``~/.gpudoc`` for every project under it); else ``./.gpudoc``. The completion scripts and
-        ``gpudoc.shellcomplete`` follow the same rule."""
+        ``~/.gpudoc`` for every project under it); else ``./.gpudoc``. A runs directory on the way
+        that another user owns or can write (``gpudoc.trust``) is passed over, with one line in
+        ``located_notes``: their records must not become this user's history, their "latest run"
+        the one `fix --rerun` relaunches. The completion scripts and ``gpudoc.shellcomplete``
+        follow the same rule."""
         home = environ.get("GPUDOC_HOME")
         if home:
-            return cls(Path(home))
+            return cls(Path(home), explicit=True)
         here = Path(os.path.abspath(cwd))
         user_home = Path(os.path.abspath(environ.get("HOME") or os.path.expanduser("~")))
+        notes: list[str] = []
         for folder in (here, *here.parents):
             if folder != here and folder == user_home:
                 break
             if (folder / ".gpudoc" / "runs").is_dir():
-                return cls(folder / ".gpudoc")
+                problem = untrusted(folder / ".gpudoc") or untrusted(folder / ".gpudoc" / "runs")
+                if problem is None:
+                    found = cls(folder / ".gpudoc")
+                    found.located_notes = notes
+                    return found
+                notes.append(f"gpudoc: note: {problem}: its run records are not used ({problem.remedy})")
             if (folder / ".git").exists():
                 break
-        return cls(here / ".gpudoc")
+        fallback = cls(here / ".gpudoc")
+        fallback.located_notes = notes
+        return fallback
 
-    def ensure(self) -> None:
+    def ensure(self, *, shared: bool | None = None) -> None:
+        """The runs directory, made when missing; a StoreError when it is one gpudoc must not
+        write into (another user's, or one others can write: ``gpudoc.trust``). Group-writable is
+        fine for an explicit ``GPUDOC_HOME`` with ``[run] shared = true``; ``shared`` None: not
+        known here (an edit's original kept beside the records), the team's home is taken as it is."""
         with _writing(self.root):
             self.root.mkdir(parents=True, exist_ok=True)
+        for folder in ([] if self.explicit else [self.home]) + [self.root]:
+            problem = untrusted(folder, group_ok=self.explicit and shared is not False)
+            if problem is not None:
+                raise StoreError(f"{problem}: gpudoc will not keep run records there ({problem.remedy}, "
+                                 f"or set GPUDOC_HOME to a directory of your own)", file=str(folder))
+        with _writing(self.root):
             ignore = self.home / ".gitignore"
             if not ignore.exists():
                 # Run records hold logs and environment values: keep them out of the user's commits.
@@ -132,7 +157,7 @@ class RunStore:
         """The run's directory, private to this user (0700, its files 0600) unless ``shared``
         (``[run] shared = true``: the group may read it too): a job's output and environment
         are nobody else's business on a shared box."""
-        self.ensure()
+        self.ensure(shared=shared)
         directory = self.run_dir(record.id)
         with _writing(directory):
             directory.mkdir(parents=True, exist_ok=False)
@@ -189,13 +214,13 @@ class RunStore:
         """gpudoc trusts only records it wrote: in a directory others can write (a team's
         GPUDOC_HOME), a planted record must not become "the latest run" that `fix --rerun` relaunches."""
         try:
-            info = path.lstat()
+            path.lstat()
         except OSError as exc:
             raise InputError(f"{path}: unreadable run record: {exc.strerror}") from None
-        if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid():
+        problem = untrusted(path, follow_links=False)
+        if problem is not None:
             self.foreign.add(path.parent.name)
-            raise ForeignRecord(f"{path}: not written by you (owner uid {info.st_uid}"
-                                f"{', a symlink' if stat.S_ISLNK(info.st_mode) else ''}): ignored")
+            raise ForeignRecord(f"{path}: not written by you, ignored: it {problem.why}")
 
     def require_readable(self) -> None:
         """Raise when the runs directory is there but cannot be listed (a file in its place, no

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 from gpudoc.commands.notify import tell_the_end
 from gpudoc.profiles.model import Profile
 from gpudoc.runs.record import RunRecord
@@ -54,3 +56,40 @@ def test_a_long_run_rings_and_notifies_the_desktop_a_short_one_does_not(tmp_path
     assert (tmp_path / "desktop.txt").read_text() == "gpudoc: run 20260101-000000000-abcdef ok|\n"
     os.close(master)
     os.close(slave)
+
+
+# -- the notify command is code run as the user (SPEC "Trust") -------------------------------------
+
+NOBODY = 65534
+
+
+def _notify(tmp_path, command: str, profile_file) -> str:
+    ws = captured_workspace(tmp_path)
+    tell_the_end(_record(1.0), Profile(name="p", path=profile_file, chain=(profile_file,), run={"notify": command}), ws)
+    return ws.console.err.getvalue()
+
+
+def test_a_profile_others_could_rewrite_while_the_job_ran_does_not_run_its_command(tmp_path):
+    profile = tmp_path / "gpudoc.toml"
+    profile.write_text('[run]\nnotify = "touch NOTIFIED"\n')
+    assert _notify(tmp_path, "touch NOTIFIED", profile) == ""  # the user's own: it runs
+    assert (tmp_path / "NOTIFIED").exists()
+    (tmp_path / "NOTIFIED").unlink()
+    os.chmod(profile, 0o666)  # by the end of the run, anybody could have put their command there
+    said = _notify(tmp_path, "touch NOTIFIED", profile)
+    assert said.startswith(f"gpudoc: [run] notify: {profile} (owner ") and "every user (mode 0666): refused, not run" in said
+    assert said.count("\n") == 1 and not (tmp_path / "NOTIFIED").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file another owner needs root (CI is root)")
+def test_a_notify_script_another_user_owns_is_refused_naming_its_owner(tmp_path):
+    profile = tmp_path / "gpudoc.toml"
+    profile.write_text('[run]\nnotify = "./hook.sh --quiet"\n')
+    hook = tmp_path / "hook.sh"
+    hook.write_text("#!/bin/sh\ntouch NOTIFIED\n")
+    hook.chmod(0o755)
+    os.chown(hook, NOBODY, NOBODY)
+    said = _notify(tmp_path, "./hook.sh --quiet", profile)
+    assert said == (f"gpudoc: [run] notify: {hook} belongs to nobody, not to you (root): refused, not run "
+                    "(if you trust it, copy it to a file of your own and use that)\n")
+    assert not (tmp_path / "NOTIFIED").exists()

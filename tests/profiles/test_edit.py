@@ -194,3 +194,18 @@ def test_fix_apply_reports_a_backup_that_holds_the_profile_even_over_a_planted_l
     assert f"(backup: {isolated_home / 'gpudoc.toml.gpudoc.bak'})" in done.stdout
     assert (isolated_home / "gpudoc.toml.gpudoc.bak").read_text() == original
     assert elsewhere.read_text() == "not a backup\n"
+
+
+def test_a_project_profile_skipped_as_untrusted_is_never_edited_either(tmp_path):
+    """A world-writable ./gpudoc.toml is skipped when profiles are looked up; `fix --apply` would
+    otherwise write the next rung into it, whoever put it there (SPEC "Trust")."""
+    import os
+
+    from gpudoc.profiles.model import EMPTY
+    from gpudoc.trust import Refused
+
+    planted = write(tmp_path / "gpudoc.toml", PROFILE)
+    os.chmod(planted, 0o666)
+    with pytest.raises(Refused, match=r"can be written by every user \(mode 0666\): gpudoc will not edit it"):
+        apply_changes(EMPTY, HALVE, cwd=tmp_path)
+    assert planted.read_text() == PROFILE and not (tmp_path / "gpudoc.toml.gpudoc.bak").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from gpudoc.estimate import estimate
 from gpudoc.profiles import load_profile, shipped_profiles_dir
 from gpudoc.profiles.loader import list_profile_names, resolve_profile_path
 from gpudoc.profiles.model import EMPTY
+from gpudoc.trust import owner_name
 from tests.conftest import gpudoc_cli
 
 
@@ -476,3 +478,121 @@ def test_a_rung_whose_knob_is_a_near_miss_of_a_declared_knob_is_refused(isolated
     assert load_profile(str(child)).user_rungs[0].knob == "n_negatives"
     typo = write(isolated_home / "typo.toml", 'extends = "./base.toml"\n[train]\nn_negatives_ = 8\n')
     expect_error(typo, f"{isolated_home / 'base.toml'}:3", "rung 'r'", "did you mean 'n_negatives_'")
+
+
+# -- trust: a profile another user owns or can write (SPEC "Trust") --------------------------------
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file another owner needs root (CI is root)")
+ME = owner_name(os.geteuid())
+OOM_LOG = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "23.65 GiB of which 1.00 GiB is free.\n")
+# A profile that names code: its factory's module would leave a marker if it were ever imported.
+CODE_PROFILE = """
+    [model]
+    factory = "planted:make"
+    layers = 2
+    hidden = 64
+    heads = 2
+    ffn = 128
+    vocab = 100
+    [estimate]
+    simulate = true
+    [train]
+    micro_batch_size = 2
+    max_seq_len = 16
+"""
+
+
+def _planted_factory(folder: Path) -> Path:
+    marker = folder / "IMPORTED"
+    write(folder / "planted.py", f"""
+        open({str(marker)!r}, "w").write("the planted factory ran")
+        def make(micro_batch_size=1):
+            raise SystemExit("never")
+    """)
+    return marker
+
+
+@needs_root
+@pytest.mark.parametrize("command", [["check"], ["estimate"], ["fix", "--log", "oom.log"]])
+def test_a_planted_project_profile_naming_a_factory_is_refused_and_its_code_never_runs(isolated_home, command):
+    profile = write(isolated_home / "gpudoc.toml", CODE_PROFILE)
+    os.chown(profile, NOBODY, NOBODY)
+    marker = _planted_factory(isolated_home)
+    (isolated_home / "oom.log").write_text(OOM_LOG)
+    done = gpudoc_cli(*command, cwd=isolated_home)
+    assert not marker.exists()
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [line] = [ln for ln in done.stderr.splitlines() if str(profile) in ln]
+    assert line.startswith(f"gpudoc: {profile} belongs to nobody, not to you")
+    assert "it names code to run ([model] factory), refused as a profile" in line
+
+
+@needs_root
+def test_a_planted_project_profile_naming_a_notify_command_refuses_the_launch(isolated_home):
+    profile = write(isolated_home / "gpudoc.toml", '[run]\nnotify = "touch NOTIFIED"\n')
+    os.chown(profile, NOBODY, NOBODY)
+    done = gpudoc_cli("run", "--no-check", "--", "python", "-c", "open('RAN', 'w')", cwd=isolated_home)
+    assert done.returncode == 125 and "Traceback" not in done.stderr
+    assert f"{profile} belongs to nobody" in done.stderr and "([run] notify), refused" in done.stderr
+    assert not (isolated_home / "NOTIFIED").exists() and not (isolated_home / "RAN").exists()
+
+
+@needs_root
+def test_a_planted_project_profile_without_code_is_skipped_in_one_line(isolated_home):
+    profile = write(isolated_home / "gpudoc.toml", "[train]\nmicro_batch_size = 3\n")
+    os.chown(profile, NOBODY, NOBODY)
+    said: list[str] = []
+    assert load_profile(say=said.append) is EMPTY
+    assert said == [f"gpudoc: {profile} belongs to nobody, not to you (root): skipped (running without a profile; "
+                    "if you trust it, copy it to a file of your own and use that)"]
+    done = gpudoc_cli("check", "--only", "host.disk", cwd=isolated_home)
+    assert done.returncode in (0, 1) and done.stderr.count(f"{profile} belongs to nobody") == 1
+
+
+def test_a_world_writable_project_profile_is_skipped_naming_its_owner(isolated_home):
+    profile = write(isolated_home / "gpudoc.toml", "[train]\nmicro_batch_size = 3\n")
+    os.chmod(profile, 0o666)
+    said: list[str] = []
+    assert load_profile(say=said.append) is EMPTY
+    [line] = said
+    assert f"{profile} (owner {ME}) can be written by every user (mode 0666): skipped" in line
+    assert f"chmod o-w {profile}" in line
+
+
+@needs_root
+def test_a_planted_project_profile_of_a_shipped_name_leaves_the_shipped_one_in_charge(isolated_home):
+    planted = write(isolated_home / ".gpudoc" / "profiles" / "gpu-24gb.toml", '[run]\nnotify = "touch x"\n')
+    os.chown(planted, NOBODY, NOBODY)
+    said: list[str] = []
+    profile = load_profile("gpu-24gb", say=said.append)
+    assert profile.shipped and profile.path.parent == shipped_profiles_dir()
+    assert said == [f"gpudoc: {planted} belongs to nobody, not to you (root): skipped (using {profile.path}; "
+                    "if you trust it, copy it to a file of your own and use that)"]
+    assert list_profile_names(say=lambda line: None)["gpu-24gb"] == profile.path
+    listed = gpudoc_cli("profile", "list", "--json", cwd=isolated_home)
+    assert listed.returncode == 0 and f"{planted} belongs to nobody" in listed.stderr
+    [row] = [r for r in json.loads(listed.stdout)["profiles"] if r["name"] == "gpu-24gb"]
+    assert row["origin"] == "shipped"
+
+
+def test_a_parent_found_by_name_that_fails_the_rule_is_skipped_for_the_next(isolated_home):
+    planted = write(isolated_home / ".gpudoc" / "profiles" / "gpu-24gb.toml", "[gpu]\nmin_free_gib = 1\n")
+    os.chmod(planted, 0o666)
+    write(isolated_home / "gpudoc.toml", 'extends = "gpu-24gb"\n')
+    said: list[str] = []
+    profile = load_profile(say=said.append)
+    assert profile.gpu["memory_gib"] == 22.5 and profile.gpu.get("min_free_gib") != 1  # the shipped parent
+    assert len(said) == 1 and f"{planted} (owner {ME}) can be written by every user" in said[0]
+
+
+def test_a_profile_the_user_names_that_fails_the_rule_is_refused_not_skipped(isolated_home):
+    team = write(isolated_home / "team.toml", "[train]\nmicro_batch_size = 3\n")
+    os.chmod(team, 0o666)
+    expect_error(team, f"{team} (owner {ME}) can be written by every user (mode 0666): refused as a profile")
+    write(isolated_home / "gpudoc.toml", 'extends = "./team.toml"\n')  # a parent named by its file
+    with pytest.raises(ProfileError, match="refused as a profile"):
+        load_profile(say=lambda line: None)
+    done = gpudoc_cli("check", "-p", "team.toml", cwd=isolated_home)
+    assert done.returncode == 2 and "refused as a profile" in done.stderr and "Traceback" not in done.stderr

@@ -255,3 +255,85 @@ def test_commands_that_fall_back_past_an_unreadable_newest_record_say_so(isolate
         assert older in gpudoc_cli("fix", "--json", cwd=isolated_home).stdout  # it read the run before
         named = gpudoc_cli("fix", newest, cwd=isolated_home)
         assert named.returncode == 2 and named.stderr.startswith(f"gpudoc: {bad}: unreadable run record: ")
+
+
+# -- a runs directory another user owns or can write (SPEC "Trust") --------------------------------
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file another owner needs root (CI is root)")
+
+
+def _planted_store(top):
+    """Another user's world-writable .gpudoc/runs above the working directory, outside $HOME,
+    holding a failed run whose command is theirs."""
+    store = RunStore(top / ".gpudoc")
+    record = make(store, status="failed", cause="gpu_oom")
+    for path in (top / ".gpudoc", store.root, store.run_dir(record.id), store.run_dir(record.id) / RECORD):
+        os.chown(path, NOBODY, NOBODY)
+    os.chmod(store.root, 0o777)
+    return store, record
+
+
+@needs_root
+def test_the_upward_search_passes_over_another_users_world_writable_store_saying_so(tmp_path):
+    shared = tmp_path / "scratch"
+    below = shared / "me" / "job"
+    below.mkdir(parents=True)
+    _store, planted = _planted_store(shared)
+    found = RunStore.locate(below, {"HOME": str(tmp_path / "home")})
+    assert found.root == below / ".gpudoc" / "runs"
+    assert found.located_notes == [f"gpudoc: note: {shared / '.gpudoc'} belongs to nobody, not to you (root): its "
+                                   "run records are not used (if you trust it, copy it to a file of your own and "
+                                   "use that)"]
+    from tests.conftest import gpudoc_cli
+
+    listed = gpudoc_cli("runs", cwd=below, env={"HOME": str(tmp_path / "home")})
+    assert listed.returncode == 0 and planted.id not in listed.stdout + listed.stderr.replace(str(shared), "")
+    assert listed.stderr.count("its run records are not used") == 1
+    fixed = gpudoc_cli("fix", "--rerun", cwd=below, env={"HOME": str(tmp_path / "home")})
+    assert fixed.returncode == 2 and "no run records in" in fixed.stderr and "Traceback" not in fixed.stderr
+    assert planted.id not in fixed.stderr
+
+
+def test_a_world_writable_runs_directory_is_passed_over_even_when_it_is_the_users(tmp_path):
+    below = tmp_path / "scratch" / "job"
+    below.mkdir(parents=True)
+    (tmp_path / "scratch" / ".gpudoc" / "runs").mkdir(parents=True)
+    os.chmod(tmp_path / "scratch" / ".gpudoc" / "runs", 0o777)
+    found = RunStore.locate(below, {"HOME": str(tmp_path / "home")})
+    assert found.root == below / ".gpudoc" / "runs"
+    [note] = found.located_notes
+    assert "can be written by every user (mode 0777): its run records are not used" in note
+
+
+def test_no_record_is_written_into_a_runs_directory_others_can_write(isolated_home):
+    import sys
+
+    from gpudoc.runs.store import StoreError
+    from tests.conftest import gpudoc_cli
+
+    store = RunStore(isolated_home / ".gpudoc")
+    store.root.mkdir(parents=True)
+    os.chmod(store.root, 0o777)
+    with pytest.raises(StoreError, match="can be written by every user .*: gpudoc will not keep run records there"):
+        make(store)
+    done = gpudoc_cli("run", "--no-check", "--", sys.executable, "-c", "open('RAN', 'w')", cwd=isolated_home)
+    assert done.returncode == 125 and "gpudoc will not keep run records there" in done.stderr
+    assert "Traceback" not in done.stderr and not (isolated_home / "RAN").exists()
+
+
+@needs_root
+def test_a_group_writable_home_is_fine_only_when_explicit_and_shared(tmp_path):
+    team = tmp_path / "team"
+    (team / "runs").mkdir(parents=True)
+    os.chown(team / "runs", 0, NOBODY)  # the team's group, not the user's own
+    os.chmod(team / "runs", 0o2775)
+    explicit = RunStore.locate(tmp_path, {"GPUDOC_HOME": str(team)})
+    make_shared = RunRecord(id=new_run_id(), command=["python"], cwd="/x")
+    explicit.create(make_shared, shared=True)  # [run] shared = true: the team may write there
+    from gpudoc.runs.store import StoreError
+
+    with pytest.raises(StoreError, match="can be written by group nogroup"):
+        explicit.create(RunRecord(id=new_run_id(), command=["python"], cwd="/x"))
+    with pytest.raises(StoreError, match="can be written by group nogroup"):
+        RunStore(team).create(RunRecord(id=new_run_id(), command=["python"], cwd="/x"), shared=True)  # found, not named
