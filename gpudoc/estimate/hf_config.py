@@ -159,6 +159,8 @@ def model_from_hf_config(config: Mapping[str, Any], source: str = "config.json")
               or _DEFAULT_ACT.get(family, ""))
     # Gated MLPs (SwiGLU/GeGLU) use three matrices; the config names the activation, and Llama-style
     # families name "silu" with an intermediate_size that is not 4x hidden.
+    if act:
+        out["_activation"] = act
     if "gated" in act or family in _GATED:
         out["_gated"] = True
     elif act in ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "gelu_fast", "quick_gelu"):

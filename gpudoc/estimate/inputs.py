@@ -40,6 +40,9 @@ class ModelShape:
     tied_embeddings: bool = False
     gated_mlp: bool = True
     norm: str = "rmsnorm"  # rmsnorm | layernorm
+    # The MLP's activation as the config names it ("" when unknown: a fused one is assumed); some
+    # are composed of tensor operations whose intermediates autograd keeps (``terms.COMPOSED_TANH_GELU``).
+    activation: str = ""
     arch: str = "decoder"
     encoder_layers: int = 0
     decoder_layers: int = 0
@@ -274,7 +277,8 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
         base["encoder_layers"] = base["layers"] - base["decoder_layers"]
     gated, tied = _gated_guess(model, base)
     norm = model.get("_norm") or ("rmsnorm" if gated else "layernorm")
-    shape = ModelShape(**{**base, "gated_mlp": gated, "tied_embeddings": tied, "norm": norm})
+    shape = ModelShape(**{**base, "gated_mlp": gated, "tied_embeddings": tied, "norm": norm,
+                          "activation": str(model.get("_activation") or "")})
     if model.get("_note"):
         notes.append(model["_note"])
     if model.get("params"):

@@ -126,6 +126,8 @@ def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: floa
         total += tokens * h * e
     total += terms.mlp_saved_bytes(tokens, h, f, gated=shape.gated_mlp, act_bytes=e,
                                    down_input_saved="down" in roles)
+    if shape.activation in terms.COMPOSED_TANH_GELU and not shape.gated_mlp:
+        total += terms.composed_gelu_saved_bytes(tokens, f, act_bytes=e, widened=amp or setup.precision == "fp32")
     if setup.dropout > 0:
         total += terms.dropout_mask_bytes(tokens, h)
     if setup.lora_rank:
