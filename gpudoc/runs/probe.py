@@ -26,6 +26,9 @@ _RANK_FILE = re.compile(r"rank-(\d{1,4})\.jsonl")
 # The profile's spellings of what the probe saw.
 _OPTIMIZERS = {"AdamW": "adamw", "Adam": "adam", "SGD": "sgd", "Adafactor": "adafactor"}
 _PHASES = ("forward", "backward", "optimizer", "data", "eval")
+# A value the record must not keep, by the name of its option (`--hub_token`, `--wandb_api_key`).
+_SECRET = re.compile(r"token|secret|passw|api_?key|credential|auth", re.IGNORECASE)
+REDACTED = "<redacted>"
 _BREAKDOWN = ("parameters", "gradients", "optimizer_states", "other", "reserved_unallocated")
 
 
@@ -94,10 +97,11 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
     """One rank's knobs as the probe saw them: {knob: (value, how)}, its steps and its OOM."""
     knobs: dict[str, tuple[Any, str]] = {}
     steps = [e for e in events if e["event"] == "step"]
-    shape = next((e.get("shape") for e in events if e["event"] == "input" and isinstance(e.get("shape"), list)), None)
+    first_input = next((e for e in events if e["event"] == "input" and isinstance(e.get("shape"), list)), {})
+    shape = first_input.get("shape")
     if shape and all(_count(n) for n in shape):
         knobs["micro_batch_size"] = (shape[0], "input-shape")
-        if len(shape) >= 2 and str(next(e.get("dtype") for e in events if e["event"] == "input")).startswith("int"):
+        if len(shape) >= 2 and str(first_input.get("dtype")).startswith("int"):  # token ids: (batch, sequence)
             knobs["max_seq_len"] = (shape[1], "input-shape")
     passes = [p for p in (_count(e.get("backward")) for e in steps) if p]
     if passes:
@@ -135,7 +139,8 @@ def _parsers(events: list[dict]) -> list[dict]:
         values: dict = raw if isinstance(raw, dict) else {}
         out.append({"prog": str(event.get("prog"))[:200], "type": str(event.get("type"))[:100],
                     "options": [o for o in options[:MAX_OPTIONS] if isinstance(o, str) and o.startswith("-")],
-                    "values": {str(k)[:100]: v for k, v in list(values.items())[:MAX_OPTIONS]
+                    "values": {str(k)[:100]: REDACTED if _SECRET.search(str(k)) else v
+                               for k, v in list(values.items())[:MAX_OPTIONS]
                                if v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 500)}})
     return out[:MAX_PARSERS]
 

@@ -87,8 +87,10 @@ def test_nothing_written_is_nothing_observed(tmp_path):
 def test_a_parser_is_kept_with_what_it_declares_and_nothing_else(tmp_path):
     _write(tmp_path, "rank-0.jsonl", {"event": "parser", "prog": "train.py", "type": "HfArgumentParser",
                                       "options": ["--output_dir", "-h", "not-a-flag", 7],
-                                      "values": {"output_dir": "out", "lr": 0.1, "big": "x" * 600, "list": [1]}},
+                                      "values": {"output_dir": "out", "lr": 0.1, "big": "x" * 600, "list": [1],
+                                                 "hub_token": "hf_abc", "wandb_api_key": "k"}},
            *_rank(4))
     assert probe.read(tmp_path)["parsers"] == [{"prog": "train.py", "type": "HfArgumentParser",
                                                 "options": ["--output_dir", "-h"],
-                                                "values": {"output_dir": "out", "lr": 0.1}}]
+                                                "values": {"output_dir": "out", "lr": 0.1, "hub_token": "<redacted>",
+                                                           "wandb_api_key": "<redacted>"}}]
