@@ -15,7 +15,8 @@ from gpudoc.diagnose.lines import is_log_text
 from gpudoc.errors import InputError
 from gpudoc.runs.attempts import job_records
 from gpudoc.runs.record import RunRecord
-from gpudoc.runs.store import TAIL_BYTES, RunStore, read_tail
+from gpudoc.runs.store import RunStore
+from gpudoc.runs.tail import TAIL_BYTES, read_tail
 
 
 @dataclass

@@ -19,7 +19,8 @@ from gpudoc.diagnose.diagnosis import MEMORY_CAUSES, Diagnosis
 from gpudoc.errors import GpudocError, LaunchError
 from gpudoc.output import Console
 from gpudoc.runs.record import RunRecord, now_iso
-from gpudoc.runs.store import PRIVATE_FILE_MODE, SHARED_FILE_MODE, StoreError, read_tail
+from gpudoc.runs.store import PRIVATE_FILE_MODE, SHARED_FILE_MODE, StoreError
+from gpudoc.runs.tail import read_tail
 from gpudoc.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class _Watch:
 
 def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedCommand, child_env: dict[str, str],
             edits: list[dict], ws: Workspace, *, parent: str | None) -> tuple[int, RunRecord]:
+    from gpudoc.commands.resume import record_written
     from gpudoc.job import is_multi_process, job_identity, parse_command
     from gpudoc.launch.options import safe_warn
     from gpudoc.launch.scan import LiveScan
@@ -200,8 +202,6 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     _merge_pids(record, state, [(p.pid, p.create_time) for p in outcome.processes])
     _finish_record(record, outcome, watch, sampler, log_path)
     _read_rank_logs(record, job, cwd, outcome.started)
-    from gpudoc.commands.resume import record_written
-
     record_written(record, profile, cwd)  # what a relaunch of this chain may resume from
     if probing:
         record.take_observations(probe.read(run_dir))

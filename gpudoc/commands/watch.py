@@ -21,7 +21,7 @@ from gpudoc.profiles.model import DEFAULT_TARGET_UTILIZATION
 from gpudoc.render.runs_text import sparkline
 from gpudoc.runs.record import RUNNING, RunRecord, live_status, parse_iso
 from gpudoc.runs.samples import newest_samples
-from gpudoc.runs.store import read_tail
+from gpudoc.runs.tail import read_tail
 from gpudoc.units import format_bytes, format_duration
 from gpudoc.workspace import Workspace
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpudoc.launch.watch import HEADER
-from gpudoc.runs.store import read_tail
+from gpudoc.runs.tail import read_tail
 
 
 @dataclass

@@ -9,8 +9,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -18,13 +16,15 @@ from typing import TYPE_CHECKING
 
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import GpudocError, InputError
+from gpudoc.runs.ids import RUN_ID, new_run_id
+from gpudoc.runs.tail import TAIL_BYTES, read_tail
 from gpudoc.trust import untrusted
 
 if TYPE_CHECKING:
     from gpudoc.runs.owners import RunOwners
     from gpudoc.runs.record import RunRecord
 
-__all__ = ["LOG", "RECORD", "SAMPLES", "TAIL_BYTES", "RunStore", "new_run_id", "read_tail"]
+__all__ = ["LOG", "RECORD", "SAMPLES", "RunStore", "new_run_id"]
 
 RECORD = "run.json"
 LOG = "output.log"
@@ -34,9 +34,6 @@ SAMPLES = "gpu.csv"
 PRIVATE_DIR_MODE, PRIVATE_FILE_MODE = 0o700, 0o600
 SHARED_DIR_MODE, SHARED_FILE_MODE = 0o750, 0o640
 
-# What a diagnosis reads of a log: a failure is near the end, and a 12-hour log can be huge.
-TAIL_BYTES = 2 * 1024 * 1024
-
 # Clocks of different nodes disagree a little (the same allowance as the fail-fast markers).
 JOB_CLOCK_SLACK_S = 5.0
 
@@ -44,26 +41,6 @@ JOB_CLOCK_SLACK_S = 5.0
 # the estimate nothing the last few hundred do not, and reading them all would make every command
 # slower with age. Older runs are still listed (`gpudoc runs`) and found by id.
 HISTORY_WINDOW = 500
-
-_RUN_ID = re.compile(r"^\d{8}-\d{6}(?:\d{3})?-[0-9a-f]+$")  # older gpudoc: no milliseconds
-
-
-_last_stamp_ms = 0
-
-
-def new_run_id() -> str:
-    """Sortable by start time to the millisecond (a retry starts within the same second as the
-    failed attempt ends), unique across nodes sharing one GPUDOC_HOME.
-
-    Within one process the stamp only moves forward, so ids made in the same millisecond still
-    sort in creation order; the random suffix only separates ids from different hosts.
-    """
-    global _last_stamp_ms
-    stamp_ms = max(int(time.time() * 1000), _last_stamp_ms + 1)
-    _last_stamp_ms = stamp_ms
-    seconds, millis = divmod(stamp_ms, 1000)
-    return time.strftime("%Y%m%d-%H%M%S", time.localtime(seconds)) + f"{millis:03d}-" + os.urandom(3).hex()
-
 
 class StoreError(GpudocError):
     """The runs directory cannot be written (read-only, full, not a directory): one line naming it."""
@@ -285,7 +262,7 @@ class RunStore:
 
         def named_run(pid: int) -> RunRecord | None:
             run_id = environ_value(pid, "GPUDOC_RUN_ID")
-            return self.record_or_none(run_id) if run_id and _RUN_ID.match(run_id) else None
+            return self.record_or_none(run_id) if run_id and RUN_ID.match(run_id) else None
 
         return RunOwners(self.records(newest=HISTORY_WINDOW), lookup=named_run)
 
@@ -390,26 +367,6 @@ def _resolved(path: str | Path | None) -> str | None:
         return str(Path(path).resolve())
     except (OSError, RuntimeError):
         return str(path)
-
-
-def read_tail(path: Path, limit: int = TAIL_BYTES) -> str:
-    """The last ``limit`` bytes of a log as text, from the start of a line; "" when unreadable.
-
-    Memory stays bounded whatever the log's size (a 12-hour job, ``/dev/zero``)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
-            data = handle.read(limit)
-    except OSError:
-        return ""
-    if size > limit:
-        newline = data.find(b"\n")
-        if 0 <= newline < 4096:
-            data = data[newline + 1:]  # start on a whole line
-    return data.decode("utf-8", "replace")
-
 
 
 @contextmanager
