@@ -14,7 +14,8 @@ error; the file is capped, with a last line saying so.
 Events, one JSON object a line in ``$GPUDOC_PROBE_DIR/rank-N.jsonl``:
 ``start`` (pid, rank), ``parser`` (the flags a parser of the job declares, and its values), ``model`` (parameters, trainable, dtype), ``input`` (shape of the top module's
 first input), ``step`` (n, seconds, backward passes, autocast dtype, world size, optimizer, peaks),
-``oom`` (phase, step, breakdown), ``error`` (a hook that failed), ``truncated``.
+``framework`` (the settings a framework resolved: the HF Trainer's arguments), ``oom`` (phase, step,
+breakdown), ``error`` (a hook that failed), ``truncated``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ MAX_PARSERS = 8
 # Where argparse makes the namespace, by Python version (3.13 moved it into _parse_known_args2).
 _PARSE_FRAMES = ("parse_known_args", "_parse_known_args2", "parse_known_intermixed_args")
 MAX_OPTIONS = 2000
+# What the HF Trainer's arguments say of the knobs (read after its own __post_init__).
+_HF_SETTINGS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size", "bf16", "fp16",
+                "gradient_checkpointing", "optim", "max_steps", "deepspeed")
 _PHASE_FRAMES = (("backward", "backward"), ("_engine_run_backward", "backward"), ("step", "optimizer"))
 
 
@@ -130,6 +134,26 @@ class _Probe:
 
         argparse.Namespace.__init__ = init
 
+    # -- what the framework resolved ------------------------------------------------------------
+
+    def observe_hf_trainer(self, trainer_module: Any) -> None:
+        """The HF Trainer's arguments as it trains with them (its own defaults and a subclass's
+        adjustments in, TRL's configs included): a callback among the Trainer's defaults hears
+        ``on_train_begin``, before the first micro batch that may not fit."""
+        from transformers.trainer_callback import TrainerCallback
+
+        probe = self
+
+        class GpudocProbe(TrainerCallback):
+            def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                probe.guarded("hf-trainer", probe._hf_arguments)(args)
+
+        trainer_module.DEFAULT_CALLBACKS.append(GpudocProbe)
+
+    def _hf_arguments(self, args: Any) -> None:
+        self.write("framework", name="hf-trainer", type=type(args).__name__,
+                   settings={key: getattr(args, key, None) for key in _HF_SETTINGS})
+
     # -- arming ------------------------------------------------------------------------------
 
     def arm(self, torch: Any) -> None:
@@ -157,7 +181,9 @@ class _Probe:
         dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
         self.write("model", parameters=sum(p.numel() for p in params), trainable=sum(p.numel() for p in trainable),
                    dtypes=dtypes)
-        self._forward_begins(module, args, {})
+        # This call's own pre-hook was registered too late to fire: its keyword inputs (HF's
+        # ``model(**batch)``) are read from the calling frame of torch's module call.
+        self._forward_begins(module, args, _call_kwargs())
 
     def _forward_begins(self, module: Any, args: Any, kwargs: Any) -> None:
         self.phase = "forward"
@@ -267,6 +293,18 @@ def _values(namespace: Any) -> dict:
     return values
 
 
+def _call_kwargs() -> dict:
+    """The keyword arguments of the module call in progress (torch's ``Module._call_impl`` frame)."""
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "_call_impl" and isinstance(frame.f_locals.get("kwargs"), dict):
+            return frame.f_locals["kwargs"]
+        frame = frame.f_back  # type: ignore[assignment]
+    return {}
+
+
 def _int(value: str | None) -> int | None:
     try:
         return int(value) if value is not None else None
@@ -360,3 +398,4 @@ def install() -> None:
     # torch pays nothing for either.
     _after_import("argparse", probe.guarded("argparse", probe.observe_parsers))
     _after_import("torch", probe.guarded("arm", probe.arm))
+    _after_import("transformers.trainer", probe.guarded("hf-trainer", probe.observe_hf_trainer))

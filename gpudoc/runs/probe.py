@@ -122,9 +122,38 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
     optimizer = next((e.get("optimizer") for e in steps if isinstance(e.get("optimizer"), str)), None)
     if optimizer:
         knobs["optimizer"] = (_OPTIMIZERS.get(optimizer, optimizer.lower()), "optimizer-step")
+    # What the framework resolved answers where the job's own steps have not (an OOM in the first
+    # micro batch comes before any optimizer step): the steps, when there are some, win.
+    for knob, value in _framework_knobs(events).items():
+        knobs.setdefault(knob, value)
     oom = next((e for e in events if e["event"] == "oom"), None)
     return {"knobs": knobs, "steps": steps, "oom": oom, "model": model, "parsers": _parsers(events),
             "state_dtype": next((e.get("state_dtype") for e in steps if isinstance(e.get("state_dtype"), str)), None)}
+
+
+def _framework_knobs(events: list[dict]) -> dict[str, tuple[Any, str]]:
+    """The knobs in the settings a framework resolved (the HF Trainer's arguments), in the profile's
+    spellings, each checked before it is believed."""
+    event = next((e for e in events if e["event"] == "framework" and e.get("name") == "hf-trainer"
+                  and isinstance(e.get("settings"), dict)), None)
+    if event is None:
+        return {}
+    settings, how = event["settings"], "framework:hf-trainer"
+    knobs: dict[str, tuple[Any, str]] = {}
+    for knob, key in (("micro_batch_size", "per_device_train_batch_size"),
+                      ("gradient_accumulation_steps", "gradient_accumulation_steps"), ("world_size", "world_size")):
+        if _count(settings.get(key)):
+            knobs[knob] = (settings[key], how)
+    if isinstance(settings.get("bf16"), bool) and isinstance(settings.get("fp16"), bool):
+        knobs["precision"] = ("bf16" if settings["bf16"] else "fp16" if settings["fp16"] else "fp32", how)
+    if isinstance(settings.get("gradient_checkpointing"), bool):
+        knobs["gradient_checkpointing"] = (settings["gradient_checkpointing"], how)
+    optim = settings.get("optim")
+    if isinstance(optim, str) and optim:
+        name = optim.split(".")[-1].lower()  # OptimizerNames.ADAMW_TORCH_FUSED, or its value
+        knobs["optimizer"] = ("adamw" if name.startswith("adamw") and "8bit" not in name else
+                              "adamw_8bit" if "8bit" in name else name, how)
+    return knobs
 
 
 def _parsers(events: list[dict]) -> list[dict]:

@@ -176,3 +176,29 @@ def test_the_agent_never_imports_torch_itself():
          f"import importlib.util as u; s = u.spec_from_file_location('a', {str(AGENT)!r}); m = u.module_from_spec(s);"
          "s.loader.exec_module(m); m.install(); print('torch' in sys.modules)"], capture_output=True, text=True)
     assert done.stdout.strip() == "False", done.stderr
+
+
+HF_JOB = Path(__file__).resolve().parent / "jobs" / "hf_trainer.py"
+
+
+def test_an_hf_trainer_job_out_of_memory_before_its_first_step_is_read_from_the_trainer(isolated_home):
+    # The seed guides' commonest failure: the first micro batch does not fit, so no optimizer step
+    # ever completes; the Trainer's own resolved arguments say what the steps would have.
+    done = gpudoc_cli("run", "--no-check", "--", "python", str(HF_JOB), "--output_dir", "out",
+                      "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "8", "--max_steps", "2",
+                      "--report_to", "none", "--save_strategy", "no", "--oom_in_forward", "--use_cpu",
+                      cwd=isolated_home, timeout=300)
+    record = json.loads(gpudoc_cli("runs", "show", "--json", cwd=isolated_home).stdout)["run"]
+    assert done.returncode == 1 and record["cause"] == "gpu_oom", done.stderr[-2000:]
+    observed = {k: (v["value"], v["how"]) for k, v in record["observed"].items() if k != "model"}
+    assert observed["micro_batch_size"] == (4, "input-shape")
+    assert observed["max_seq_len"] == (32, "input-shape")
+    assert observed["gradient_accumulation_steps"] == (8, "framework:hf-trainer")
+    assert observed["precision"] == ("fp32", "framework:hf-trainer")
+    assert observed["gradient_checkpointing"] == (False, "framework:hf-trainer")
+    assert observed["optimizer"][0] == "adamw"
+    assert (record["oom"]["phase"], record["oom"]["step"]) == ("forward", 0)
+    # HfArgumentParser is an ArgumentParser: the flags it declares are the Trainer's and the job's.
+    options = record["parsers"][0]["options"]
+    assert {"--per_device_train_batch_size", "--max_seq_length", "--oom_in_forward"} <= set(options)
+    assert "--batch_size" not in options
