@@ -26,7 +26,7 @@ import signal
 import time
 from collections.abc import Iterable
 
-from gpudoc.procs.identity import ProcessRef, environ_value, live_pids, proc_stat, start_time
+from gpudoc.procs.identity import START_TIME_EARLY_S, ProcessRef, environ_value, live_pids, proc_stat, start_time
 
 STAND_DOWN = b"."
 # A job re-spawning workers while it is being ended: look again this many times.
@@ -76,7 +76,7 @@ def start_guard(pgid: int, *, run_marker: str | None, grace_s: float) -> Guard |
 
     Call before any thread is started: the child runs only os-level calls and this module.
     """
-    since = time.time() - 1.0  # start times are read in clock ticks: allow their rounding
+    since = time.time() - START_TIME_EARLY_S  # a start time reads early by up to this (truncated boot time)
     read_fd, write_fd = os.pipe()
     try:
         pid = os.fork()

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 # Start times are whole clock ticks since boot (10 ms on Linux) plus the boot time; the same
 # process read twice, by /proc or by psutil, agrees to well within this.
 CREATE_TIME_SLACK_S = 0.05
+# Against the wall clock, though, a start time reads early by up to this much: /proc/stat's boot
+# time is whole seconds, truncated (a VM booted at x.72 s reads every start 0.72 s early), and the
+# ticks since boot round down too. "Started since T" means a start time >= T minus this.
+START_TIME_EARLY_S = 1.0
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _boot_time: float | None = None
