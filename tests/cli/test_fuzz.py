@@ -4,7 +4,8 @@ SPEC, never a traceback or a crash report (exit 3), and a refusal changes no fil
 
 The examples are built from what gpudoc really reads (the schema's keys, real error lines from the
 shared corpus, real nvidia-smi captures), then broken: wrong types, non-finite and huge numbers,
-truncation, lost line breaks, stray bytes. The counts are pinned in ``EXAMPLES``.
+truncation, lost line breaks, stray bytes. How many examples each property draws is a setting:
+``GPUDOC_FUZZ_EXAMPLES`` (CI sets 300, .ci/run), 100 when unset.
 """
 
 from __future__ import annotations
@@ -24,7 +25,17 @@ from gpudoc.cli.main import run_cli
 from gpudoc.profiles import schema
 from tests.conftest import ERRORS_CORPUS, NVIDIA_SMI, captured_workspace
 
-EXAMPLES = 300
+
+def _examples() -> int:
+    """The example count from ``GPUDOC_FUZZ_EXAMPLES``: 100 when unset keeps a local run quick; CI
+    draws 300. A value that is not a positive count fails the run, never quietly draws none."""
+    raw = os.environ.get("GPUDOC_FUZZ_EXAMPLES", "").strip() or "100"
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        raise pytest.UsageError(f"GPUDOC_FUZZ_EXAMPLES={raw!r}: not a positive count of examples")
+    return int(raw)
+
+
+EXAMPLES = _examples()
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
@@ -186,3 +197,15 @@ def test_the_fuzz_reads_real_inputs():
     # The strategies above are only as good as what they start from.
     assert len(CORPUS) >= 20 and len(SNAPSHOTS) >= 6
     assert os.path.getsize(ERRORS_CORPUS) > 0
+
+
+def test_the_example_count_is_the_setting(monkeypatch):
+    assert SETTINGS.max_examples == EXAMPLES == _examples()  # this run's, as its environment says
+    monkeypatch.setenv("GPUDOC_FUZZ_EXAMPLES", "300")
+    assert _examples() == 300
+    monkeypatch.delenv("GPUDOC_FUZZ_EXAMPLES")
+    assert _examples() == 100
+    for wrong in ("0", "-5", "many", "1e3", "３"):
+        monkeypatch.setenv("GPUDOC_FUZZ_EXAMPLES", wrong)
+        with pytest.raises(pytest.UsageError, match="GPUDOC_FUZZ_EXAMPLES"):
+            _examples()

@@ -182,4 +182,6 @@ def test_ci_runs_exactly_the_readme_test_command():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "./bin/test" in readme and "./bin/gpudoc check" in readme
-    assert [line for line in ci.splitlines() if line and not line.startswith("#")][-1] == "exec ./bin/test"
+    lines = [line for line in ci.splitlines() if line and not line.startswith("#")]
+    assert lines[-1] == "exec ./bin/test"
+    assert "export GPUDOC_FUZZ_EXAMPLES=300" in lines  # CI's fuzz count (tests/cli/test_fuzz.py)
