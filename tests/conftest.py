@@ -7,10 +7,13 @@ working directory at a temporary place, so no test can write into the user's hom
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,6 +48,26 @@ def isolated_home(tmp_path_factory, monkeypatch):
     home.chmod(0o500)  # any write into $HOME fails loudly
     yield work
     home.chmod(0o700)
+
+
+def shared_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """A directory ``make`` fills once per test session, for a slow real job whose result several tests
+    read: the first test to ask runs it, the others (on any pytest-xdist worker) wait for it and read
+    the same directory. Each worker has a temporary root of its own; the one above them is the
+    session's. A ``make`` that fails leaves nothing behind: the next test to ask runs it again (and
+    fails on its own account). Readers only: a test that changes what it finds works on a copy."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    target, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when make() raises
+        if not done.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            make(target)
+            done.touch()
+    return target
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpudoc.runs.store import RunStore
-from tests.conftest import CONFIGS, REPO, VENV_BIN, gpudoc_cli
+from tests.conftest import CONFIGS, REPO, VENV_BIN, gpudoc_cli, shared_once
 
 JOBS = Path(__file__).with_name("jobs") / "frameworks"
 pytestmark = pytest.mark.slow
@@ -62,10 +63,25 @@ def _last_log(tmp_path: Path, records) -> str:
     return RunStore(tmp_path / ".gpudoc").log_path(records[-1].id).read_text(errors="replace")
 
 
+def _hf_chain(tmp_path_factory, nproc: int) -> tuple[Path, subprocess.CompletedProcess, list]:
+    """The HF Trainer's --retry-oom chain from HF_FLAGS under ``nproc`` processes, run once per test
+    session (tests/conftest.py shared_once): the test of the halving and the test of `profile new
+    --from-run` read the same chain. Its directory, gpudoc's answer and its records, oldest first."""
+    def make(where: Path) -> None:
+        (where / "job").mkdir()
+        done, _ = _retry(_job_dir(where / "job"), _launch(nproc, "hf_trainer.py", *HF_FLAGS), oom_above=4)
+        (where / "done.json").write_text(json.dumps([done.returncode, done.stdout, done.stderr]))
+
+    where = shared_once(tmp_path_factory, f"hf-trainer-chain-{nproc}", make)
+    returncode, stdout, stderr = json.loads((where / "done.json").read_text())
+    cwd = where / "job"
+    records = sorted(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    return cwd, subprocess.CompletedProcess([], returncode, stdout, stderr), records
+
+
 @pytest.mark.parametrize("nproc", [1, 2])
-def test_hf_trainer_flags_are_halved_on_the_command_line(tmp_path, nproc):
-    cwd = _job_dir(tmp_path)
-    done, records = _retry(cwd, _launch(nproc, "hf_trainer.py", *HF_FLAGS), oom_above=4)
+def test_hf_trainer_flags_are_halved_on_the_command_line(tmp_path_factory, nproc):
+    cwd, done, records = _hf_chain(tmp_path_factory, nproc)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(records) == 2  # the allocator rung cannot cover the shortfall: it rides with the halving
     first, last = records
@@ -235,11 +251,12 @@ def test_fix_with_no_profile_offers_the_flags_and_writes_no_profile(tmp_path):
     assert latest.cause == "ok" and latest.knobs["micro_batch_size"] == 4
 
 
-def test_profile_new_from_run_writes_what_was_read(tmp_path):
-    cwd = _job_dir(tmp_path)
+def test_profile_new_from_run_writes_what_was_read(tmp_path_factory, tmp_path):
+    shared, done, records = _hf_chain(tmp_path_factory, 1)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cwd = tmp_path / "job"
+    shutil.copytree(shared, cwd, symlinks=True)  # the chain's own directory stays as it ran: this test writes
     command = _launch(1, "hf_trainer.py", *HF_FLAGS)
-    done, records = _retry(cwd, command, oom_above=4)
-    assert done.returncode == 0
     made = gpudoc_cli("profile", "new", "mine", "--from-run", cwd=cwd)
     assert made.returncode == 0, made.stderr
     text = (cwd / ".gpudoc" / "profiles" / "mine.toml").read_text()

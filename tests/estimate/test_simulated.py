@@ -12,7 +12,7 @@ import pytest
 
 from gpudoc.commands.estimate import estimate_command
 from gpudoc.estimate.simulate import cache_dir
-from tests.conftest import captured_workspace, gpudoc_cli
+from tests.conftest import captured_workspace, gpudoc_cli, shared_once
 
 pytest.importorskip("transformers")
 
@@ -157,15 +157,29 @@ def test_a_factory_that_freezes_its_own_base_gets_no_second_set_of_adapters(tmp_
     assert 2 * 4 * mlp <= doc["breakdown"]["optimizer"] < 2 * 4 * mlp + 4 * 2 * 512
 
 
+CHECKPOINTED = 'factory = "tinymodel:make_checkpointed"'
+
+
+def _without_checkpointing(tmp_path_factory) -> dict:
+    """The checkpointing factory's estimate with gradient_checkpointing = false, simulated once per
+    test session (tests/conftest.py shared_once): each policy below is held against it."""
+    def make(where):
+        (where / "tinymodel.py").write_text(FACTORY)
+        doc = _estimate(where, _profile("gradient_checkpointing = false", model=CHECKPOINTED))[1]
+        (where / "estimate.json").write_text(json.dumps(doc))
+
+    return json.loads((shared_once(tmp_path_factory, "plain-factory-estimate", make) / "estimate.json").read_text())
+
+
 @pytest.mark.parametrize("checkpointing", ["true", '"selective"'])
-def test_a_factory_that_takes_gradient_checkpointing_checkpoints_its_own_way(tmp_path, checkpointing):
+def test_a_factory_that_takes_gradient_checkpointing_checkpoints_its_own_way(tmp_path_factory, tmp_path,
+                                                                             checkpointing):
     """No gradient_checkpointing_enable() needed, and selective checkpointing too: the policy is the
     factory's own code. Its checkpointed blocks keep no GELU input or output per sample but in the
     block being recomputed."""
+    plain = _without_checkpointing(tmp_path_factory)
     (tmp_path / "tinymodel.py").write_text(FACTORY)
-    factory = 'factory = "tinymodel:make_checkpointed"'
-    plain = _estimate(tmp_path, _profile("gradient_checkpointing = false", model=factory))[1]
-    checkpointed = _estimate(tmp_path, _profile(f"gradient_checkpointing = {checkpointing}", model=factory))[1]
+    checkpointed = _estimate(tmp_path, _profile(f"gradient_checkpointing = {checkpointing}", model=CHECKPOINTED))[1]
     assert plain["source"] == checkpointed["source"] == "simulation", checkpointed["notes"]
     # Three of the four blocks' GELU inputs and outputs (256 floats per token each) are gone.
     assert checkpointed["per_sample_bytes"] <= plain["per_sample_bytes"] - 3 * 2 * 256 * 256 * 4
