@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 
 CAP_BYTES = 4 * 2**20
 MAX_PARSERS = 8
+MAX_OPTIONS = 2000
 # Where argparse makes the namespace, by Python version (3.13 moved it into _parse_known_args2).
 _PARSE_FRAMES = ("parse_known_args", "_parse_known_args2", "parse_known_intermixed_args")
-MAX_OPTIONS = 2000
 # What the HF Trainer's arguments say of the knobs (read after its own __post_init__).
 _HF_SETTINGS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size", "bf16", "fp16",
                 "gradient_checkpointing", "optim", "max_steps", "deepspeed")
@@ -306,10 +306,7 @@ def _call_kwargs() -> dict:
 
 
 def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+    return int(value) if value is not None and value.strip().isdigit() else None
 
 
 def _distributed(torch: Any) -> bool:

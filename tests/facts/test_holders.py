@@ -106,12 +106,20 @@ def _orphan_in_a_new_group(leader_stays: bool) -> tuple[subprocess.Popen, int]:
     return leader, orphan
 
 
+def _as_orphans(facts):
+    # Under pytest-xdist a worker that an earlier test made a child subreaper adopts the orphan, so
+    # its parent looks alive: the group leader's state is what these tests are about.
+    from dataclasses import replace
+
+    return replace(facts, processes=tuple(replace(p, orphaned=True) for p in facts.processes))
+
+
 def test_an_orphan_whose_group_leader_lives_is_signalled_alone():
     # Seen on a GPU machine: a stray left by a script that still runs got `kill -TERM -<group>`,
     # which would have ended the script too.
     leader, orphan = _orphan_in_a_new_group(leader_stays=True)
     try:
-        [holder] = classify_gpu_processes(gpu_facts({orphan: ONE_GIB}))
+        [holder] = classify_gpu_processes(_as_orphans(gpu_facts({orphan: ONE_GIB})))
         assert holder.kind == "own_other" and holder.pgid == leader.pid != orphan
         assert holder.remedy() == f"gpudoc clean --gpus 0  # or: kill -TERM {orphan}"
     finally:
@@ -122,7 +130,7 @@ def test_an_orphan_whose_group_leader_lives_is_signalled_alone():
 def test_an_orphan_whose_group_leader_is_gone_is_signalled_with_its_group():
     leader, orphan = _orphan_in_a_new_group(leader_stays=False)
     try:
-        [holder] = classify_gpu_processes(gpu_facts({orphan: ONE_GIB}))
+        [holder] = classify_gpu_processes(_as_orphans(gpu_facts({orphan: ONE_GIB})))
         assert holder.kind == "own_other" and holder.process.group_leader_alive is False
         assert holder.remedy() == f"gpudoc clean --gpus 0  # or: kill -TERM -{leader.pid}"
     finally:
