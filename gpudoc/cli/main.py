@@ -138,7 +138,7 @@ def _json_command(args: list[str]) -> str | None:
 
 # The commands that group subcommands, and theirs: named here, where no plumbum is imported (the
 # fast path), for the JSON envelope's command name and for `gpudoc runs`' did-you-mean.
-GROUP_SUBCOMMANDS = {"profile": ("list", "show", "new"), "runs": ("show", "diff", "prune")}
+GROUP_SUBCOMMANDS = {"profile": ("list", "show", "new", "schema"), "runs": ("show", "diff", "prune")}
 
 
 def _flush_stdout() -> None:

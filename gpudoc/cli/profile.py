@@ -14,18 +14,19 @@ class ProfileCommand(Command):
 gpudoc profile list
 gpudoc profile show qwen2.5-7b-lora-24gb
 gpudoc profile new my-box --from-gpu
+gpudoc profile schema > gpudoc-profile.schema.json
 """
 
     def main(self, *args: str) -> int:
         if args:
             from gpudoc.errors import UsageError
 
-            raise UsageError(f"gpudoc profile: unknown action '{args[0]}' (list, show NAME, new NAME)")
+            raise UsageError(f"gpudoc profile: unknown action '{args[0]}' (list, show NAME, new NAME, schema)")
         if not self.nested_command:
             from gpudoc.errors import UsageError
 
             self.help()
-            raise UsageError("gpudoc profile: which action? list, show NAME or new NAME")
+            raise UsageError("gpudoc profile: which action? list, show NAME, new NAME or schema")
         return 0
 
 
@@ -86,3 +87,18 @@ gpudoc profile new my-job --from-run
             raise UsageError("profile new: --from-run and --from-gpu are two different starting points; pick one")
         return new_profile(self.workspace, name, from_gpu=self.from_gpu, snapshots=tuple(self.snapshots),
                            force=self.force, from_run=(run_id or "") if self.from_run else None)
+
+
+@ProfileCommand.subcommand("schema")
+class ProfileSchema(Command):
+    """Print the JSON Schema of a profile, for editors that check TOML with one (taplo, Even Better TOML)."""
+
+    EXAMPLES = """
+gpudoc profile schema
+gpudoc profile schema > gpudoc-profile.schema.json
+"""
+
+    def main(self) -> int:
+        from gpudoc.commands.profile import print_schema
+
+        return print_schema(self.workspace)

@@ -7,6 +7,7 @@ import shlex
 
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import ExitStatus, GpudocError, UsageError
+from gpudoc.profiles.json_schema import directive, schema_text
 from gpudoc.profiles.loader import list_profile_names, load_profile, search_dirs, shipped_profiles_dir
 from gpudoc.render.show import show
 from gpudoc.results.profile import ProfileListResult, ProfileNewResult, ProfileShowResult
@@ -61,6 +62,12 @@ def new_profile(ws: Workspace, name: str, *, from_gpu: bool = False, snapshots: 
     return show(ProfileNewResult(str(target), name), console, as_json=False)
 
 
+def print_schema(ws: Workspace) -> int:
+    """The profile's JSON Schema, as the shipped file holds it."""
+    ws.console.out.write(schema_text())
+    return 0
+
+
 def _from_gpu(ws: Workspace, snapshots: tuple[str, ...]) -> tuple[str | None, list[str], str]:
     facts = ws.gather(snapshot_files=tuple(ws.cwd / s for s in snapshots))
     gpus = [g for g in facts.gpus if g.memory_total_bytes]
@@ -112,7 +119,7 @@ def _from_run(ws: Workspace, name: str, run_id: str) -> str:
     if env:
         doc.add("env", dict(env))
     doc.add("bind", profile.job.bindings(profile.train))
-    return tomlkit.dumps(doc)
+    return f"{directive()}\n{tomlkit.dumps(doc)}"
 
 
 def _nearest_tier(gib: float) -> str | None:
@@ -131,7 +138,8 @@ def _template(name: str, extends: str | None, gpu_lines: list[str], comment: str
     if extends:
         head.append(f'extends = "{extends}"              # shipped tier: allocator and tokenizer settings')
     gpu = "\n".join(gpu_lines)
-    return f"""{chr(10).join(head)}
+    return f"""{directive()}
+{chr(10).join(head)}
 
 {comment}
 [gpu]
