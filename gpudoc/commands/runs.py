@@ -111,7 +111,7 @@ def show_run(ws: Workspace, run_id: str | None, *, as_json: bool = False, width:
     record = store.named_or_latest(run_id)
     line = read_timeline(store.samples_path(record.id), width=width)
     result = RunShowResult(record=record, live_status=live_status(record), start=line.start, end=line.end,
-                           used=line.used, total=line.total)
+                           used=line.used, total=line.total, skipped=line.skipped)
     if plot is not None:
         from gpudoc.render.plot import plot_timeline
 

@@ -75,7 +75,7 @@ def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]
         head = f"finished: {status}{exit_code}, after {format_duration(record.duration_s)}"
     lines = [f"gpudoc watch: run {record.id}  {head}",
              f"  {printable(' '.join(record.launched))[:100]}"]
-    gpus = read_newest_samples(samples)
+    gpus, skipped = read_newest_samples(samples)
     target = float(((record.profile or {}).get("ladder") or {}).get("target_utilization", DEFAULT_TARGET_UTILIZATION))
     peaks = record.peak_memory_bytes or {}
     if not gpus and live:
@@ -90,6 +90,8 @@ def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]
         lines.append(f"  GPU {index}  {format_bytes(used):>9} / {format_bytes(now.total):<9} {marks:<{HISTORY}}  "
                      f"util {now.utilization or '-':>3}%  peak {peak / total:.0%} (target {target:.0%})"
                      + ("  job " + format_bytes(now.job_bytes) if now.job_bytes else ""))
+    if skipped:
+        lines.append(f"  {skipped} line{'s' if skipped != 1 else ''} of gpu.csv skipped (not a sample)")
     # Every process the launcher has seen in the job; once the run is over, none of them is its.
     seen = [p for p in record.pids if isinstance(p, dict)] if live else []
     held = _held(Path(samples).with_name(PROCESSES))
@@ -113,15 +115,17 @@ def _recorded_peaks(record: RunRecord) -> list[str]:
     return lines
 
 
-def read_newest_samples(path: Path) -> dict[int, GpuNow]:
-    """Per GPU, the newest HISTORY samples as a frame shows them."""
+def read_newest_samples(path: Path) -> tuple[dict[int, GpuNow], int]:
+    """Per GPU, the newest HISTORY samples as a frame shows them; and how many lines of the file's
+    end were not samples (corrupted bytes are skipped, and said)."""
     gpus: dict[int, GpuNow] = {}
-    for index, samples in newest_samples(path, history=HISTORY).items():
+    newest = newest_samples(path, history=HISTORY)
+    for index, samples in newest.gpus.items():
         last = samples[-1]
         gpus[index] = GpuNow(used=[s.used for s in samples], total=next((s.total for s in reversed(samples) if s.total),
                                                                           None),
                              utilization=last.utilization, job_bytes=last.job)
-    return gpus
+    return gpus, newest.skipped
 
 
 def _held(path: Path) -> dict[str, int]:

@@ -98,6 +98,8 @@ def _run_show(result: RunShowResult, console: Console) -> None:
         marks = sparkline(used, scale)
         share = f" = {peak / total:.0%}" if total else ""
         say(f"    GPU {gpu} {marks} peak {format_bytes(peak)}" + (f" of {format_bytes(total)}{share}" if total else ""))
+    if result.skipped:
+        say(f"  {result.skipped} line{'s' if result.skipped != 1 else ''} of gpu.csv skipped (not a sample)")
 
 
 @text.register

@@ -61,13 +61,14 @@ class RunShowResult:
     end: float | None
     used: dict[int, list[int | None]]  # GPU index -> highest use per time bucket
     total: dict[int, int]  # GPU index -> capacity
+    skipped: int = 0  # lines of gpu.csv that were not samples (corrupted bytes)
     exit_code: int = ExitStatus.OK
     status: str = "ok"
 
     def json_body(self) -> dict[str, Any]:
         doc = self.record.to_dict()
         doc["status"] = self.live_status
-        return {"run": doc, "timeline": {"start": self.start, "end": self.end,
+        return {"run": doc, "timeline": {"start": self.start, "end": self.end, "skipped_lines": self.skipped,
                                          "gpus": {str(g): {"used_bytes": list(v), "total_bytes": self.total.get(g)}
                                                   for g, v in sorted(self.used.items())}}}
 

@@ -128,3 +128,18 @@ def test_a_finished_run_without_samples_shows_its_recorded_peaks(tmp_path):
     assert f"run {record.id}  finished: ok, exit 0" in out
     assert "GPU 0  peak 12.0 GiB of 24.0 GiB (50%)" in out
     assert "no GPU samples yet" not in out and str(2**22 + 4322) not in out
+
+
+def test_random_bytes_appended_to_gpu_csv_are_skipped_and_counted(tmp_path):
+    import random
+
+    store, record = _running_run(tmp_path, status="failed")
+    record.exit_code, record.duration_s = 1, 40.0
+    store.save(record)
+    with open(store.samples_path(record.id), "ab") as handle:
+        handle.write(bytes(random.Random(3).randrange(256) for _ in range(3000)) + b"\0\n")
+    ws = captured_workspace(tmp_path, environ={"GPUDOC_HOME": str(store.home)})
+    assert watch(ws, record.id) == 1
+    out = ws.console.out.getvalue()
+    assert len([line for line in out.splitlines() if line.strip().startswith("GPU ")]) == 2
+    assert "of gpu.csv skipped (not a sample)" in out
