@@ -51,13 +51,17 @@ def check_stray(facts: Facts, profile: Profile, ctx: CheckContext) -> list[Findi
             (f"gpu:{index}", *(f"pid:{h.pid}" for h in group)),
         ))
     for h in holders:
-        if h.kind not in ("orphan_of_run", "zombie", "invisible") and h.bytes is not None and h.bytes < SMALL_HOLDER:
+        if h.kind not in ("orphan_of_run", "zombie", "invisible", "unlisted") and h.bytes is not None and h.bytes < SMALL_HOLDER:
             small += 1
             continue
-        kind_title = _TITLE[h.kind].format(run=h.run_id, user=h.user or "another user")
+        if h.pid is None:
+            title = f"GPU {h.gpu_index}: {_size(h.bytes)} in use with no process listed"
+        else:
+            kind_title = _TITLE[h.kind].format(run=h.run_id, user=h.user or "another user")
+            title = f"GPU {h.gpu_index}: {kind_title} holds {_size(h.bytes)}"
         severity = Severity.INFO if h.kind == "unknown" else Severity.WARN
         out.append(Finding(
-            STRAY, severity, f"GPU {h.gpu_index}: {kind_title} holds {_size(h.bytes)}",
+            STRAY, severity, title,
             h.describe() + (f"; command: {' '.join(h.cmdline)[:160]}" if h.cmdline else ""),
             h.remedy(),
             tuple(x for x in (f"gpu:{h.gpu_index}", f"pid:{h.pid}" if h.pid is not None else None) if x),

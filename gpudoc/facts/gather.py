@@ -53,6 +53,7 @@ def gather_facts(*, snapshot_files: Iterable[Path | str] = (), deep: bool = Fals
     else:
         facts = _from_nvml(nvml_backend)
         facts = replace(facts, processes=_processes(facts, runs), env=relevant_env(environ), host=_host(runs, environ))
+        facts = _device_users(facts, runs)
     if deep:
         facts = replace(facts, torch=_torch(python))
     return facts
@@ -86,6 +87,10 @@ def _processes(facts: Facts, runs: Any | None) -> tuple[ProcessInfo, ...]:
         for proc in gpu.processes or ():
             if proc.pid not in pids:
                 pids.append(proc.pid)
+    return _process_facts(pids, runs)
+
+
+def _process_facts(pids: list[int], runs: Any | None) -> tuple[ProcessInfo, ...]:
     if not pids:
         return ()
     try:
@@ -98,6 +103,24 @@ def _processes(facts: Facts, runs: Any | None) -> tuple[ProcessInfo, ...]:
         return process_facts(pids, owners=owners)
     except Exception:
         return ()  # the GPU facts still name the PIDs; checks treat them as unknown
+
+
+def _device_users(facts: Facts, runs: Any | None) -> Facts:
+    """For memory the driver lists no process for, on bare metal: who has the GPU's device file
+    open (``fuser -v /dev/nvidia*``), and their /proc facts beside the driver's processes."""
+    from gpudoc.facts.holders import unlisted_bytes
+
+    if facts.host.in_container is not False or not any(unlisted_bytes(g) for g in facts.gpus):
+        return facts  # a container cannot see the host's processes; nothing unlisted: nothing to look for
+    try:
+        from gpudoc.facts.device_users import device_users
+
+        users = device_users(exclude=os.getpid())
+    except Exception:
+        return facts
+    known = {p.pid for p in facts.processes}
+    more = [o.pid for o in users.openers if o.pid not in known]
+    return replace(facts, device_users=users, processes=facts.processes + _process_facts(more, runs))
 
 
 def _host(runs: Any | None, environ: Mapping[str, str]) -> HostFacts:

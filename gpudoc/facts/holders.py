@@ -9,7 +9,10 @@ which already say which earlier gpudoc run owns a process). The kinds:
                    gpudoc did not launch
 ``other_user``     another user's process: never signalled; the remedy says whom to ask
 ``invisible``      memory held by a PID this PID namespace cannot see (containers), or memory in
-                   use with no process listed at all
+                   use with no process listed where gpudoc could not look further
+``unlisted``       memory in use with no process listed, on bare metal: gpudoc looked for the
+                   processes with the GPU's device file open (``fuser -v /dev/nvidia*``); those it
+                   found are holders of their own kind, marked ``via_device``
 ``zombie``         a dead process not yet reaped by its parent; the parent has to reap it
 ``unknown``        the facts came from a file of another machine: /proc facts do not apply
 """
@@ -17,12 +20,12 @@ which already say which earlier gpudoc run owns a process). The kinds:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from gpudoc.facts.model import Facts, Gpu, ProcessInfo
+from gpudoc.facts.model import DeviceUsers, Facts, Gpu, ProcessInfo
 from gpudoc.units import GIB, format_bytes
 
-KINDS = ("orphan_of_run", "own_live_job", "own_other", "other_user", "invisible", "zombie", "unknown")
+KINDS = ("orphan_of_run", "own_live_job", "own_other", "other_user", "invisible", "unlisted", "zombie", "unknown")
 
 # Memory a GPU shows as used with no process at all: driver/context reservations stay well under this.
 UNACCOUNTED_THRESHOLD = GIB
@@ -39,6 +42,10 @@ class GpuHolder:
     process: ProcessInfo | None = None  # what /proc says about the PID (None: nothing it can see)
     run_id: str | None = None
     driver_name: str | None = None  # the name the driver reported (all there is without /proc)
+    via_device: bool = False  # found holding the GPU's device file open, not in the driver's list
+    looked: DeviceUsers | None = None  # "unlisted": what the look at the device files found
+    bus_id: str | None = None  # "unlisted": the GPU's, to find its device file's holders
+    container: bool | None = None  # no process listed: whether gpudoc runs in a container (None: unknown)
 
     @property
     def user(self) -> str | None:
@@ -80,6 +87,11 @@ class GpuHolder:
 
     def remedy(self) -> str:
         """The exact command for this holder (another user's process: whom to ask, never kill)."""
+        if self.via_device and self.own:
+            # Not in the driver's list: gpudoc clean leaves it alone (a monitor holds the file too).
+            return f"kill -TERM {self.pid}  # it holds the GPU open; make sure it is not a monitor (nvtop, DCGM)"
+        if self.kind == "unlisted":
+            return self._unlisted_remedy()
         if self.kind == "orphan_of_run":
             return f"gpudoc clean --gpus {self.gpu_index}"
         if self.kind == "own_other":
@@ -102,10 +114,24 @@ class GpuHolder:
                 return f"kill -TERM {self.ppid}  # the parent that has not reaped it"
             return f"sudo nvidia-smi --gpu-reset -i {self.gpu_index}  # nothing left to signal; or reboot"
         if self.kind == "invisible":
+            if self.pid is None and self.container is None:
+                return (f"nvidia-smi -i {self.gpu_index} on the host if this is a container; "
+                        f"on bare metal: sudo fuser -v /dev/nvidia*")
             if self.pid is None:
                 return f"on the host, outside this container: nvidia-smi -i {self.gpu_index}  # then stop the PIDs it lists"
             return f"on the host, outside this container: ps -o user,pid,cmd -p {self.pid}, then kill -TERM {self.pid}"
         return f"on that machine: ps -o user,pid,ppid,cmd -p {self.pid}"
+
+    def _unlisted_remedy(self) -> str:
+        if self.looked is None:
+            return "sudo fuser -v /dev/nvidia*  # who has the GPU open"
+        if self.looked.holders_of(self.bus_id):
+            return "stop the processes listed as holding the GPU open, then check again"
+        if self.looked.unreadable:
+            return (f"sudo fuser -v /dev/nvidia*  # {self.looked.unreadable} other users' processes "
+                    f"need root to see")
+        return (f"sudo nvidia-smi --gpu-reset -i {self.gpu_index}  # no process here has the GPU open; "
+                f"or reboot")
 
     def describe(self) -> str:
         size = format_bytes(self.bytes) if self.bytes is not None else "N/A"
@@ -115,11 +141,27 @@ class GpuHolder:
             "own_other": "your orphaned process (its parent is gone)",
             "other_user": f"{self.user or 'another user'}'s process",
             "invisible": "not visible from this PID namespace (container)" if self.pid is not None
-            else "memory in use, but no process is listed (held from outside this container)",
+            else "memory in use, but no process is listed (held from outside this container)" if self.container
+            else "memory in use, but no process is listed",
+            "unlisted": self._unlisted_text(),
             "zombie": "a zombie: dead, not reaped by its parent",
             "unknown": "owner unknown (facts read from a file)",
         }[self.kind]
+        if self.via_device:
+            text += "; it has the GPU's device file open, though the driver lists no process"
         return f"GPU {self.gpu_index}: {self.label} holds {size}: {text}"
+
+    def _unlisted_text(self) -> str:
+        found = self.looked.holders_of(self.bus_id) if self.looked is not None else ()
+        if found:
+            pids = ", ".join(str(p) for p in found)
+            return f"memory in use, no process listed by the driver; PID {pids} has the GPU's device file open"
+        if self.looked is not None and self.looked.unreadable:
+            return ("memory in use, no process listed by the driver, and none of the processes this user "
+                    "may see has the GPU open")
+        if self.looked is not None:
+            return "memory in use, no process listed by the driver, and no process on this machine has the GPU open"
+        return "memory in use, no process listed by the driver"
 
     def to_dict(self) -> dict:
         return {
@@ -151,7 +193,8 @@ def classify_process(info: ProcessInfo | None, *, pid: int, gpu_index: int, used
     return holder("own_other" if info.orphaned else "own_live_job")
 
 
-def _unaccounted(gpu: Gpu) -> int | None:
+def unlisted_bytes(gpu: Gpu) -> int | None:
+    """Memory in use on a GPU whose driver lists no process at all (None: none, or too little to matter)."""
     if gpu.processes is None or gpu.memory_used_bytes is None:
         return None
     if gpu.processes:
@@ -174,10 +217,23 @@ def classify_gpu_processes(facts: Facts, *, gpus: Iterable[int] | None = None) -
                 continue
             holders.append(classify_process(facts.process(proc.pid), pid=proc.pid, gpu_index=gpu.index,
                                             used=proc.used_memory_bytes, facts=facts, driver_name=proc.name))
-        extra = _unaccounted(gpu)
+        extra = unlisted_bytes(gpu)
         if extra is not None:
-            holders.append(GpuHolder(None, gpu.index, extra, "invisible"))
+            holders.extend(_unlisted(facts, gpu, extra))
         holders.sort(key=lambda h: -(h.bytes or 0))
         out.extend(holders)
     return out
 
+
+
+def _unlisted(facts: Facts, gpu: Gpu, used: int) -> list[GpuHolder]:
+    """Memory no listed process holds: in a container, the host must look; on bare metal, the
+    processes holding the GPU's device file (each a holder of its kind) and the memory itself."""
+    container = facts.host.in_container if facts.host else None
+    if container is not False:
+        return [GpuHolder(None, gpu.index, used, "invisible", container=container)]
+    users = facts.device_users
+    openers = [replace(classify_process(facts.process(pid), pid=pid, gpu_index=gpu.index, used=None, facts=facts),
+                       via_device=True)
+               for pid in (users.holders_of(gpu.bus_id) if users is not None else ())]
+    return [GpuHolder(None, gpu.index, used, "unlisted", looked=users, bus_id=gpu.bus_id, container=False), *openers]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections.abc
 import math
+import re
 import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cached_property
@@ -105,6 +106,38 @@ class RunOwner(Protocol):
 
 
 @dataclass(frozen=True)
+class DeviceOpener:
+    pid: int
+    bus_id: str | None  # the GPU whose device file it holds; None: the driver did not say which
+
+
+@dataclass(frozen=True)
+class DeviceUsers:
+    """Processes with a GPU device file open, and how many processes' descriptors were unreadable
+    (another user's: only root sees them)."""
+
+    openers: tuple[DeviceOpener, ...] = ()
+    unreadable: int = 0
+
+    def holders_of(self, bus_id: str | None) -> tuple[int, ...]:
+        """The PIDs holding this GPU's device file, with those holding a GPU the driver did not
+        map (they may hold this one)."""
+        key = normal_bus_id(bus_id)
+        return tuple(dict.fromkeys(o.pid for o in self.openers if o.bus_id is None or o.bus_id == key))
+
+
+def normal_bus_id(bus_id: str | None) -> str | None:
+    """``00000000:17:00.0`` (NVML) and ``0000:17:00.0`` (the driver's /proc) as one spelling."""
+    if not bus_id:
+        return None
+    match = re.fullmatch(r"(?:([0-9a-fA-F]+):)?([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-9a-fA-F]+)", bus_id.strip())
+    if not match:
+        return bus_id.strip().lower()
+    domain, bus, device, function = (int(part, 16) if part else 0 for part in match.groups())
+    return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
+
+
+@dataclass(frozen=True)
 class HostFacts:
     hostname: str | None = None
     user: str | None = None
@@ -151,6 +184,9 @@ class Facts:
     env: Mapping[str, str] = field(default_factory=dict)  # only the variables gpudoc cares about
     host: HostFacts = field(default_factory=HostFacts)
     torch: TorchFacts | None = None
+    # Who has a GPU device file open: looked up only on this machine, when a GPU holds memory the
+    # driver lists no process for and this is not a container (None: not looked).
+    device_users: DeviceUsers | None = None
 
     def process(self, pid: int) -> ProcessInfo | None:
         return self._processes_by_pid.get(pid)

@@ -120,7 +120,10 @@ def plan_clean(facts: Facts, owners: RunOwnerIndex | None = None, gpus: Iterable
 
     uid = os.getuid() if uid is None else uid
     protected = protected_pids() if protected is None else protected
-    holders = [h for h in classify_gpu_processes(facts, gpus=gpus) if h.kind in STRAY_KINDS and h.pid is not None]
+    # A process found holding a GPU's device file is named, never cleaned: the driver lists no
+    # memory of its own, and monitors (nvtop, DCGM) hold the file too.
+    holders = [h for h in classify_gpu_processes(facts, gpus=gpus)
+               if h.kind in STRAY_KINDS and h.pid is not None and not h.via_device]
     by_pid: dict[int, Target] = {}
     for h in sorted(holders, key=lambda h: _ORDER[h.kind]):
         if h.pid is None or h.process is None or h.pid in protected or h.uid != uid or h.create_time is None:

@@ -4,10 +4,10 @@ from dataclasses import replace
 
 from gpudoc.checks._common import CheckContext
 from gpudoc.checks.processes import check_stray
-from gpudoc.facts.model import ProcessInfo
+from gpudoc.facts.model import DeviceOpener, DeviceUsers, ProcessInfo
 from gpudoc.findings import Severity
 from gpudoc.profiles.model import EMPTY
-from tests.checks._real import A5000, DOCKER, H100_MIG_CSV, RTX3080, T4, only, snap
+from tests.checks._real import A5000, DOCKER, H100_MIG_CSV, HOST, RTX3080, T4, only, snap
 
 
 def test_snapshot_processes_are_info_grouped_per_gpu():
@@ -17,12 +17,48 @@ def test_snapshot_processes_are_info_grouped_per_gpu():
     assert "ps -o user,pid,ppid,cmd -p 100477" in findings[0].remedy
 
 
-def test_container_memory_with_no_process_is_invisible():
-    findings = check_stray(snap(DOCKER), EMPTY, CheckContext())
+def test_memory_with_no_process_in_a_container_is_for_the_host_to_look_at():
+    findings = check_stray(snap(DOCKER, host=replace(HOST, in_container=True)), EMPTY, CheckContext())
     f = only(findings, Severity.WARN)
-    assert f.title == "GPU 0: a PID not visible from this namespace holds 10.7 GiB"
-    assert "outside this container" in f.remedy
+    assert f.title == "GPU 0: 10.7 GiB in use with no process listed"
+    assert "outside this container" in f.remedy and "fuser" not in f.remedy
     assert f.affects == ("gpu:0",)
+
+
+def test_memory_with_no_process_on_bare_metal_is_looked_for_with_fuser():
+    # Bare metal, and gpudoc could not look at the device files itself (facts from elsewhere).
+    f = only(check_stray(snap(DOCKER), EMPTY, CheckContext()), Severity.WARN)
+    assert f.remedy.startswith("sudo fuser -v /dev/nvidia*") and "container" not in f.remedy + f.detail
+
+
+def test_memory_with_no_process_where_gpudoc_cannot_tell_names_both_places():
+    f = only(check_stray(snap(DOCKER, host=replace(HOST, in_container=None)), EMPTY, CheckContext()), Severity.WARN)
+    assert "on the host if this is a container" in f.remedy and "sudo fuser -v /dev/nvidia*" in f.remedy
+
+
+def test_bare_metal_device_file_holders_are_named_with_what_to_do():
+    mine = ProcessInfo(pid=4242, visible=True, user="me", uid=1000, name="python", ppid=1, pgid=4242,
+                       create_time=1.0, orphaned=True)
+    facts = replace(snap(DOCKER, live=True), processes=(mine,),
+                    device_users=DeviceUsers((DeviceOpener(4242, None),)))
+    findings = check_stray(facts, EMPTY, CheckContext())
+    unlisted = next(f for f in findings if f.affects == ("gpu:0",))
+    assert "PID 4242 has the GPU's device file open" in unlisted.detail
+    assert unlisted.remedy == "stop the processes listed as holding the GPU open, then check again"
+    holder = next(f for f in findings if "pid:4242" in f.affects)
+    assert holder.title == "GPU 0: your orphaned process holds memory (N/A)"
+    assert "device file open" in holder.detail
+    assert holder.remedy.startswith("kill -TERM 4242")
+
+
+def test_bare_metal_with_no_holder_found_says_whether_root_would_see_more():
+    hidden = replace(snap(DOCKER, live=True), device_users=DeviceUsers((), unreadable=3))
+    f = only(check_stray(hidden, EMPTY, CheckContext()), Severity.WARN)
+    assert f.remedy == "sudo fuser -v /dev/nvidia*  # 3 other users' processes need root to see"
+    seen_all = replace(hidden, device_users=DeviceUsers())
+    f = only(check_stray(seen_all, EMPTY, CheckContext()), Severity.WARN)
+    assert f.remedy.startswith("sudo nvidia-smi --gpu-reset -i 0")
+    assert "no process on this machine has the GPU open" in f.detail
 
 
 def test_desktop_processes_are_not_worth_a_warning():

@@ -19,6 +19,7 @@ from tests.facts.fake_nvml import LIBRARY_NOT_FOUND, FakeNvml
 
 MIB = 1024**2
 T4 = NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__tesla-t4.xml"
+DOCKER = NVIDIA_SMI / "nvidia-htop__test__FAKE_STDIN_NO_PROCESSES_DOCKER.txt"  # memory in use, no process listed
 L40S = NVIDIA_SMI / "nvidia_gpu_exporter__internal__captures__linux-x86_64__nvidia-l40s__595.80__load__nvidia-smi.txt"
 
 
@@ -123,3 +124,39 @@ def test_runs_dir_comes_from_the_run_store(tmp_path):
     facts = gather_facts(nvml_backend=FakeNvml.from_snapshot(L40S), runs=store, environ={})
     assert facts.host.runs_dir == str(store.root)
     assert facts.host.runs_dir_free_bytes > 0
+
+
+def test_on_bare_metal_memory_no_process_is_listed_for_is_traced_to_the_device_file(tmp_path, monkeypatch):
+    # The real capture of a GPU with memory in use and no process listed, read through the fake NVML;
+    # a real process holds the GPU's device file open (in a directory standing in for /dev).
+    from gpudoc.facts import device_users, host
+    from gpudoc.facts.holders import classify_gpu_processes
+    from gpudoc.procs.clean import plan_clean
+
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "nvidia0").write_bytes(b"")
+    monkeypatch.setattr(device_users, "DEV", dev)
+    monkeypatch.setattr(host, "in_container", lambda **_: False)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys,time; f=open(sys.argv[1]); print(1, flush=True); "
+                               "time.sleep(60)", str(dev / "nvidia0")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "1\n"
+        backend = FakeNvml.from_snapshot(DOCKER)
+        facts = gather_facts(nvml_backend=backend, environ={})
+        assert facts.device_users is not None
+        assert holder.pid in {o.pid for o in facts.device_users.openers}
+        assert facts.process(holder.pid).cmdline[0] == sys.executable
+        found = [h for h in classify_gpu_processes(facts) if h.pid == holder.pid]
+        assert [(h.kind, h.via_device) for h in found] == [("own_live_job", True)]
+        # Named, never cleaned, even orphaned: the driver lists no memory of its own (a monitor holds
+        # the file too).
+        orphaned = replace(facts, processes=tuple(replace(p, orphaned=True) for p in facts.processes))
+        assert [h.kind for h in classify_gpu_processes(orphaned) if h.pid == holder.pid] == ["own_other"]
+        assert plan_clean(orphaned, protected=set()) == []
+        # In a container the host's processes are out of sight: no look, the host is told to.
+        monkeypatch.setattr(host, "in_container", lambda **_: True)
+        assert gather_facts(nvml_backend=backend, environ={}).device_users is None
+    finally:
+        holder.kill()
+        holder.wait()
