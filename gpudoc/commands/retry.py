@@ -1,7 +1,6 @@
-"""One step of ``gpudoc run --retry-oom`` / ``gpudoc fix --rerun``: diagnose, pick a rung, write it.
-
-The ladder itself is pure; this is where its inputs are read (the record's log, the job's torch)
-and its choice is written (``gpudoc.profiles.edit``).
+"""What a failed run's records tell the relaunch owner (``gpudoc.commands.relaunch``): its
+diagnosis, the job's torch, whether a relaunch's changes reached the job, and where to bind a knob
+that did not.
 """
 
 from __future__ import annotations
@@ -10,16 +9,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gpudoc.diagnose.diagnosis import Diagnosis
-from gpudoc.ladder import suggest
-from gpudoc.ladder.model import Suggestion
-from gpudoc.profiles.edit import apply_recorded
-from gpudoc.profiles.loader import load_profile_file
 from gpudoc.profiles.model import Profile
 from gpudoc.runs.record import RunRecord, now_iso
 from gpudoc.runs.store import RunStore
 
 if TYPE_CHECKING:
-    from gpudoc.estimate import Estimate
     from gpudoc.facts.model import Facts
     from gpudoc.ladder.arrival import Arrival
     from gpudoc.workspace import Workspace
@@ -35,28 +29,6 @@ def record_diagnosis(record: RunRecord, store: RunStore) -> Diagnosis | None:
 
     return diagnose_text(store.log_tail(record.id), exit_code=record.exit_code, own_pids=record.job_pids,
                          rank_hint=record.only_worker_rank)
-
-
-def next_attempt(record: RunRecord, profile: Profile, ws: Workspace, *, allow_semantic: bool,
-                 estimate: Estimate | None = None) -> tuple[Profile | None, Suggestion | None]:
-    """Apply the first rung that changes the profile; return the reloaded profile and the rung.
-
-    free-stray-memory is not a profile change: the launcher's ``--clean`` handles strays, so it is
-    passed over here. ``(None, None)`` when the failure is not a GPU OOM or the ladder is exhausted.
-    """
-    diagnosis = record_diagnosis(record, ws.store)
-    if not diagnosis:
-        return None, None
-    facts = job_torch_facts(record, ws.environ)
-    result = suggest(diagnosis, profile, facts, ws.history(profile, upto=record), allow_semantic=allow_semantic,
-                     estimate=estimate)
-    chosen = result.first_profile_change()
-    if chosen is None:
-        return None, None
-    if profile.job is not None:  # no profile file: the relaunch writes the change where the knob lives
-        return profile.with_changes(chosen.new_knobs(), chosen.env), chosen
-    path = apply_recorded(profile, chosen, cwd=ws.cwd, store=ws.store, record=record)
-    return load_profile_file(path, cwd=ws.cwd, say=ws.console.error), chosen
 
 
 def job_torch_facts(record: RunRecord, environ: Mapping[str, str]) -> Facts | None:

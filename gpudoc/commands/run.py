@@ -60,20 +60,16 @@ def run(options: RunOptions, ws: Workspace) -> int:
 
 
 def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int, RunRecord | None]:
-    """Launch, and relaunch under --retry-oom: (the last attempt's status, its record when one ran)."""
+    """Launch, and relaunch under --retry-oom through the one relaunch owner (as `fix --rerun`
+    does): (the last attempt's status, its record when one ran)."""
+    from gpudoc.commands.relaunch import relaunch
+
     console = ws.console
-    parent: str | None = None
-    last: RunRecord | None = None
+    status, record = launch_once(options, profile, ws, parent=None)
+    if record is None or options.dry_run:
+        return status, None
     attempt = 0
-    while True:
-        status, record = launch_once(options, profile, ws, parent=parent)
-        if record is None or options.dry_run:
-            return status, None if options.dry_run else last
-        if last is not None and _changes_lost(last, record, profile, ws):
-            return status or 1, record  # the ladder stops: another rung of the same would change nothing
-        last = record
-        if not record.oom_retryable or attempt >= options.retry_oom:
-            return status, record  # fits, not a GPU OOM, no retries left, or the user stopped it
+    while record.oom_retryable and attempt < options.retry_oom:  # else: fits, not a GPU OOM, or stopped
         attempt += 1
         new_profile, rung = _next_attempt(record, profile, options, ws)
         if new_profile is None:
@@ -82,23 +78,16 @@ def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int
             return status, record
         console.error(f"gpudoc: --retry-oom {attempt}/{options.retry_oom}: {_describe_rung(rung)}; "
                       "relaunching")
-        from gpudoc.commands.resume import with_resume
-
-        options = replace(with_resume(options, record, new_profile, ws), attempt=attempt)
-        profile, parent = new_profile, record.id
-
-
-def _changes_lost(before: RunRecord, after: RunRecord, profile: Profile, ws: Workspace) -> bool:
-    """Say which changed knobs did not reach the job; True when the ladder must stop (the job
-    failed again). A job that fits despite them is told, and its run stands."""
-    from gpudoc.commands.retry import say_arrival
-
-    arrival = say_arrival(before, after, profile, ws)
-    if arrival is None or not arrival.missing or after.succeeded:
-        return False
-    ws.console.error("gpudoc: --retry-oom stopped: the next rung would change a setting the job does not read "
-                     f"(see `gpudoc fix {after.id}`)")
-    return True
+        options = replace(options, attempt=attempt)
+        status, new, lost = relaunch(options, record, new_profile, ws)
+        if new is None:
+            return status, record
+        profile, record = new_profile, new
+        if lost:  # the ladder stops: another rung of the same would change nothing
+            console.error("gpudoc: --retry-oom stopped: the next rung would change a setting the job does not "
+                          f"read (see `gpudoc fix {new.id}`)")
+            return status or 1, record
+    return status, record
 
 
 def _keep_history_bounded(ws: Workspace, profile: Profile) -> None:
@@ -282,7 +271,10 @@ def _describe_rung(rung: Suggestion | None) -> str:
 
 def _next_attempt(record: RunRecord, profile: Profile, options: RunOptions,
                   ws: Workspace) -> tuple[Profile | None, Suggestion | None]:
-    from gpudoc.commands.retry import next_attempt
+    from gpudoc.commands.relaunch import next_step
 
     allow = options.allow_semantic or profile.allow_semantic
-    return refusing(lambda: next_attempt(record, profile, ws, allow_semantic=allow))
+    new_profile, rung, said = refusing(lambda: next_step(record, profile, ws, allow_semantic=allow))
+    for line in said:
+        ws.console.error(f"gpudoc: --retry-oom: {line}")
+    return new_profile, rung

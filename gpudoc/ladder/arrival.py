@@ -51,14 +51,14 @@ def check_arrival(changes: Mapping[str, tuple[Any, Any]], seen: Mapping[str, lis
         else:
             unproven.append(knob)
     moving = [k for k in unproven if k in MOVES_MEMORY]
-    same = _same_oom(before, after)
+    same = same_oom(before, after)
     if moving and not confirmed and same:
         for knob in moving:
             missing[knob] = f"the out-of-memory error is the same as before the change ({same})"
     return Arrival(missing, tuple(confirmed))
 
 
-def _same_oom(before: Diagnosis | None, after: Diagnosis | None) -> str | None:
+def same_oom(before: Diagnosis | None, after: Diagnosis | None) -> str | None:
     """The figures both OOMs share, worded; None when they differ or are not both known."""
     if before is None or after is None or before.cause != "gpu_oom" or after.cause != "gpu_oom":
         return None

@@ -10,6 +10,7 @@ from typing import Any, Iterable
 
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.ladder.context import Context, Savings, capacity_from, shortfall
+from gpudoc.ladder.evidence import Evidence, family_of
 from gpudoc.ladder.model import LadderResult, PastRun, Skipped, Suggestion
 from gpudoc.ladder.rungs import BUILTIN_RUNGS, RUNG_NAMES, split_global_batch, user_rung
 from gpudoc.profiles.model import Profile
@@ -28,12 +29,15 @@ def suggest(
     *,
     allow_semantic: bool = False,
     estimate: Any = None,
+    evidence: Evidence | None = None,
 ) -> LadderResult:
     """The rungs that apply to this failure and profile, in the order to try them.
 
     ``history`` holds earlier runs of the same profile (configurations that already ran out of memory are not proposed again; measured
     peaks refine the savings). ``estimate`` is the current profile's ``Estimate`` or an estimator
     callable ``(profile, *, gpu_total_bytes, history) -> Estimate``; by default gpudoc's own.
+    ``evidence``: what the attempts so far proved (``gpudoc.ladder.evidence``): the families of
+    rungs it rules out are skipped, with the reason.
     """
     diag = diagnosis
     history = tuple(history)
@@ -70,12 +74,18 @@ def suggest(
     outcomes = [fn(ctx) for _, fn in BUILTIN_RUNGS]
     outcomes += [user_rung(ctx, spec) for spec in profile.user_rungs]
 
+    evidence = evidence or Evidence()
     failed_configs = _failed_configs(history)
+    ruled_out = evidence.ruled_out()
     skipped: list[Skipped] = []
     candidates: list[Suggestion] = []
     for outcome in outcomes:
         if isinstance(outcome, Skipped):
             skipped.append(outcome)
+            continue
+        family = family_of(outcome.rung, outcome.changes)
+        if family in ruled_out:
+            skipped.append(Skipped(outcome.rung, f"{ruled_out[str(family)]}; {outcome.rung} acts on the {family}"))
             continue
         tried = _tried_in(outcome, profile, failed_configs)
         if tried:
@@ -103,6 +113,7 @@ def suggest(
                 f"({short_source}); apply them in order"
             )
 
+    candidates = _spenders_last(candidates, notes)
     suggestions = [s for s in candidates if allow_semantic or not s.semantic]
     held_back = [s for s in candidates if s.semantic and not allow_semantic]
     exhausted = not suggestions
@@ -160,17 +171,33 @@ def _savings_trustworthy(diag: Diagnosis, savings: Savings, notes: list[str]) ->
     return True
 
 
-def _failed_configs(history: tuple[PastRun, ...]) -> list[tuple[str, dict, dict]]:
-    return [(r.id, r.knobs, r.env) for r in history if r.failed_oom]
+def _failed_configs(history: tuple[PastRun, ...]) -> list[tuple[str, dict, dict, frozenset[str]]]:
+    """The configurations that ran out of memory, each with the knobs whose change never reached
+    the job in that run (it ran their old values under the new names)."""
+    return [(r.id, r.knobs, r.env, frozenset((r.arrival or {}).get("missing") or ())) for r in history if r.failed_oom]
+
+
+def _spenders_last(candidates: list[Suggestion], notes: list[str]) -> list[Suggestion]:
+    """A rung expected to use more memory goes after every rung expected to free some (or not
+    known to spend), so that it is never applied first; said, with its figure."""
+    spenders = [s for s in candidates if s.expected_saving_bytes is not None and s.expected_saving_bytes < 0]
+    rest = [s for s in candidates if s not in spenders]
+    if spenders and rest and candidates.index(spenders[0]) < len(rest):
+        for s in spenders:
+            notes.append(f"{s.rung} is expected to use about {format_bytes(-(s.expected_saving_bytes or 0))} more "
+                         "per GPU: listed after the rungs expected to free memory")
+    return rest + spenders
 
 
 def _tried_in(suggestion: Suggestion, profile: Profile, failed: list) -> str | None:
+    """The failed run that already ran this rung's configuration. A run where a knob this rung
+    changes did not arrive tried nothing of it: once the job reads the knob, the value is new."""
     if not suggestion.changes_profile:
         return None
     knobs = {**profile.knobs, **suggestion.new_knobs()}
     env = {**profile.env, **suggestion.env}
-    for run_id, tried_knobs, tried_env in failed:
-        if tried_knobs != knobs:
+    for run_id, tried_knobs, tried_env, lost in failed:
+        if tried_knobs != knobs or lost & set(suggestion.changes):
             continue
         if all(tried_env.get(k) == v for k, v in env.items() if k in suggestion.env or k in profile.env):
             return run_id
@@ -241,7 +268,7 @@ def upward_result(profile: Profile, record: PastRun, facts: Any = None, *, estim
         predicted_peak = peak + extra
         if predicted_peak > budget:
             break
-        if any(k == {**knobs, "micro_batch_size": new_micro, "gradient_accumulation_steps": new_accum} for _, k, _ in failed):
+        if any(k == {**knobs, "micro_batch_size": new_micro, "gradient_accumulation_steps": new_accum} for _, k, _, _ in failed):
             notes.append(f"micro_batch_size {new_micro} already ran out of memory in an earlier run")
             break
         best = (new_micro, new_accum, predicted_peak, extra, basis)

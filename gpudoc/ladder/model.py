@@ -133,3 +133,6 @@ class PastRun(Protocol):
 
     @property
     def gpu_totals(self) -> dict[str, int]: ...
+
+    @property
+    def arrival(self) -> dict | None: ...

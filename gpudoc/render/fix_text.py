@@ -73,10 +73,29 @@ def _fix(result: FixResult, console: Console) -> None:
         for suggestion in ladder.semantic_held_back:
             diff = "; ".join(knob_diff_lines(suggestion, current_env=result.profile_env))
             console.print(f"  {suggestion.rung}: {diff}")
+    _skipped(ladder, console)
     for note in result.notes:
         if ladder.semantic_held_back and note.startswith("held back"):
             continue  # already listed above
         console.print(style(f"Note: {note}", "dim"))
+
+
+_UNDECLARED = " is not declared in [train]"
+
+
+def _skipped(ladder: LadderResult, console: Console) -> None:
+    """Every rung passed over, with its reason; the ones whose knob the job does not declare in one line."""
+    undeclared = [s.reason[: -len(_UNDECLARED)] for s in ladder.skipped if s.reason.endswith(_UNDECLARED)]
+    said = [s for s in ladder.skipped if not s.reason.endswith(_UNDECLARED)]
+    if not said and not undeclared:
+        return
+    console.print("")
+    console.print(console.style("Skipped:", "bold"))
+    for skipped in said:
+        console.print(f"  {skipped.rung}: {skipped.reason}")
+    if undeclared:
+        names = ", ".join(dict.fromkeys(undeclared))
+        console.print(console.style(f"  not declared in [train], so no rung changes them: {names}", "dim"))
 
 
 def _first_change(ladder: LadderResult) -> str:

@@ -52,6 +52,8 @@ class FixResult:
     notes: tuple[str, ...] = ()  # the ladder's notes and what apply did
     rerun: dict[str, Any] | None = None  # {"command", "parent"} of the relaunch
     nodes: tuple[NodeView, ...] = ()  # every record read, when a job ran on several nodes
+    # What `--apply` writes for the next relaunch (``relaunch.NextPlan.to_dict``); None when nothing.
+    next: dict[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -72,6 +74,7 @@ class FixResult:
             "profile": self.profile_path,
             "knob_places": dict(self.knob_places),
             "applied": self.applied,
+            "next": self.next,
         }
         if self.rerun is not None:
             body["rerun"] = self.rerun

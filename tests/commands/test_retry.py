@@ -6,7 +6,8 @@ import json
 import socket
 import sys
 
-from gpudoc.commands.retry import job_torch_facts, next_attempt, record_diagnosis
+from gpudoc.commands.relaunch import next_step
+from gpudoc.commands.retry import job_torch_facts, record_diagnosis
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.profiles.loader import load_profile_file
 from gpudoc.runs.record import RunRecord
@@ -43,9 +44,9 @@ def setup(tmp_path, log: str, diagnosis=None):
     return profile, store, record
 
 
-def test_next_attempt_skips_free_stray_memory_and_applies_the_batch_rung(tmp_path):
+def test_next_step_skips_free_stray_memory_and_applies_the_batch_rung(tmp_path):
     profile, _store, record = setup(tmp_path, OOM_WITH_STRAY)
-    new_profile, rung = next_attempt(record, profile, captured_workspace(tmp_path), allow_semantic=False)
+    new_profile, rung, _said = next_step(record, profile, captured_workspace(tmp_path), allow_semantic=False)
     assert rung.rung == "halve-micro-batch"
     assert new_profile.knobs["micro_batch_size"] == 2 and new_profile.knobs["gradient_accumulation_steps"] == 4
     assert (tmp_path / "gpudoc.toml").read_text().startswith("# keep me\n")
@@ -60,7 +61,7 @@ def test_record_without_diagnosis_is_diagnosed_from_its_log(tmp_path):
 
 def test_stored_diagnosis_wins_and_non_memory_failure_gives_nothing(tmp_path):
     profile, _store, record = setup(tmp_path, OOM_WITH_STRAY, diagnosis=Diagnosis(cause="host_oom", summary="Killed"))
-    assert next_attempt(record, profile, captured_workspace(tmp_path), allow_semantic=True) == (None, None)
+    assert next_step(record, profile, captured_workspace(tmp_path), allow_semantic=True)[:2] == (None, None)
     assert (tmp_path / "gpudoc.toml").read_text() == PROFILE
 
 
@@ -68,7 +69,7 @@ def test_exhausted_ladder_gives_nothing(tmp_path):
     profile, _store, record = setup(tmp_path, OOM_WITH_STRAY.replace("Process 999 has 6.00 GiB memory in use. ", ""))
     (tmp_path / "gpudoc.toml").write_text(PROFILE.replace("micro_batch_size = 4", "micro_batch_size = 1"))
     profile = load_profile_file(tmp_path / "gpudoc.toml")
-    assert next_attempt(record, profile, captured_workspace(tmp_path), allow_semantic=False) == (None, None)
+    assert next_step(record, profile, captured_workspace(tmp_path), allow_semantic=False)[:2] == (None, None)
 
 
 def test_the_jobs_torch_is_found_on_the_jobs_own_path(tmp_path):
