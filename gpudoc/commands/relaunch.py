@@ -174,14 +174,14 @@ def apply_next(plan: NextPlan | None, ladder: LadderResult, diag: Diagnosis, pro
         what = "job" if profile.job is not None else "profile"
         return Applied(None, (f"nothing written: no rung changes the {what}",))
     if profile.job is not None and record is not None:
-        with _locked(Path(record.cwd or ws.cwd)):
+        with locked(Path(record.cwd or ws.cwd)):
             return _apply_to_job(plan, record, ws, rerun=rerun)
     target = target_path(profile, ws.cwd)
-    with _locked(target.parent):
+    with locked(target.parent):
         return _apply_to_profile(plan, profile, record, ws, target, since=since, rerun=rerun)
 
 
-class _locked:
+class locked:
     """``edit_lock``, a directory that cannot be locked or written said in one line."""
 
     def __init__(self, directory: Path) -> None:

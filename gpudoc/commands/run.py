@@ -254,10 +254,14 @@ def _apply_edits(resolved: ResolvedCommand, ws: Workspace) -> list[dict]:
     if not resolved.file_edits:
         return []
     from gpudoc.bind import apply_file_edits
+    from gpudoc.commands.relaunch import locked
     from gpudoc.runs.edits import keep_original
 
-    # The bytes before each edit stay in the run store: `gpudoc restore` brings them back.
-    return list(apply_file_edits(resolved.plan, keep=lambda data: keep_original(ws.store, data)))
+    # Under the edit lock `fix --apply` holds (``relaunch.apply_next``): a relaunch writing the job's
+    # config files and an apply editing them never interleave. The bytes before each edit stay in
+    # the run store: `gpudoc restore` brings them back.
+    with locked(ws.cwd):
+        return list(apply_file_edits(resolved.plan, keep=lambda data: keep_original(ws.store, data)))
 
 
 # -- the summary ------------------------------------------------------------------------------

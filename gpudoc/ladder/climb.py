@@ -101,11 +101,10 @@ def suggest(
         if any(s.expected_saving_bytes is not None for s in covering):
             for s in candidates:
                 if s not in covering:
-                    skipped.append(Skipped(
-                        s.rung,
-                        f"expected to free {format_bytes(s.expected_saving_bytes)}, less than the "
-                        f"{format_bytes(short)} shortfall ({short_source})",
-                    ))
+                    saving = s.expected_saving_bytes or 0
+                    what = (f"expected to free {format_bytes(saving)}, less than" if saving >= 0 else
+                            f"expected to use about {format_bytes(-saving)} more per GPU, against")
+                    skipped.append(Skipped(s.rung, f"{what} the {format_bytes(short)} shortfall ({short_source})"))
             candidates = covering
         else:
             notes.append(
