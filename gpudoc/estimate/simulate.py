@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from gpudoc.atomic import atomic_write_text
+from gpudoc.estimate.sim_answer import checked_answer, one_line
+from gpudoc.procs.bounded import Finished, run_bounded
 
 HELPER = Path(__file__).resolve().parent.parent / "simhelper" / "run.py"
 DEFAULT_TIMEOUT_S = 300.0
@@ -60,19 +61,21 @@ def cache_dir(environ: Mapping[str, str]) -> Path:
 def library_versions(python: str, environ: Mapping[str, str]) -> dict[str, str]:
     """torch/transformers/peft as installed for ``python`` (package metadata; nothing imported)."""
     try:
-        done = subprocess.run([python, "-c", _VERSIONS_CODE], capture_output=True, text=True,
-                              timeout=_VERSIONS_TIMEOUT_S, env=helper_environment(environ))
+        done = run_bounded([python, "-c", _VERSIONS_CODE], timeout_s=_VERSIONS_TIMEOUT_S,
+                           env=helper_environment(environ), cwd=os.getcwd())
     except FileNotFoundError:
         raise SimulationUnavailable(f"the job's interpreter {python} does not exist") from None
-    except (OSError, subprocess.SubprocessError) as exc:
+    except OSError as exc:
         raise SimulationUnavailable(f"the job's interpreter {python} cannot be run: {exc}") from None
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1])
+        if not isinstance(found, dict):
+            raise ValueError(found)
     except (ValueError, IndexError):
         # The last line of its complaint: a note is one line, and a traceback ends with its cause.
         said = (done.stderr or "").strip().splitlines()
         raise SimulationUnavailable(f"the job's interpreter {python} did not answer as Python does: "
-                                    f"{said[-1][-200:] if said else 'no output'}") from None
+                                    f"{one_line(said[-1][-200:]) if said else 'no output'}") from None
     if "torch" not in found:
         raise SimulationUnavailable(f"no torch in the job's interpreter ({python})")
     return {k: str(v) for k, v in found.items()}
@@ -190,25 +193,29 @@ def run_helper(spec: Mapping[str, Any], *, python: str, environ: Mapping[str, st
     code = factory_code(str(spec["factory"]), cwd) if spec.get("factory") else None
     use_cache = use_cache and (code is not None or not spec.get("factory"))
     path = cache_dir(environ) / f"{_cache_key(spec, versions, code)}.json"
+    sizes = list(spec.get("micro_batch_sizes") or ())
     if use_cache:
         try:
-            cached = json.loads(path.read_text(encoding="utf-8"))
+            cached = checked_answer(json.loads(path.read_text(encoding="utf-8")), sizes)
             if cached.get("ok"):
                 return {**cached, "cached": True}
         except (OSError, ValueError):
-            pass
+            pass  # none, or not an answer (planted, cut short): the helper is asked again
     try:
-        done = subprocess.run([python, str(HELPER)], input=json.dumps({**spec, "cwd": str(cwd)}),
-                              capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
-                              env=helper_environment(environ))
-    except subprocess.TimeoutExpired:
-        raise SimulationUnavailable(f"the simulation took longer than {timeout_s:g} s "
-                                    "([estimate] timeout_s raises the limit)") from None
+        done = run_bounded([python, str(HELPER)], input_text=json.dumps({**spec, "cwd": str(cwd)}),
+                           timeout_s=timeout_s, cwd=str(cwd), env=helper_environment(environ),
+                           tail_bytes=_ANSWER_BYTES)
     except OSError as exc:
         raise SimulationUnavailable(f"cannot run the job's interpreter {python}: {exc}") from None
-    result = _parse(done)
+    if done.timed_out:
+        raise SimulationUnavailable(f"the simulation took longer than {timeout_s:g} s "
+                                    "([estimate] timeout_s raises the limit)")
+    try:
+        result = checked_answer(_parse(done), sizes)
+    except ValueError as exc:
+        raise SimulationUnavailable(f"the simulation helper's answer {exc}") from None
     if not result.get("ok"):
-        raise SimulationUnavailable(str(result.get("reason") or "the helper gave no reason"))
+        raise SimulationUnavailable(one_line(str(result.get("reason") or "the helper gave no reason")))
     if use_cache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -218,14 +225,19 @@ def run_helper(spec: Mapping[str, Any], *, python: str, environ: Mapping[str, st
     return result
 
 
-def _parse(done: subprocess.CompletedProcess) -> dict:
+# The end of the helper's output that is read: its answer is the last line, a few kilobytes; a
+# factory that prints hundreds of megabytes costs no more than this.
+_ANSWER_BYTES = 1 << 20
+
+
+def _parse(done: Finished) -> Any:
+    """The last line of the helper's output as JSON (any JSON: its shape is checked next)."""
     lines = (done.stdout or "").strip().splitlines()
-    try:
-        result = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        result = None
-    if not isinstance(result, dict):
-        tail = (done.stderr or "").strip().splitlines()
-        why = tail[-1] if tail else f"exit status {done.returncode}, no output"
-        raise SimulationUnavailable(f"the simulation helper stopped: {why}")
-    return result
+    if lines:
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            pass
+    tail = (done.stderr or "").strip().splitlines()
+    why = one_line(tail[-1]) if tail else f"exit status {done.returncode}, no answer"
+    raise SimulationUnavailable(f"the simulation helper stopped: {why}")

@@ -87,3 +87,98 @@ def test_a_factory_module_another_user_planted_is_never_imported(tmp_path):
         assert not marker.exists(), command
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert f"{tmp_path / 'models' / 'tiny.py'} belongs to nobody, not to you" in done.stderr
+
+
+# The simulation helper's protocol is input too: a job's interpreter (or what its sitecustomize,
+# its factory or a planted cache file make it say) answers anything, and the estimate falls back to
+# the formula in one line naming what was wrong, never a traceback.
+CONFIG_PROFILE = ('[train]\nmicro_batch_size = 2\nmax_seq_len = 64\n[model]\nhf_config = "config.json"\n'
+                  "[estimate]\nsimulate = true\ntimeout_s = 2\n")
+STEP = {"peak_bytes": 1000, "stage": "backward", "breakdown": {"weights": 1000}, "start_bytes": 0,
+        "stage_peaks": {"backward": 1000}}
+
+
+def _estimate_with(tmp_path, helper_body: str) -> dict:
+    import json
+
+    from gpudoc.commands.estimate import estimate_command
+    from tests.conftest import captured_workspace
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64,
+                                                      "intermediate_size": 128, "num_hidden_layers": 2,
+                                                      "num_attention_heads": 4, "vocab_size": 100}))
+    (tmp_path / "gpudoc.toml").write_text(CONFIG_PROFILE)
+    python = tmp_path / "fakepython"
+    python.write_text(f"#!{sys.executable}\nimport json, os, sys, subprocess\n"
+                      "if sys.argv[1:2] == ['-c']:\n"
+                      "    print(json.dumps({'python': '3.11', 'torch': '2.5', 'transformers': '4.50'}))\n"
+                      "    sys.exit()\n"
+                      "spec = json.loads(sys.stdin.read())\n" + textwrap.dedent(helper_body))
+    python.chmod(0o755)
+    ws = captured_workspace(tmp_path, environ={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert estimate_command(ws, as_json=True, simulate=True, python=str(python)) == 0
+    return json.loads(ws.console.out.getvalue())
+
+
+@pytest.mark.parametrize("answer, named", [
+    ({"ok": True}, "runs"),
+    ({"ok": True, "runs": [{"micro_batch_size": 2}, {"micro_batch_size": 3}]}, "runs[0].first_step = null"),
+    ({"ok": True, "runs": [{"micro_batch_size": 2, "first_step": STEP, "steady_state": {**STEP, "peak_bytes": "1"}},
+                           {"micro_batch_size": 3, "steady_state": STEP}]}, "runs[0].steady_state.peak_bytes"),
+    ({"ok": True, "runs": [{"micro_batch_size": 2, "first_step": STEP, "steady_state": STEP}]}, "runs"),
+    ({"ok": True, "runs": [{"micro_batch_size": 2, "first_step": STEP, "steady_state": STEP},
+                           {"micro_batch_size": 3, "steady_state": STEP}], "notes": [None]}, "notes"),
+    ({"ok": "yes"}, "ok"),
+    ({"ok": False, "reason": ["a", "list"]}, "reason"),
+    ([1, 2], "not a JSON object"),
+])
+def test_a_helper_answer_of_the_wrong_shape_is_one_line_naming_it(tmp_path, answer, named):
+    doc = _estimate_with(tmp_path, f"print(json.dumps({answer!r}))\n")
+    assert doc["source"] == "formula"
+    note = doc["notes"][0]
+    assert note.startswith("simulation unavailable, the formula answers: the simulation helper's answer")
+    assert named in note and "\n" not in note and len(note) < 400, note
+
+
+def test_a_cached_answer_of_the_wrong_shape_is_not_an_answer(tmp_path):
+    import json
+
+    good = {"ok": True, "runs": [{"micro_batch_size": 2, "first_step": STEP, "steady_state": STEP},
+                                 {"micro_batch_size": 3, "steady_state": STEP}]}
+    assert _estimate_with(tmp_path, f"print(json.dumps({good!r}))\n")["source"] == "simulation"
+    cached = list((tmp_path / "cache" / "gpudoc" / "simulate").glob("*.json"))
+    assert len(cached) == 1
+    cached[0].write_text(json.dumps({"ok": True}))  # planted, or a helper of another version
+    doc = _estimate_with(tmp_path, "print(json.dumps({'ok': False, 'reason': 'asked again'}))\n")
+    assert doc["source"] == "formula" and doc["notes"][0].endswith("asked again")
+
+
+def test_a_huge_answer_and_a_huge_reason_cost_one_short_line(tmp_path):
+    doc = _estimate_with(tmp_path, "sys.stdout.write('x' * 30_000_000 + '\\n')\n"
+                                   "print(json.dumps({'ok': False, 'reason': 'why ' * 200_000}))\n")
+    note = doc["notes"][0]
+    assert doc["source"] == "formula" and note.startswith("simulation unavailable, the formula answers: why why")
+    assert len(note) < 400 and note.endswith("…")
+
+
+def test_a_hanging_factorys_child_ends_with_the_helper_at_its_limit(tmp_path):
+    import time
+
+    import psutil
+
+    pidfile = tmp_path / "child"
+    doc = _estimate_with(tmp_path, f"child = subprocess.Popen(['sleep', '300'])\n"
+                                   f"open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
+                                   "import time; time.sleep(300)\n")
+    assert doc["source"] == "formula" and "longer than 2 s" in doc["notes"][0]
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the factory's child {child} lives on after the helper's limit")

@@ -1,0 +1,63 @@
+"""Commands gpudoc does not control run within bounds: a limit that ends the whole group, a tail
+of their output, and no wait for what they left in the background."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from gpudoc.procs.bounded import run_bounded
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _run(script: str, tmp_path, **kw):
+    return run_bounded(["/bin/sh", "-c", script], env=os.environ, cwd=str(tmp_path), **kw)
+
+
+def test_the_answer_and_input_pass_through(tmp_path):
+    done = _run("cat; echo oops >&2; exit 3", tmp_path, timeout_s=10, input_text="x" * 300_000)
+    assert done.returncode == 3 and len(done.stdout) == 64 * 1024 and done.stderr == "oops\n"
+
+
+def test_at_the_limit_the_whole_group_ends(tmp_path):
+    pidfile = tmp_path / "child"
+    started = time.monotonic()
+    done = _run(f"sleep 300 & echo $! > {pidfile}; sleep 300", tmp_path, timeout_s=1)
+    assert done.timed_out and done.returncode is None and time.monotonic() - started < 5
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)
+
+
+def test_a_background_process_holding_the_pipes_does_not_hold_gpudoc(tmp_path):
+    pidfile = tmp_path / "child"
+    started = time.monotonic()
+    done = _run(f"sleep 30 & echo $! > {pidfile}; echo sent", tmp_path, timeout_s=20, end_group=False)
+    assert done.returncode == 0 and done.stdout == "sent\n" and time.monotonic() - started < 3
+    child = int(pidfile.read_text())
+    assert alive(child)  # the user's background work goes on, in its own session
+    assert os.getsid(child) != os.getsid(0)
+    os.kill(child, 9)
+
+
+def test_output_of_hundreds_of_megabytes_costs_a_tail(tmp_path):
+    code = ("import resource, sys\nfrom gpudoc.procs.bounded import run_bounded\n"
+            "d = run_bounded(['/bin/sh', '-c', 'head -c 300000000 /dev/zero | tr \"\\\\0\" x; echo; echo last'],"
+            " env={'PATH': '/usr/bin:/bin'}, cwd='.', timeout_s=60)\n"
+            "print(len(d.stdout), d.stdout.endswith('last\\n'), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path).stdout.split()
+    assert out[:2] == [str(64 * 1024), "True"]
+    assert int(out[2]) < 100 * 1024, f"{int(out[2]) // 1024} MiB for 300 MB of output"  # ru_maxrss in KiB
