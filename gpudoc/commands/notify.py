@@ -22,6 +22,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpudoc.procs.bounded import run_bounded
 from gpudoc.profiles.model import Profile
 from gpudoc.runs.record import RunRecord
 from gpudoc.trust import Untrusted, untrusted
@@ -30,6 +31,7 @@ from gpudoc.workspace import Workspace
 DEFAULT_BELL_AFTER_S = 60.0
 COMMAND_TIMEOUT_S = 30.0
 DESKTOP_TIMEOUT_S = 5.0
+_TAIL_BYTES = 16 * 1024  # of the command's output: its last line says why it failed
 
 
 def tell_the_end(record: RunRecord, profile: Profile, ws: Workspace) -> None:
@@ -106,15 +108,19 @@ def _desktop(record: RunRecord, environ: Mapping[str, str]) -> None:
 
 
 def _run_command(command: str, record: RunRecord, ws: Workspace) -> None:
+    """The command in a session of its own (detached from gpudoc's terminal), for at most
+    COMMAND_TIMEOUT_S: gpudoc waits for the shell alone, so what it puts in the background goes on
+    without holding gpudoc; at the limit the shell and all it started are stopped. Only the end of
+    its output is read, for the line that says why it failed."""
     env = {**ws.environ, **run_environment(record, str(ws.store.log_path(record.id)))}
     try:
-        done = subprocess.run(["/bin/sh", "-c", command], env=env, cwd=str(ws.cwd), timeout=COMMAND_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
-    except subprocess.TimeoutExpired:
-        ws.console.error(f"gpudoc: [run] notify: stopped after {COMMAND_TIMEOUT_S:g} s without finishing")
-        return
+        done = run_bounded(["/bin/sh", "-c", command], env=env, cwd=str(ws.cwd), timeout_s=COMMAND_TIMEOUT_S,
+                           tail_bytes=_TAIL_BYTES, end_group=False)
     except OSError as exc:
         ws.console.error(f"gpudoc: [run] notify: cannot run it: {exc.strerror or exc}")
+        return
+    if done.timed_out:
+        ws.console.error(f"gpudoc: [run] notify: stopped after {COMMAND_TIMEOUT_S:g} s without finishing")
         return
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [""])[-1][:200]

@@ -93,3 +93,64 @@ def test_a_notify_script_another_user_owns_is_refused_naming_its_owner(tmp_path)
     assert said == (f"gpudoc: [run] notify: {hook} belongs to nobody, not to you (root): refused, not run "
                     "(if you trust it, copy it to a file of your own and use that)\n")
     assert not (tmp_path / "NOTIFIED").exists()
+
+
+# -- the notify command runs detached, within its own limit, and costs gpudoc a bounded tail ------
+
+def _profile_file(tmp_path):
+    profile = tmp_path / "gpudoc.toml"
+    profile.write_text("[run]\n")
+    return profile
+
+
+def test_a_notify_command_that_backgrounds_a_process_does_not_hold_gpudoc(tmp_path):
+    import time
+
+    started = time.monotonic()
+    said = _notify(tmp_path, f"sleep 20 & echo $! > {tmp_path / 'child'}; echo $$ > {tmp_path / 'shell'}",
+                   _profile_file(tmp_path))
+    assert said == "" and time.monotonic() - started < 5
+    child, shell = int((tmp_path / "child").read_text()), int((tmp_path / "shell").read_text())
+    assert os.getsid(child) == shell != os.getsid(0)  # detached: a session of its own, not gpudoc's terminal's
+    os.kill(child, 9)
+
+
+def test_a_notify_command_past_its_limit_is_stopped_with_everything_it_started(tmp_path, monkeypatch):
+    import time
+
+    import psutil
+
+    from gpudoc.commands import notify
+
+    monkeypatch.setattr(notify, "COMMAND_TIMEOUT_S", 1.0)
+    started = time.monotonic()
+    said = _notify(tmp_path, f"sleep 300 & echo $! > {tmp_path / 'child'}; sleep 300", _profile_file(tmp_path))
+    assert said == "gpudoc: [run] notify: stopped after 1 s without finishing\n"
+    assert time.monotonic() - started < 5
+    child = int((tmp_path / "child").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the notify command's child lives on past its limit")
+
+
+def test_a_notify_command_printing_hundreds_of_megabytes_costs_a_tail(tmp_path):
+    import subprocess
+
+    code = ("import resource, sys\nfrom pathlib import Path\n"
+            "from tests.commands.test_notify import _notify\n"
+            "said = _notify(Path(sys.argv[1]), 'head -c 300000000 /dev/zero | tr \"\\\\0\" x >&2; echo >&2; "
+            "echo the webhook said no >&2; exit 9', Path(sys.argv[1]) / 'gpudoc.toml')\n"
+            "print(repr(said)); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    _profile_file(tmp_path)
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    said, rss_kib = done.stdout.splitlines()[-2:]
+    assert said == repr("gpudoc: [run] notify exited 9: the webhook said no\n"), done.stderr[-2000:]
+    assert int(rss_kib) < 150 * 1024, f"{int(rss_kib) // 1024} MiB for a notify command's 300 MB"
