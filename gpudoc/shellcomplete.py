@@ -10,6 +10,7 @@ that fallback and the reference the shell tests compare against:
 
 The lookup mirrors ``gpudoc.profiles.loader.search_dirs`` and ``gpudoc.runs.store.RunStore``
 without importing them (they pull in tomllib and the profile schema); a test keeps them in step.
+The upward search itself is theirs, ``gpudoc.upward`` (it imports nothing but ``os``).
 """
 
 from __future__ import annotations
@@ -58,18 +59,12 @@ def runs_dir(cwd: str | None = None) -> str:
     home = os.environ.get("GPUDOC_HOME")
     if home:
         return os.path.join(home, "runs")
+    from gpudoc.upward import project_folders
+
     here = os.path.abspath(cwd or os.getcwd())
-    user_home = os.path.abspath(os.environ.get("HOME") or os.path.expanduser("~"))
-    folder = here
-    while True:
-        if folder != here and folder == user_home:
-            break
+    for folder in project_folders(here):
         if os.path.isdir(os.path.join(folder, ".gpudoc", "runs")):
             return os.path.join(folder, ".gpudoc", "runs")
-        parent = os.path.dirname(folder)
-        if os.path.exists(os.path.join(folder, ".git")) or parent == folder:
-            break
-        folder = parent
     return os.path.join(here, ".gpudoc", "runs")
 
 

@@ -128,7 +128,7 @@ class Workspace:
         commands = [command] if command else []
         commands += [r.command for r in reversed(self.history(profile)) if r.command][:1]
         for argv in commands:
-            found = target_python(list(argv), self.environ)
+            found = target_python(list(argv), self.environ, str(self.cwd))
             if found:
                 return found
         return target_python(["python3"], self.environ) or "python3"

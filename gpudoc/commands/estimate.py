@@ -54,12 +54,13 @@ def _job_model(ws: Workspace, profile: Profile, command: list[str]) -> tuple[Pro
 
 
 def _job_as_it_is(ws: Workspace, profile: Profile, command: list[str]) -> tuple[Profile, list[str]]:
-    """With no profile, the job as `gpudoc run` reads it: the knobs, launcher and model of the
-    command given here, else of the newest run launched without a profile; and what was read."""
-    from gpudoc.profiles.from_job import describe, job_profile, recorded_job_profile
+    """The job as `gpudoc run` reads it (``with_command``): with no profile, or one without
+    ``[train]``, the knobs, launcher and model of the command given here; with no profile and no
+    command, of the newest run launched without a profile; and what was read."""
+    from gpudoc.profiles.from_job import describe, recorded_job_profile, with_command
 
-    if command:
-        read = job_profile(command, ws.cwd, ws.environ)
+    if command or profile.path is not None:
+        read = with_command(profile, command, ws.cwd, ws.environ)
     else:
         latest = ws.store.latest()
         recorded = recorded_job_profile(latest, ws.environ) if latest is not None else None
@@ -107,9 +108,7 @@ def estimate_command(
     if micro_batch_size is not None and not low <= micro_batch_size <= high:
         raise UsageError(f"gpudoc estimate: --micro-batch-size {micro_batch_size}: expected {low:g} to {high:g}")
     profile = ws.load_profile(profile_name)
-    job_notes: list[str] = []
-    if profile.path is None:  # no profile: the job's own command line and configs describe it
-        profile, job_notes = _job_as_it_is(ws, profile, command or [])
+    profile, job_notes = _job_as_it_is(ws, profile, command or [])
     profile, model_note = _job_model(ws, profile, command or [])
     if micro_batch_size is not None:
         profile = profile.with_train({"micro_batch_size": micro_batch_size})

@@ -43,13 +43,17 @@ def run(options: RunOptions, ws: Workspace) -> int:
     if options.retry_oom < 0:
         raise LaunchError("--retry-oom: expected a number of retries >= 0")
 
-    profile = refusing(lambda: ws.load_profile(options.profile))
-    if profile.path is None:  # no profile: the job's own command line and configs describe it
-        from gpudoc.profiles.from_job import describe, job_profile
+    from gpudoc.profiles.from_job import describe, with_command
 
-        profile = refusing(lambda: job_profile(options.command, ws.cwd, ws.environ))
-        for line in describe(profile):
-            ws.console.error(f"gpudoc: {line}")
+    # No profile, or one without [train]: the job's own command line and configs give the knobs.
+    profile = refusing(lambda: with_command(ws.load_profile(options.profile), options.command, ws.cwd, ws.environ))
+    for line in describe(profile):
+        ws.console.error(f"gpudoc: {line}")
+    from gpudoc.job.interpreter import interpreter_note
+
+    unresolved = interpreter_note(options.command, ws.environ, str(ws.cwd))
+    if unresolved:  # `uv run`/`conda run`/...: the environment's interpreter could not be told
+        ws.console.error(f"gpudoc: note: {unresolved}")
     status, last = _attempts(options, profile, ws)
     if last is not None:
         _keep_history_bounded(ws, profile)
@@ -117,7 +121,7 @@ def resolve_command(profile: Profile, command: Sequence[str], *, cwd: Path,
         from gpudoc.bind import plan_bindings
 
         plan = plan_bindings(profile.for_planning(), list(command), cwd=cwd)
-    python = target_python(command, environ)
+    python = target_python(command, environ, str(cwd))
     alloc = None
     wanted = dict(profile.env or {})
     if plan is not None:

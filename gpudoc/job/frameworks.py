@@ -14,6 +14,7 @@ the knob's value with where it lives (``JobReading.set``: a later source wins);
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
@@ -22,7 +23,7 @@ from gpudoc.bind.args import HF_LORA_FLAGS, HF_SEQ_FLAGS, NANOGPT_DTYPE
 from gpudoc.bind.filecontext import MISSING, count, get, num
 from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
 from gpudoc.errors import InputError
-from gpudoc.job import configfiles, lightning
+from gpudoc.job import configfiles, lightning, recognise
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.configfiles import first_config
 from gpudoc.job.knobs import JobReading
@@ -43,9 +44,10 @@ from gpudoc.job.sources import (
 
 HF_DEFAULTS = {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "gradient_checkpointing": False,
                "precision": "fp32"}
-HF_MARKERS = ("--per_device_train_batch_size", "--gradient_accumulation_steps", "--output_dir",
-              "--model_name_or_path", "--deepspeed", "--num_train_epochs", "--max_steps", "--learning_rate",
-              "--gradient_checkpointing", "--activation_checkpointing")
+# Flags the Trainer's arguments name and a hand-written loop seldom copies. Every training script's
+# own (--output_dir, --learning_rate, --max_steps, --num_train_epochs) say nothing of the framework.
+HF_MARKERS = ("--per_device_train_batch_size", "--gradient_accumulation_steps", "--model_name_or_path",
+              "--deepspeed", "--gradient_checkpointing", "--activation_checkpointing")
 
 def read(job: JobCommand, cwd: Path) -> JobReading:
     reading = JobReading()
@@ -66,13 +68,19 @@ def _pick(job: JobCommand, args: list[str], cwd: Path) -> Callable[[JobCommand, 
         return configfiles.read_deepspeed
     if configfiles.trainer_config(job, args, cwd) is not None:
         return configfiles.read_trainer_yaml
-    if any(a.split("=", 1)[0] in HF_MARKERS for a in args) or first_config(args, cwd) is not None:
-        return _hf
-    if any(a in ("--config-path", "--config-name", "-cp", "-cn") or a.startswith(("--config-path=", "--config-name="))
-           for a in args) or _hydra_main(job, cwd) is not None:
+    hydra = any(a in ("--config-path", "--config-name", "-cp", "-cn") or a.startswith(("--config-path=", "--config-name="))
+                for a in args) or _hydra_main(job, cwd) is not None
+    trainer = recognise.uses_hf_trainer(job, cwd)
+    if any(a.split("=", 1)[0] in HF_MARKERS for a in args) or first_config(args, cwd) is not None or (
+            trainer and not hydra):
+        return functools.partial(_hf, trainer=trainer)
+    if hydra:
         return _hydra
-    if any(a.endswith(".py") and not a.startswith("-") for a in args) or any(
-            a.startswith("--") and "=" in a for a in args):
+    # nanoGPT's train.py takes `--key=value` through its configurator.py; another script's own
+    # `--output_dir=out` says nothing of nanoGPT.
+    if (any(a.endswith(".py") and not a.startswith("-") for a in args) or any(
+            a.startswith("--") and "=" in a for a in args)) and recognise.source_mentions(job, cwd, "configurator") \
+            is not False:
         return _nanogpt
     if any(override(a) for a in args):
         return _hydra
@@ -82,10 +90,20 @@ def _pick(job: JobCommand, args: list[str], cwd: Path) -> Callable[[JobCommand, 
 
 
 # -- HF Trainer --------------------------------------------------------------------------------
-def _hf(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
+def _hf(job: JobCommand, args: list[str], cwd: Path, r: JobReading, *, trainer: bool | None = None) -> None:
+    """``trainer``: whether the script's source names the Trainer (``recognise.uses_hf_trainer``).
+    Only then are the Trainer's defaults the job's; otherwise a knob no flag sets is unknown."""
     r.framework = "hf-trainer"
-    for knob, value in HF_DEFAULTS.items():
-        r.set(knob, value, "default", "hf-trainer")
+    if trainer:
+        for knob, value in HF_DEFAULTS.items():
+            r.set(knob, value, "default", "hf-trainer")
+    else:
+        said = "its source could not be read" if trainer is None else \
+            "its source does not name transformers' Trainer, TrainingArguments or HfArgumentParser"
+        r.notes.append(f"{job.script or 'the script'}: read as HF Trainer flags, but {said}: the Trainer's "
+                       "defaults are not assumed; a knob neither a flag nor the script's own argparse default "
+                       "sets is unknown")
+        _own_defaults(job, cwd, r)
     configfiles.accelerate_config(job, cwd, r, trainer=True)
     config = first_config(args, cwd)
     if config is not None:
@@ -123,6 +141,26 @@ def _hf(job: JobCommand, args: list[str], cwd: Path, r: JobReading) -> None:
         hit = flag_value(args, flags)
         if hit is not None:
             r.set(knob, knob_value(knob, hit[1]), "argv", hit[0])
+
+
+_HF_KNOB_FLAGS = (("micro_batch_size", ("--per_device_train_batch_size",)),
+                  ("gradient_accumulation_steps", ("--gradient_accumulation_steps",)),
+                  ("gradient_checkpointing", ("--activation_checkpointing", "--gradient_checkpointing")),
+                  ("max_seq_len", HF_SEQ_FLAGS), ("lora_rank", HF_LORA_FLAGS))
+
+
+def _own_defaults(job: JobCommand, cwd: Path, r: JobReading) -> None:
+    """A hand-written script with the Trainer's flags: the defaults its own parser declares for
+    them (its place is the script's flag, which the parser takes when gpudoc adds it)."""
+    own = recognise.argparse_defaults(job, cwd)
+    script = job.script or "script"
+    for knob, flags in _HF_KNOB_FLAGS:
+        flag = next((f for f in flags if f in own), None)
+        if flag is not None:
+            r.set(knob, knob_value(knob, own[flag]), "default", script)
+    if "--bf16" in own or "--fp16" in own:
+        precision = "bf16" if own.get("--bf16") else "fp16" if own.get("--fp16") else "fp32"
+        r.set("precision", precision, "default", script)
 
 
 # -- Hydra -----------------------------------------------------------------------------------------

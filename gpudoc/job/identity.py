@@ -32,6 +32,10 @@ class World:
             return None
         return self.nproc_per_node * self.nnodes
 
+    def as_launch(self) -> dict[str, int]:
+        """What a profile's ``[launch]`` would say: only the counts the launcher fixes."""
+        return {k: v for k, v in (("nproc_per_node", self.nproc_per_node), ("nnodes", self.nnodes)) if v is not None}
+
 
 def _exact(value: str | None) -> int | None:
     try:

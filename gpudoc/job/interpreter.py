@@ -3,7 +3,8 @@
 The one rule, for `run` (what it sets) and `fix` (what it suggests) alike: the job's command line
 resolved on the JOB's PATH (its environment, not gpudoc's); ``python``/``python3.X`` directly, a
 launcher script (torchrun, deepspeed, accelerate) through its ``#!`` line. Cheap on purpose: no
-subprocess.
+subprocess, except to ask an environment tool in front of the job (``uv run``, ``conda run``,
+``pixi run``, ``poetry run``: ``gpudoc.job.envtools``) which interpreter its environment has.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 
 from gpudoc.job.argv import parse_command
+from gpudoc.job.envtools import environment_python
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
@@ -46,9 +48,12 @@ def shebang_interpreter(path: str, environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def target_python(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
-    """The interpreter that runs the job's program (after ``env``, ``srun``, ...); None when the
-    command is not (visibly) Python."""
+def target_python(argv: Sequence[str], environ: Mapping[str, str], cwd: str | None = None) -> str | None:
+    """The interpreter that runs the job's program (after ``env``, ``srun``, ...; an environment
+    tool's own when one runs it); None when the command is not (visibly) Python."""
+    tool = environment_python(argv, environ, cwd)
+    if tool is not None and tool.python is not None:
+        return tool.python
     first = parse_command(argv).program
     if first is None:
         return None
@@ -66,6 +71,12 @@ def target_python(argv: Sequence[str], environ: Mapping[str, str]) -> str | None
     if b"pyenv" in _head(path) or b"asdf" in _head(path):
         return _which("python3", environ) or _which("python", environ)
     return None
+
+
+def interpreter_note(argv: Sequence[str], environ: Mapping[str, str], cwd: str | None = None) -> str | None:
+    """One line when an environment tool runs the job and its interpreter could not be told."""
+    tool = environment_python(argv, environ, cwd)
+    return tool.note if tool is not None else None
 
 
 def _head(path: str) -> bytes:

@@ -162,9 +162,5 @@ def read_job(command: Sequence[str], cwd: Path) -> JobReading:
 
     job = parse_command(list(command))
     reading = frameworks.read(job, Path(cwd))
-    w = world(job)
-    if w.nproc_per_node is not None:
-        reading.launch["nproc_per_node"] = w.nproc_per_node
-    if w.nnodes is not None:
-        reading.launch["nnodes"] = w.nnodes
+    reading.launch.update(world(job).as_launch())
     return reading

@@ -21,15 +21,54 @@ if TYPE_CHECKING:
 JOB_PROFILE_NAME = "(command)"
 
 
-def job_profile(command: Sequence[str], cwd: Path, environ: Mapping[str, str] | None = None) -> Profile:
+def with_command(profile: Profile, command: Sequence[str], cwd: Path,
+                 environ: Mapping[str, str] | None = None) -> Profile:
+    """The profile a job runs under, given its command: the one rule `run`, `run --dry-run` and
+    `estimate` share.
+
+    No profile: the job as its command describes it. A profile without ``[train]`` (every shipped
+    GPU tier says only what the card is): the command's knobs, with the profile's environment, GPU,
+    ladder and run settings. A profile with ``[train]`` describes the job itself. Either way a
+    profile without ``[launch]`` takes world size and nodes from the launcher
+    (``torchrun --nproc_per_node=2 --nnodes=2``), except a count its ``[gpu] count`` contradicts:
+    the planner says that one."""
+    if not command:
+        return profile
+    if profile.path is None:
+        return job_profile(command, cwd, environ)
+    if not profile.train:
+        return job_profile(command, cwd, environ, base=profile)
+    if profile.launch:
+        return profile
+    from gpudoc.job.argv import parse_command
+    from gpudoc.job.identity import world
+
+    return replace(profile, launch=_launcher_world(profile, world(parse_command(list(command))).as_launch()))
+
+
+def _launcher_world(profile: Profile, said: Mapping[str, int]) -> dict[str, int]:
+    """``[launch]`` from what the launcher fixes, for a profile without one; a process count its
+    ``[gpu] count`` disagrees with stays out, so the planner's contradiction still names both."""
+    if profile.launch:
+        return dict(profile.launch)
+    count = profile.gpu.get("count")
+    return {k: v for k, v in said.items() if not (k == "nproc_per_node" and count and v != count)}
+
+
+def job_profile(command: Sequence[str], cwd: Path, environ: Mapping[str, str] | None = None, *,
+                base: Profile | None = None) -> Profile:
     """The job as its command line and the config files it names describe it, with the model it
-    names (its config.json, found locally) for the estimate."""
+    names (its config.json, found locally) for the estimate. ``base``: a profile without ``[train]``
+    whose tables (environment, GPU, ladder, model) the job takes."""
     from gpudoc.errors import ProfileError
     from gpudoc.estimate.model_source import with_job_model
     from gpudoc.job.knobs import read_job
 
     reading = read_job(command, cwd)
-    profile = Profile(name=JOB_PROFILE_NAME, train=reading.values, launch=dict(reading.launch), job=reading)
+    if base is None:
+        profile = Profile(name=JOB_PROFILE_NAME, train=reading.values, launch=dict(reading.launch), job=reading)
+    else:
+        profile = replace(base, train=reading.values, launch=_launcher_world(base, reading.launch), job=reading)
     try:
         profile, found = with_job_model(profile, command, cwd, environ, config_data=reading.config_data)
         if found:
@@ -51,14 +90,34 @@ def describe(profile: Profile) -> list[str]:
         knobs = ", ".join(f"{knob} = {format_value(value)} ({places.get(knob, 'default')})"
                           for knob, value in profile.train.items())
         lines.append(f"read from the command ({profile.job.framework}): {knobs}")
+    else:
+        lines.append(NOTHING_READ)
     return lines + [f"note: {note}" for note in profile.job.notes]
+
+
+# Said once before launch (run and run --dry-run) when the reading found no knob at all: the
+# estimate and the ladder then have nothing to work with, and silence would read as "all is known".
+NOTHING_READ = ("read no knob from the command (no flag, override or config file gpudoc knows): its batch, "
+                "accumulation, sequence length and precision are unknown, so no rung can change them; tell "
+                "gpudoc with a profile ([train], and [bind] for where each knob lives: `gpudoc profile new NAME`), "
+                "or let the probe observe this first run (`gpudoc runs show --json` then says what it ran with)")
 
 
 def recorded_job_profile(record: RunRecord, environ: Mapping[str, str] | None = None) -> Profile | None:
     """The job profile a run was launched with: its command read again from the run's directory,
     with the knob values the run really had (a relaunch may have changed some). None when the run
-    had a profile file."""
-    if (record.profile or {}).get("source") != "command" or not record.command:
+    had a profile file with its own ``[train]``; a profile without one (a GPU tier) is loaded again
+    and combined with the command, as `gpudoc run` did (``with_command``)."""
+    ran = record.profile or {}
+    if ran.get("source") != "command" or not record.command:
         return None
-    profile = job_profile(record.command, Path(record.cwd or "."), environ)
+    cwd = Path(record.cwd or ".")
+    profile = job_profile(record.command, cwd, environ)
+    if ran.get("path"):
+        from gpudoc.profiles.loader import load_profile_file
+
+        path = Path(str(ran["path"]))
+        path = path if path.is_absolute() else cwd / path
+        if path.is_file():
+            profile = with_command(load_profile_file(path, cwd=cwd), record.command, cwd, environ)
     return replace(profile, train={**profile.train, **record.knobs})

@@ -2,7 +2,8 @@
 
 Lookup (SPEC): ``-p PATH`` names a file; ``-p NAME`` or ``GPUDOC_PROFILE`` is searched in
 ``./.gpudoc/profiles/``, ``$XDG_CONFIG_HOME/gpudoc/profiles/`` and the shipped ``profiles/``;
-with no name, ``./gpudoc.toml`` is used when it exists, else the job runs without a profile.
+with no name, the nearest ``gpudoc.toml`` from the working directory up (as far as the run
+records are looked for, ``gpudoc.upward``) is used, else the job runs without a profile.
 
 Trust (SPEC, ``gpudoc.trust``): a profile found by looking (``./gpudoc.toml``, a name in the search
 directories, a parent named by ``extends``) that another user owns or can write is skipped with
@@ -25,6 +26,7 @@ from gpudoc.profiles import schema
 from gpudoc.profiles.model import EMPTY, Profile
 from gpudoc.profiles.validate import did_you_mean, error_at, line_of, read_quietly, toml_parser, validate
 from gpudoc.trust import Refused, Untrusted, untrusted
+from gpudoc.upward import project_folders
 
 PROJECT_PROFILE = "gpudoc.toml"
 
@@ -73,16 +75,7 @@ def resolve_profile_path(name: str | None, cwd: Path | None = None, say: Say | N
     say = say or _stderr
     name = name or os.environ.get("GPUDOC_PROFILE") or None
     if name is None:
-        project = cwd / PROJECT_PROFILE
-        if project.is_file():
-            problem = _distrust(project, project=True)
-            if problem is None:
-                return project
-            say(_skipped(problem, "running without a profile"))
-            return None
-        if os.path.lexists(project):  # a directory, a dangling link, a fifo: not silently "no profile"
-            raise ProfileError(f"{project}: not a profile file ({_file_kind(project)})", file=str(project))
-        return None
+        return _project_profile(cwd, say)
     if _looks_like_path(name):
         path = (cwd / name) if not os.path.isabs(name) else Path(name)
         if not path.is_file():
@@ -97,6 +90,28 @@ def resolve_profile_path(name: str | None, cwd: Path | None = None, say: Say | N
     known = sorted(list_profile_names(cwd, say=lambda line: None))  # each skipped file was said above
     hint = did_you_mean(name, known)
     raise ProfileError(f"unknown profile '{name}'{hint} (see `gpudoc profile list`)")
+
+
+def _project_profile(cwd: Path, say: Say) -> Path | None:
+    """The nearest ``gpudoc.toml`` from ``cwd`` up, where the run records are looked for too
+    (``gpudoc.upward``): a job started from a subdirectory of its project runs under the project's
+    profile. One that fails the trust rule is skipped in one line and the search goes on (one that
+    names code to run is refused)."""
+    skipped: list[Untrusted] = []
+    found = None
+    for folder in project_folders(cwd):
+        project = Path(folder) / PROJECT_PROFILE
+        if project.is_file():
+            problem = _distrust(project, project=True)
+            if problem is None:
+                found = project
+                break
+            skipped.append(problem)
+        elif os.path.lexists(project):  # a directory, a dangling link, a fifo: not silently "no profile"
+            raise ProfileError(f"{project}: not a profile file ({_file_kind(project)})", file=str(project))
+    for problem in skipped:
+        say(_skipped(problem, f"using {found}" if found is not None else "running without a profile"))
+    return found
 
 
 def _first_trusted(candidates: list[Path], name: str, say: Say) -> Path | None:

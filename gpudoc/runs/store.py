@@ -19,6 +19,7 @@ from gpudoc.errors import GpudocError, InputError
 from gpudoc.runs.ids import RUN_ID, new_run_id
 from gpudoc.runs.tail import TAIL_BYTES, read_tail
 from gpudoc.trust import untrusted
+from gpudoc.upward import project_folders
 
 if TYPE_CHECKING:
     from gpudoc.runs.owners import RunOwners
@@ -91,11 +92,8 @@ class RunStore:
         if home:
             return cls(Path(home), explicit=True)
         here = Path(os.path.abspath(cwd))
-        user_home = Path(os.path.abspath(environ.get("HOME") or os.path.expanduser("~")))
         notes: list[str] = []
-        for folder in (here, *here.parents):
-            if folder != here and folder == user_home:
-                break
+        for folder in map(Path, project_folders(here, environ)):
             if (folder / ".gpudoc" / "runs").is_dir():
                 problem = untrusted(folder / ".gpudoc") or untrusted(folder / ".gpudoc" / "runs")
                 if problem is None:
@@ -103,8 +101,6 @@ class RunStore:
                     found.located_notes = notes
                     return found
                 notes.append(f"gpudoc: note: {problem}: its run records are not used ({problem.remedy})")
-            if (folder / ".git").exists():
-                break
         fallback = cls(here / ".gpudoc")
         fallback.located_notes = notes
         return fallback

@@ -23,6 +23,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--output_dir")
 parser.add_argument("--per_device_train_batch_size", type=int, default=8)
 parser.add_argument("--gradient_accumulation_steps", type=int, default=1)
+parser.add_argument("--gradient_checkpointing", action="store_true")  # a flag gpudoc may add: declared here
 args = parser.parse_args()
 bs = 8 if os.environ.get("IGNORE_FLAG") == "1" else args.per_device_train_batch_size
 print("***** Running training *****")

@@ -16,6 +16,7 @@ from gpudoc.job.knobs import read_job
 from gpudoc.ladder import suggest
 from gpudoc.profiles.from_job import job_profile
 from tests.conftest import CONFIGS
+from tests.job.scripts import write_hf_script
 
 DS_ZERO3 = CONFIGS / "DeepSpeedExamples__Megatron-LM-v1.1.5-ZeRO3__examples__ds_zero_stage_3_config.json"
 AXOLOTL_FFT = CONFIGS / "axolotl__examples__llama-3__fft-8b.yaml"
@@ -133,6 +134,7 @@ def test_llama_factory_key_value_overrides_are_read_and_edited_in_place(tmp_path
 
 def test_accelerate_config_gives_precision_zero_stage_and_world(tmp_path):
     shutil.copy(TRL_ZERO3, tmp_path / "acc.yaml")
+    write_hf_script(tmp_path)
     command = ["accelerate", "launch", "--config_file", "acc.yaml", "train.py", "--per_device_train_batch_size", "2"]
     reading = read_job(command, tmp_path)
     assert reading.framework == "hf-trainer"

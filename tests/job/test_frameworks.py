@@ -16,6 +16,7 @@ from gpudoc.job.knobs import read_job
 from gpudoc.ladder import suggest
 from gpudoc.profiles.from_job import job_profile
 from tests.conftest import CONFIGS, call_beside_fifo
+from tests.job.scripts import write_hf_script
 
 HF = ["torchrun", "--nproc_per_node=2", "train.py", "--output_dir", "out", "--per_device_train_batch_size", "8",
       "--gradient_accumulation_steps", "4", "--bf16"]
@@ -28,6 +29,7 @@ def _plan(command: list[str], cwd: Path, **changes):
 
 
 def test_hf_flags_their_places_and_the_launchers_world(tmp_path):
+    write_hf_script(tmp_path)
     reading = read_job(HF, tmp_path)
     assert reading.framework == "hf-trainer"
     assert reading.values == {"micro_batch_size": 8, "gradient_accumulation_steps": 4,

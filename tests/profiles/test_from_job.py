@@ -7,6 +7,7 @@ from gpudoc.profiles.from_job import describe, job_profile, recorded_job_profile
 from gpudoc.runs.record import RunRecord
 from tests.estimate.hf_configs import CONFIGS
 from tests.estimate.test_model_source import cache_model
+from tests.job.scripts import write_hf_script
 
 COMMAND = ["torchrun", "--nproc_per_node=2", "train.py", "--model_name_or_path", "meta-llama/Llama-3.2-1B",
            "--per_device_train_batch_size", "8", "--max_seq_length", "2048"]
@@ -15,6 +16,7 @@ COMMAND = ["torchrun", "--nproc_per_node=2", "train.py", "--model_name_or_path",
 def test_the_model_the_command_names_is_found_in_the_cache(tmp_path):
     hub = tmp_path / "hf" / "hub"
     config = cache_model(hub, "meta-llama/Llama-3.2-1B", CONFIGS["meta-llama/Llama-3.2-1B"])
+    write_hf_script(tmp_path)
     profile = job_profile(COMMAND, tmp_path, {"HF_HOME": str(hub.parent)})
     assert profile.model["hf_config"] == str(config)
     assert profile.train["micro_batch_size"] == 8 and profile.train["max_seq_len"] == 2048
@@ -25,6 +27,7 @@ def test_the_model_the_command_names_is_found_in_the_cache(tmp_path):
 
 
 def test_a_model_not_in_the_cache_is_a_note_and_the_job_still_runs(tmp_path):
+    write_hf_script(tmp_path)
     profile = job_profile(COMMAND, tmp_path, {"HF_HOME": str(tmp_path / "empty")})
     assert profile.model == {}
     assert profile.train["micro_batch_size"] == 8
@@ -55,3 +58,56 @@ def test_the_model_named_in_a_hydra_config_is_found(tmp_path):
     profile = job_profile(["python", "train.py"], tmp_path, {"HF_HOME": str(hub.parent)})
     assert profile.train == {"micro_batch_size": 4}
     assert profile.model["hf_config"] == str(config)
+
+
+def test_a_tier_without_train_takes_the_commands_knobs_and_keeps_its_env_and_gpu(tmp_path):
+    from gpudoc.profiles import load_profile
+    from gpudoc.profiles.from_job import with_command
+
+    write_hf_script(tmp_path)
+    tier = load_profile("gpu-24gb", tmp_path)
+    assert not tier.train and not tier.launch
+    command = ["torchrun", "--nproc_per_node=2", "--nnodes=2", "train.py", "--per_device_train_batch_size", "8"]
+    profile = with_command(tier, command, tmp_path)
+    assert profile.train["micro_batch_size"] == 8 and profile.job is not None
+    assert profile.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert profile.gpu["memory_gib"] == tier.gpu["memory_gib"] and profile.path == tier.path
+    assert profile.launch == {"nproc_per_node": 2, "nnodes": 2} and profile.world_size == 4
+    # What the terminal is told before launch: the knobs read, as with no profile.
+    assert describe(profile)[0].startswith("read from the command (hf-trainer): micro_batch_size = 8")
+
+
+def test_a_profile_with_train_but_no_launch_takes_the_launchers_world(tmp_path):
+    from gpudoc.profiles import load_profile
+    from gpudoc.profiles.from_job import with_command
+
+    (tmp_path / "p.toml").write_text("[train]\nmicro_batch_size = 4\n")
+    command = ["torchrun", "--nproc_per_node=2", "--nnodes=2", "train.py"]
+    profile = with_command(load_profile("p.toml", tmp_path), command, tmp_path)
+    assert profile.train == {"micro_batch_size": 4} and profile.job is None  # its own [train] describes the job
+    assert profile.world_size == 4 and profile.global_batch_size == 16
+    # A [gpu] count the launcher contradicts is not papered over: the planner names both.
+    (tmp_path / "q.toml").write_text("[gpu]\ncount = 4\n[train]\nmicro_batch_size = 4\n")
+    assert with_command(load_profile("q.toml", tmp_path), command, tmp_path).launch == {"nnodes": 2}
+
+
+def test_a_command_with_nothing_to_read_says_so_and_how_to_tell_gpudoc(tmp_path):
+    profile = job_profile(["python", "-c", "print(1)"], tmp_path)
+    [line] = describe(profile)
+    assert line.startswith("read no knob from the command") and "profile" in line and "[bind]" in line
+    assert "probe" in line
+
+
+def test_a_run_under_a_tier_is_fixed_under_the_same_tier_and_its_commands_places(tmp_path):
+    from gpudoc.profiles import load_profile
+    from gpudoc.profiles.from_job import with_command
+
+    write_hf_script(tmp_path)
+    ran = with_command(load_profile("gpu-24gb", tmp_path), COMMAND, tmp_path, {}).with_changes(
+        {"micro_batch_size": 4}, {})
+    record = RunRecord(id="r1", command=COMMAND, cwd=str(tmp_path), profile=ran.to_dict())
+    again = recorded_job_profile(record, {})
+    assert again is not None and again.name == "gpu-24gb" and again.job is not None
+    assert again.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert again.changed_knobs() == {"micro_batch_size": 4}  # written back to the flag the command has
+    assert again.for_planning().bind["args"] == "hf-trainer"

@@ -596,3 +596,33 @@ def test_a_profile_the_user_names_that_fails_the_rule_is_refused_not_skipped(iso
         load_profile(say=lambda line: None)
     done = gpudoc_cli("check", "-p", "team.toml", cwd=isolated_home)
     assert done.returncode == 2 and "refused as a profile" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_project_profile_is_found_from_a_subdirectory_as_far_as_the_records_are(isolated_home):
+    from gpudoc.runs.store import RunStore
+
+    (isolated_home / "gpudoc.toml").write_text('[env]\nOMP_NUM_THREADS = "4"\n')
+    deeper = isolated_home / "src" / "jobs"
+    deeper.mkdir(parents=True)
+    assert resolve_profile_path(None, deeper) == isolated_home / "gpudoc.toml"
+    # The same search as the run records': the project ends at the folder holding .git.
+    repo = isolated_home / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "sub").mkdir()
+    (repo / ".gpudoc" / "runs").mkdir(parents=True)
+    assert resolve_profile_path(None, repo / "sub") is None
+    assert RunStore.locate(repo / "sub", os.environ).home == repo / ".gpudoc"
+    (repo / "gpudoc.toml").write_text('[env]\nA = "1"\n')
+    assert resolve_profile_path(None, repo / "sub") == repo / "gpudoc.toml"
+
+
+def test_a_nearer_project_profile_others_can_write_is_skipped_and_the_next_one_up_answers(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text('[env]\nA = "1"\n')
+    sub = isolated_home / "sub"
+    sub.mkdir()
+    (sub / "gpudoc.toml").write_text('[env]\nA = "2"\n')
+    (sub / "gpudoc.toml").chmod(0o666)
+    said: list[str] = []
+    assert resolve_profile_path(None, sub, say=said.append) == isolated_home / "gpudoc.toml"
+    [line] = said
+    assert str(sub / "gpudoc.toml") in line and f"skipped (using {isolated_home / 'gpudoc.toml'}" in line

@@ -1,0 +1,147 @@
+"""The interpreter of an environment tool's own environment: ``uv run``, ``conda run -n X``,
+``pixi run``, ``poetry run`` in front of the job.
+
+``python`` on gpudoc's PATH is not the one these run: the tool puts its environment first. The
+tool is asked where that environment's interpreter is, in a way that never syncs, installs or
+creates it (``uv python find``, ``conda run ... python -c``, ``pixi info --json``, ``poetry env
+info --path``), under a time limit; an answer that is no interpreter, a tool missing or silent, is
+one line saying so, and the caller falls back to the ``python`` on PATH.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+TIMEOUT_S = 5.0
+_EXECUTABLE = "import sys; print(sys.executable)"
+_CONDAS = ("conda", "mamba", "micromamba")
+_TOOLS = ("uv", "pixi", "poetry", *_CONDAS)
+# Each tool's `run` options that take a value (the rest are flags); the ones gpudoc asks with.
+_VALUED = {
+    "uv": ("--project", "--directory", "--python", "-p", "--with", "--extra", "--group", "--package", "--env-file",
+           "--index", "--index-url"),
+    "conda": ("-n", "--name", "-p", "--prefix", "--cwd"),
+    "pixi": ("-e", "--environment", "--manifest-path", "-m"),
+    "poetry": ("--directory", "-C", "--project", "-P"),
+}
+
+
+@dataclass(frozen=True)
+class EnvPython:
+    """What the tool said: ``python`` its environment's interpreter, else ``note`` why not."""
+
+    tool: str
+    python: str | None = None
+    note: str | None = None
+
+
+def environment_python(argv: Sequence[str], environ: Mapping[str, str], cwd: str | None = None) -> EnvPython | None:
+    """None when no environment tool runs the job; else its interpreter, or a note."""
+    found = _tool_in(argv)
+    if found is None:
+        return None
+    tool, options = found
+    path = environ.get("PATH", os.defpath)
+    return _ask(tool, tuple(sorted(options.items())), os.path.abspath(cwd or os.getcwd()), path,
+                tuple(sorted(environ.items())))
+
+
+def _tool_in(argv: Sequence[str]) -> tuple[str, dict[str, str]] | None:
+    """The tool and its ``run`` options, when ``TOOL run`` comes first (after ``env VAR=...``)."""
+    i = 0
+    while i < len(argv) and (os.path.basename(argv[i]) == "env" or ("=" in argv[i] and not argv[i].startswith("-"))):
+        i += 1
+    if i + 1 >= len(argv) or os.path.basename(argv[i]) not in _TOOLS or argv[i + 1] != "run":
+        return None
+    tool = os.path.basename(argv[i])
+    valued = _VALUED["conda" if tool in _CONDAS else tool]
+    options: dict[str, str] = {}
+    j = i + 2
+    while j < len(argv) and argv[j].startswith("-") and argv[j] != "--":
+        name, eq, value = argv[j].partition("=")
+        if eq:
+            options[name] = value
+        elif name in valued and j + 1 < len(argv):
+            options[name] = argv[j + 1]
+            j += 1
+        j += 1
+    return tool, options
+
+
+@functools.lru_cache(maxsize=32)
+def _ask(tool: str, options: tuple[tuple[str, str], ...], cwd: str, path: str,
+         environ: tuple[tuple[str, str], ...]) -> EnvPython:
+    import shutil
+
+    said = dict(options)
+    exe = shutil.which(tool, path=path)
+    if exe is None:
+        return EnvPython(tool, note=f"{tool} run: {tool} is not on the job's PATH, so its environment's interpreter "
+                                    "is unknown; the python on PATH is assumed")
+    if tool == "uv":
+        request = [said[name] for name in ("--python", "-p") if name in said][:1]
+        args, parse = ["python", "find", *_pass(said, "--project", "--directory"), *request], _line
+    elif tool in _CONDAS:
+        where = _pass(said, "-n", "--name", "-p", "--prefix")
+        args, parse = ["run", *where, "python", "-c", _EXECUTABLE], _line
+    elif tool == "pixi":
+        args, parse = ["info", "--json", *_pass(said, "--manifest-path", "-m")], functools.partial(
+            _pixi_prefix, said.get("-e") or said.get("--environment") or "default")
+    else:
+        args, parse = ["env", "info", "--path", *_pass(said, "--directory", "-C", "--project", "-P")], _venv_python
+    asked = f"`{tool} {' '.join(args)}`"
+    try:
+        # A session of its own: at the time limit the tool and whatever it started end together
+        # (a child left holding the pipe would keep gpudoc waiting past the limit).
+        with subprocess.Popen([exe, *args], cwd=cwd, env=dict(environ), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              start_new_session=True) as child:
+            try:
+                out, _ = child.communicate(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.communicate()
+                return EnvPython(tool, note=f"{tool} run: {asked} did not answer within {TIMEOUT_S:g} s; the "
+                                            "python on PATH is assumed")
+    except OSError as exc:
+        return EnvPython(tool, note=f"{tool} run: {asked} could not start ({exc.strerror}); the python on PATH "
+                                    "is assumed")
+    python = parse(out) if child.returncode == 0 else None
+    if python is None or not os.path.isfile(python):
+        why = f"exit {child.returncode}" if child.returncode else "no interpreter in its answer"
+        return EnvPython(tool, note=f"{tool} run: {asked} named no interpreter ({why}: the environment may not "
+                                    "exist yet, and gpudoc does not create it); the python on PATH is assumed")
+    return EnvPython(tool, python=python)
+
+
+def _pass(said: Mapping[str, str], *names: str) -> list[str]:
+    return [part for name in names if name in said for part in (name, said[name])]
+
+
+def _line(out: str) -> str | None:
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def _venv_python(out: str) -> str | None:
+    """``poetry env info --path``: the environment's folder (older releases print no newline)."""
+    folder = _line(out)
+    return os.path.join(folder, "bin", "python") if folder else None
+
+
+def _pixi_prefix(environment: str, out: str) -> str | None:
+    """``pixi info --json``: ``environments_info`` lists each environment with its ``prefix``."""
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        return None
+    for env in doc.get("environments_info") or () if isinstance(doc, dict) else ():
+        if isinstance(env, dict) and env.get("name") == environment and env.get("prefix"):
+            return os.path.join(str(env["prefix"]), "bin", "python")
+    return None

@@ -1,0 +1,97 @@
+"""What `gpudoc run` reads of the job before launch, through the real CLI: a GPU tier (no [train])
+with the command's knobs, the project profile from a subdirectory, and the one line a command from
+which nothing could be read gets. Real scripts: the HF Trainer's own shape and a hand-written loop
+with the same generic flags."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpudoc.allocator import CUDA_NAMES
+from gpudoc.cli.estimate import EstimateCommand
+from gpudoc.runs.store import RunStore
+from tests.conftest import gpudoc_cli
+from tests.estimate.hf_configs import CONFIGS
+from tests.estimate.test_model_source import cache_model
+from tests.job.scripts import ARGPARSE_LOOP, write_hf_script
+
+JOBS = Path(__file__).with_name("jobs") / "frameworks"
+GENERIC = ["--output_dir", "out", "--learning_rate", "3e-4", "--max_steps", "10", "--num_train_epochs", "1"]
+
+
+def _dry_run(cwd: Path, *args: str) -> tuple[dict, str]:
+    done = gpudoc_cli("run", "--dry-run", "--json", *args, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+def test_a_tier_with_a_command_reads_the_commands_knobs_and_sets_the_tiers_environment(isolated_home):
+    write_hf_script(isolated_home)
+    doc, err = _dry_run(isolated_home, "-p", "gpu-24gb", "--", "python", "train.py", "--per_device_train_batch_size",
+                        "8", "--bf16")
+    # The tier's allocator setting, under the name the job's torch reads.
+    assert [doc["env_set"].get(name) for name in CUDA_NAMES if name in doc["env_set"]] == ["expandable_segments:True"]
+    where = {b["knob"]: b["where"] for b in doc["bindings"]}
+    assert where["micro_batch_size"] == "argv:--per_device_train_batch_size" and where["precision"] == "argv:--bf16"
+    assert where["gradient_checkpointing"] == "default:hf-trainer"
+    assert "read from the command (hf-trainer): micro_batch_size = 8" in err
+
+
+def test_generic_flags_on_a_hand_written_loop_read_nothing_and_say_so(isolated_home):
+    (isolated_home / "loop.py").write_text(ARGPARSE_LOOP)
+    doc, err = _dry_run(isolated_home, "--", "python", "loop.py", *GENERIC)
+    assert doc["bindings"] == []  # no "HF Trainer job" with the Trainer's defaults
+    [line] = [line for line in err.splitlines() if "knob" in line]
+    assert line.startswith("gpudoc: read no knob from the command") and "[bind]" in line and "probe" in line
+    # The real HF script with the very same flags is the Trainer's: its defaults are the job's.
+    write_hf_script(isolated_home)
+    doc, err = _dry_run(isolated_home, "--", "python", "train.py", *GENERIC)
+    assert {b["knob"]: b["where"] for b in doc["bindings"]}["micro_batch_size"] == "default:hf-trainer"
+    assert "read no knob" not in err
+
+
+def test_the_project_profile_answers_from_a_subdirectory(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text('[env]\nOMP_NUM_THREADS = "3"\n')
+    sub = isolated_home / "jobs"
+    sub.mkdir()
+    write_hf_script(sub)
+    doc, _ = _dry_run(sub, "--", "python", "train.py", "--per_device_train_batch_size", "2")
+    assert doc["env_set"]["OMP_NUM_THREADS"] == "3"
+    assert {b["knob"]: b["old"] for b in doc["bindings"]}["micro_batch_size"] == 2
+
+
+def test_the_estimate_help_example_with_a_tier_reads_the_commands_knobs(isolated_home):
+    [example] = [line for line in EstimateCommand.EXAMPLES.splitlines() if "-p gpu-24gb --" in line]
+    args = shlex.split(example)[1:]
+    hub = isolated_home / "hf" / "hub"
+    cache_model(hub, "Qwen/Qwen2.5-7B", CONFIGS["Qwen/Qwen2.5-7B"])
+    write_hf_script(isolated_home)
+    args.insert(args.index("--"), "--json")
+    done = gpudoc_cli(*args, cwd=isolated_home, env={"HF_HOME": str(hub.parent)})
+    assert done.returncode in (0, 1), done.stderr  # an estimate: fits (0) or does not (1)
+    doc = json.loads(done.stdout)
+    assert doc["gpu_total_from"] == "[gpu] memory_gib" and doc["profile"] == "gpu-24gb"
+    assert any("max_seq_len = 2048 (argv:--max_seq_length)" in note for note in doc["notes"])
+
+
+@pytest.mark.slow
+def test_retry_oom_under_a_tier_halves_the_flag_the_trainer_reads(isolated_home):
+    for job in JOBS.glob("*.py"):
+        shutil.copy(job, isolated_home / job.name)
+    flags = ["--output_dir", "out", "--max_steps", "1", "--use_cpu", "--report_to", "none", "--save_strategy", "no",
+             "--disable_tqdm", "True", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2"]
+    done = gpudoc_cli("run", "-p", "gpu-24gb", "--no-check", "--retry-oom", "3", "--", "python", "hf_trainer.py",
+                      *flags, cwd=isolated_home, env={"OOM_ABOVE": "4", "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert "no rung of the ladder is left" not in done.stderr
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = sorted(RunStore(isolated_home / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    last = records[-1]
+    assert last.succeeded and last.profile_name == "gpu-24gb"
+    assert last.knobs["micro_batch_size"] == 4 and last.knobs["gradient_accumulation_steps"] == 4
+    assert "--per_device_train_batch_size" in last.argv and last.argv[last.argv.index(
+        "--per_device_train_batch_size") + 1] == "4"
