@@ -14,7 +14,9 @@ error; the file is capped, with a last line saying so.
 Events, one JSON object a line in ``$GPUDOC_PROBE_DIR/rank-N.jsonl``:
 ``start`` (pid, rank), ``parser`` (the flags a parser of the job declares, and its values), ``model`` (parameters, trainable, dtype), ``input`` (shape of the top module's
 first input), ``step`` (n, seconds, backward passes, autocast dtype, world size, optimizer, peaks),
-``framework`` (the settings a framework resolved: the HF Trainer's arguments), ``oom`` (phase, step,
+``config-file`` (a config file the job read, and its values), ``framework`` (the settings a framework
+resolved: the HF Trainer's arguments, the Lightning Trainer's, a DeepSpeed engine's, the config
+OmegaConf holds for Hydra or torchtune, Hydra's choices and overrides), ``oom`` (phase, step,
 breakdown), ``error`` (a hook that failed), ``truncated``.
 """
 
@@ -32,10 +34,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 CAP_BYTES = 4 * 2**20
-MAX_PARSERS = 8
-MAX_OPTIONS = 2000
-# Where argparse makes the namespace, by Python version (3.13 moved it into _parse_known_args2).
-_PARSE_FRAMES = ("parse_known_args", "_parse_known_args2", "parse_known_intermixed_args")
 # What the HF Trainer's arguments say of the knobs (read after its own __post_init__).
 _HF_SETTINGS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size", "bf16", "fp16",
                 "gradient_checkpointing", "optim", "max_steps", "deepspeed")
@@ -43,8 +41,10 @@ _PHASE_FRAMES = (("backward", "backward"), ("_engine_run_backward", "backward"),
 
 
 class _Probe:
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, settings: Any) -> None:
         self.directory = directory
+        self.settings = settings  # the sibling settings.py: parsers, config files, frameworks' settings
+        self.files = settings.ConfigFiles()
         self.pid = os.getpid()
         self.rank = _int(os.environ.get("RANK")) or 0
         self.file: Any = None
@@ -78,7 +78,9 @@ class _Probe:
                                       "a", encoding="utf-8")
                 self._line({"event": "start", "pid": self.pid, "rank": self.rank, "t": time.time()})
                 for declared, namespace in self.parsers:
-                    self._line({"event": "parser", **declared, "values": _values(namespace())})
+                    self._line({"event": "parser", **declared, "values": self.settings.parsed_values(namespace())})
+                for opened in self.files.read():
+                    self._line({"event": "config-file", **opened})
             self._line({"event": event, "t": time.time(), **fields})
         except Exception:
             self.closed = True  # a read-only or full run directory: the job goes on unobserved
@@ -108,31 +110,6 @@ class _Probe:
                 self.write("error", hook=name, error=f"{type(exc).__name__}: {exc}"[:300])
                 return None
         return hook
-
-    # -- what the job parsed -----------------------------------------------------------------
-
-    def observe_parsers(self, argparse: Any) -> None:
-        """Every ``parse_known_args`` (``parse_args`` goes through it; HfArgumentParser is an
-        ArgumentParser) starts with ``Namespace()`` when the job passes none: the new namespace and
-        the parser in the calling frame are noted there, before any option is read, so no error the
-        parse raises passes through the probe."""
-        original, probe = argparse.Namespace.__init__, self
-
-        def init(namespace: Any, **kwargs: Any) -> None:
-            original(namespace, **kwargs)
-            try:
-                if os.getpid() != probe.pid or len(probe.parsers) >= MAX_PARSERS or kwargs:
-                    return
-                caller = sys._getframe(1)
-                parser = caller.f_locals.get("self") if caller.f_code.co_name in _PARSE_FRAMES else None
-                if isinstance(parser, argparse.ArgumentParser):
-                    # What it declares is read now (a parser is often gone once it has parsed); the
-                    # values once this process trains, when they are all in the namespace.
-                    probe.parsers.append((_declared(parser), weakref.ref(namespace)))
-            except Exception:
-                pass
-
-        argparse.Namespace.__init__ = init
 
     # -- what the framework resolved ------------------------------------------------------------
 
@@ -240,12 +217,21 @@ class _Probe:
         # Every step of the first hundred, then one in a hundred: the file stays small on long runs.
         if self.steps <= 100 or self.steps % 100 == 0:
             self.write("step", **fields)
+        if self.steps == 1:
+            self._resolved(sys._getframe())
+
+    def _resolved(self, frame: Any) -> None:
+        """The frameworks' settings, from the frames of the training loop that reached ``frame``."""
+        for event in self.settings.resolved_settings(self.settings.frames_from(frame)):
+            self.write("framework", **event)
 
     # -- the end -----------------------------------------------------------------------------
 
     def excepthook(self, kind: type, value: BaseException, tb: Any) -> None:
         try:
             if self.torch is not None and os.getpid() == self.pid and _is_oom(self.torch, value):
+                if self.steps == 0:  # an OOM before the first step: the loop's frames are the traceback's
+                    self.guarded("resolved", self._resolved)(self.settings.innermost(tb))
                 self.write("oom", phase=_phase_of(tb) or self.phase, step=self.steps,
                            breakdown=self._breakdown())
         except Exception:
@@ -276,21 +262,6 @@ class _Probe:
             out["reserved_unallocated"] = max(0, reserved - allocated)
             out["allocated"] = allocated
         return out
-
-
-def _declared(parser: Any) -> dict:
-    """The flags a parser declares: the exact set the job accepts."""
-    options = sorted({flag for action in parser._actions for flag in action.option_strings})[:MAX_OPTIONS]
-    return {"prog": str(parser.prog)[:200], "type": type(parser).__name__, "options": options}
-
-
-def _values(namespace: Any) -> dict:
-    """What a parse produced, scalars only (a path, a count, a rate, a switch)."""
-    values: dict = {}
-    for key, value in (vars(namespace).items() if namespace is not None else ()):
-        if value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 500):
-            values[key] = value
-    return values
 
 
 def _call_kwargs() -> dict:
@@ -379,11 +350,24 @@ def _after_import(name: str, then: Any) -> None:
         sys.meta_path.insert(0, _AfterImport(name, then))
 
 
+def _sibling(name: str) -> Any:
+    """A module of the probe beside this file, loaded by path as this one was."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_gpudoc_probe_{name}",
+                                                  os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # type: ignore[union-attr]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
 def install() -> None:
     directory = os.environ.get("GPUDOC_PROBE_DIR")
     if not directory:
         return
-    probe = _Probe(directory)
+    settings = _sibling("settings")
+    probe = _Probe(directory, settings)
     previous = sys.excepthook
 
     def excepthook(kind: type, value: BaseException, tb: Any) -> None:
@@ -393,6 +377,7 @@ def install() -> None:
     sys.excepthook = excepthook
     # Imported by the job, not by the probe: a job that never parses arguments or never imports
     # torch pays nothing for either.
-    _after_import("argparse", probe.guarded("argparse", probe.observe_parsers))
+    sys.addaudithook(probe.files.hook)
+    _after_import("argparse", probe.guarded("argparse", lambda argparse: settings.observe_parsers(argparse, probe)))
     _after_import("torch", probe.guarded("arm", probe.arm))
     _after_import("transformers.trainer", probe.guarded("hf-trainer", probe.observe_hf_trainer))

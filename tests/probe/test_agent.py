@@ -41,8 +41,10 @@ def test_a_custom_loop_is_observed_as_it_trains(isolated_home):
     assert record["oom"] is None and record["probe_errors"] is None
     # The flags the job's own parser declares: the only ones gpudoc may ever write into its command.
     [parser] = record["parsers"]
-    assert parser["options"] == ["--accum", "--batch", "--bf16", "--help", "--oom-at", "--seq", "--steps", "-h"]
-    assert parser["values"] == {"batch": 4, "accum": 3, "steps": 2, "seq": 16, "bf16": False, "oom_at": ""}
+    assert parser["options"] == ["--accum", "--batch", "--bf16", "--config", "--help", "--oom-at", "--output_dir",
+                                 "--seq", "--steps", "-h"]
+    assert parser["values"] == {"batch": 4, "accum": 3, "steps": 2, "seq": 16, "bf16": False, "oom_at": "",
+                                "config": "", "output_dir": "out"}
 
 
 def test_a_job_refused_by_its_own_parser_leaves_no_probe_file(isolated_home):
@@ -109,7 +111,7 @@ def test_a_job_that_isolates_its_interpreter_is_simply_not_observed(isolated_hom
     done = gpudoc_cli("run", "--no-check", "--", "python", "-I", str(JOB), "--steps", "1", cwd=isolated_home)
     record = json.loads(gpudoc_cli("runs", "show", "--json", cwd=isolated_home).stdout)["run"]
     assert done.returncode == 0 and record["observed"] is None and record["oom"] is None
-    said = [line for line in done.stderr.splitlines() if "probe" in line]
+    said = [line for line in done.stderr.splitlines() if "probe cannot" in line]
     assert said == ["gpudoc: python -I ignores PYTHONPATH: the probe cannot observe this job (nothing else changes)"]
 
 
@@ -141,10 +143,14 @@ def _agent():
     return module
 
 
+def _writer(agent, directory: Path):
+    return agent._Probe(str(directory), agent._sibling("settings"))
+
+
 def test_the_probe_file_is_capped_with_a_last_line_saying_so(tmp_path, monkeypatch):
     agent = _agent()
     monkeypatch.setattr(agent, "CAP_BYTES", 64 * 1024)
-    writer = agent._Probe(str(tmp_path / "probe"))
+    writer = _writer(agent, tmp_path / "probe")
     for n in range(10_000):  # about 1 MB of events
         writer.write("step", n=n, padding="x" * 80)
     path = tmp_path / "probe" / "rank-0.jsonl"
@@ -156,14 +162,13 @@ def test_the_probe_file_is_capped_with_a_last_line_saying_so(tmp_path, monkeypat
 def test_an_unwritable_run_directory_leaves_the_job_unobserved(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    writer = _agent()._Probe(str(blocker / "probe"))
+    writer = _writer(_agent(), blocker / "probe")
     writer.write("step", n=1)  # never raises into the job
     assert writer.closed
 
 
 def test_a_hook_that_fails_goes_quiet_after_one_line(tmp_path):
-    agent = _agent()
-    writer = agent._Probe(str(tmp_path / "probe"))
+    writer = _writer(_agent(), tmp_path / "probe")
     hook = writer.guarded("demo", lambda: 1 / 0)
     assert hook() is None and hook() is None
     events = [json.loads(line) for line in (tmp_path / "probe" / "rank-0.jsonl").read_text().splitlines()]

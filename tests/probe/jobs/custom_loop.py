@@ -1,6 +1,8 @@
 """The seed guides' shape: a hand-written loop whose micro batch is its DataLoader's and whose
 gradient accumulation lives in its own code, on one process or under torchrun (gloo). ``--oom-at
-PHASE:STEP`` raises a real ``torch.OutOfMemoryError`` inside that phase of that optimizer step."""
+PHASE:STEP`` raises a real ``torch.OutOfMemoryError`` inside that phase of that optimizer step.
+``--config FILE`` (YAML, read with PyYAML) sets ``batch`` and ``accum`` under ``train:``; the flags win.
+``--output_dir`` is only there because the seed jobs have one (it makes no job an HF Trainer's)."""
 
 import argparse
 import os
@@ -9,13 +11,23 @@ import torch
 from torch import nn
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--batch", type=int, default=4)
-parser.add_argument("--accum", type=int, default=3)
+parser.add_argument("--config", default="")
+parser.add_argument("--output_dir", default="out")
+parser.add_argument("--batch", type=int)
+parser.add_argument("--accum", type=int)
 parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--seq", type=int, default=16)
 parser.add_argument("--bf16", action="store_true", help="train under CPU autocast in bfloat16")
 parser.add_argument("--oom-at", default="")
 args = parser.parse_args()
+if args.config:
+    import yaml
+
+    with open(args.config) as f:
+        train = yaml.safe_load(f)["train"]
+    args.batch = args.batch or train["batch"]
+    args.accum = args.accum or train["accum"]
+args.batch, args.accum = args.batch or 4, args.accum or 3
 torch.manual_seed(0)
 if "RANK" in os.environ:
     torch.distributed.init_process_group("gloo")

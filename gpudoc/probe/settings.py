@@ -1,0 +1,243 @@
+"""What the job was told to train with, for the probe (``agent.py`` loads this file by path beside
+itself, in the job's interpreter; gpudoc never imports it): the parsers it used (the flags each
+declares and what it parsed), the config files it read, the settings its frameworks resolved.
+
+No wrapper around any framework: a parser is noticed when argparse makes its namespace; settings are read from the frames of the job's own training
+loop, at its first optimizer step or at the OOM that ends it (the traceback's frames), where the
+framework's objects are the ``self`` or the locals of a frame — the Lightning ``Trainer``, a
+DeepSpeed engine, the config Hydra composed or torchtune parsed (an OmegaConf ``DictConfig``), with
+Hydra's group choices and overrides from its own ``HydraConfig``. Config files are noticed through
+Python's ``open`` audit event (no frame is added anywhere) and read again, by the probe, once the
+process trains.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+MAX_PARSERS = 8
+MAX_OPTIONS = 2000
+# Where argparse makes the namespace, by Python version (3.13 moved it into _parse_known_args2).
+_PARSE_FRAMES = ("parse_known_args", "_parse_known_args2", "parse_known_intermixed_args")
+MAX_KEYS = 400
+MAX_FILES = 16
+MAX_FILE_BYTES = 2**20
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
+_LIGHTNING = ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer")
+_LIGHTNING_SETTINGS = ("accumulate_grad_batches", "precision", "world_size", "num_devices", "num_nodes",
+                       "max_steps", "max_epochs", "gradient_clip_val")
+_DEEPSPEED = "deepspeed.runtime.engine"
+
+
+def observe_parsers(argparse: Any, probe: Any) -> None:
+    """Every ``parse_known_args`` (``parse_args`` goes through it; HfArgumentParser is an
+    ArgumentParser) starts with ``Namespace()`` when the job passes none: the new namespace and the
+    parser in the calling frame are noted there, before any option is read, so no error the parse
+    raises passes through the probe. Kept in ``probe.parsers`` until the process trains."""
+    import weakref
+
+    original = argparse.Namespace.__init__
+
+    def init(namespace: Any, **kwargs: Any) -> None:
+        original(namespace, **kwargs)
+        try:
+            if os.getpid() != probe.pid or len(probe.parsers) >= MAX_PARSERS or kwargs:
+                return
+            caller = sys._getframe(1)
+            parser = caller.f_locals.get("self") if caller.f_code.co_name in _PARSE_FRAMES else None
+            if isinstance(parser, argparse.ArgumentParser):
+                # What it declares is read now (a parser is often gone once it has parsed); the
+                # values once this process trains, when they are all in the namespace.
+                probe.parsers.append((declared(parser), weakref.ref(namespace)))
+        except Exception:
+            pass
+
+    argparse.Namespace.__init__ = init
+
+
+def declared(parser: Any) -> dict:
+    """The flags a parser declares: the exact set the job accepts."""
+    options = sorted({flag for action in parser._actions for flag in action.option_strings})[:MAX_OPTIONS]
+    return {"prog": str(parser.prog)[:200], "type": type(parser).__name__, "options": options}
+
+
+def parsed_values(namespace: Any) -> dict:
+    """What a parse produced, scalars only (a path, a count, a rate, a switch)."""
+    values: dict = {}
+    for key, value in (vars(namespace).items() if namespace is not None else ()):
+        if value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 500):
+            values[key] = value
+    return values
+
+
+def frames_from(frame: Any) -> list:
+    """The frame and every caller, innermost first."""
+    out: list = []
+    while frame is not None and len(out) < 400:
+        out.append(frame)
+        frame = frame.f_back
+    return out
+
+
+def innermost(tb: Any) -> Any:
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame if tb is not None else None
+
+
+def resolved_settings(frames: list) -> list[dict]:
+    """``framework`` events for what the frames hold, outermost framework object first."""
+    found: dict[str, dict] = {}
+    configs: list[Any] = []
+    for frame in reversed(frames):
+        local = frame.f_locals
+        me = local.get("self")
+        trainer = me if _is(me, _LIGHTNING, "Trainer") else getattr(me, "trainer", None)
+        if "lightning" not in found and _is(trainer, _LIGHTNING, "Trainer"):
+            found["lightning"] = _lightning(trainer)
+        if "deepspeed" not in found and _is(me, (_DEEPSPEED,), "DeepSpeedEngine"):
+            found["deepspeed"] = _deepspeed(me)
+        for value in local.values():
+            if _is_dict_config(value) and all(value is not c for c in configs):
+                configs.append(value)
+    events = [{"name": name, "settings": settings} for name, settings in found.items()]
+    config = next((c for c in configs if "hydra" not in c), None)
+    if config is not None:
+        events.append({"name": "omegaconf", "settings": flatten(_container(config))})
+    hydra = _hydra()
+    if hydra is not None:
+        events.append({"name": "hydra", "settings": hydra})
+    return events
+
+
+def _is(obj: Any, modules: tuple, name: str) -> bool:
+    """``obj`` is an instance of the framework's class (or a subclass), named without importing it."""
+    return obj is not None and any(k.__module__ in modules and k.__name__ == name for k in type(obj).__mro__)
+
+
+def _lightning(trainer: Any) -> dict:
+    settings: dict = {}
+    for key in _LIGHTNING_SETTINGS:
+        try:
+            settings[key] = _scalar(getattr(trainer, key))
+        except Exception:  # noqa: S112 - a property this Lightning version lacks or cannot answer yet
+            continue
+    settings["strategy"] = type(getattr(trainer, "strategy", None)).__name__
+    return settings
+
+
+def _deepspeed(engine: Any) -> dict:
+    settings: dict = {}
+    for key, how in (("train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu"),
+                     ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+                     ("train_batch_size", "train_batch_size"), ("zero_stage", "zero_optimization_stage")):
+        try:
+            settings[key] = _scalar(getattr(engine, how)())
+        except Exception:  # noqa: S112 - a method this DeepSpeed version lacks
+            continue
+    return settings
+
+
+def _is_dict_config(value: Any) -> bool:
+    omegaconf = sys.modules.get("omegaconf")
+    return omegaconf is not None and isinstance(value, omegaconf.DictConfig)
+
+
+def _container(config: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.to_container(config, resolve=True)
+    except Exception:  # an interpolation that does not resolve: the values as written
+        return OmegaConf.to_container(config, resolve=False)
+
+
+def _hydra() -> dict | None:
+    if "hydra.core.hydra_config" not in sys.modules:
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    config = HydraConfig.get()
+    return {"choices": {str(k): _scalar(v) for k, v in dict(config.runtime.choices).items()},
+            "overrides": [str(o) for o in list(config.overrides.task)][:MAX_KEYS]}
+
+
+def flatten(value: Any, prefix: str = "", out: dict | None = None) -> dict:
+    """Dotted keys to scalars (lists by index), at most ``MAX_KEYS``."""
+    out = {} if out is None else out
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if len(out) >= MAX_KEYS:
+            break
+        name = f"{prefix}{key}"
+        if isinstance(item, (dict, list)):
+            flatten(item, name + ".", out)
+        else:
+            out[name] = _scalar(item)
+    return out
+
+
+def _scalar(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return str(value)[:500]
+
+
+class ConfigFiles:
+    """The config files the job opens for reading, noticed through the ``open`` audit event until the
+    process trains (audit hooks cannot be removed: after that the hook returns at its first test)."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.done = False
+        self.library = tuple(os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+    def hook(self, event: str, args: tuple) -> None:
+        if event != "open" or self.done:
+            return
+        try:
+            path, mode = args[0], args[1]
+            if not isinstance(path, str) or not path.endswith(CONFIG_SUFFIXES) or (mode and "r" not in mode):
+                return
+            path = os.path.realpath(path)
+            if path not in self.paths and len(self.paths) < MAX_FILES and not path.startswith(self.library):
+                self.paths.append(path)
+        except Exception:
+            self.done = True
+
+    def read(self) -> list[dict]:
+        """What each file held (its scalars, flattened), read again now; stops the noticing."""
+        self.done = True
+        out = []
+        for path in self.paths:
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read(MAX_FILE_BYTES + 1)
+                if len(data) > MAX_FILE_BYTES:
+                    continue
+                out.append({"path": path, "values": flatten(_parse(path, data.decode("utf-8")))})
+            except Exception:  # noqa: S112 - not a config after all, or no parser for it here: nothing said
+                continue
+        return out
+
+
+def _parse(path: str, text: str) -> Any:
+    if path.endswith(".json"):
+        import json
+
+        return json.loads(text)
+    if path.endswith(".toml"):
+        import tomllib
+
+        return tomllib.loads(text)
+    yaml = sys.modules.get("yaml")  # only when the job itself reads YAML with PyYAML
+    if yaml is None:
+        raise ValueError("no YAML parser in this job")
+    return yaml.safe_load(text)

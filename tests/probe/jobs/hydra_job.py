@@ -1,0 +1,24 @@
+"""A Hydra job whose batch comes from a config group (`trainer=big` on the command line picks
+another file than the default), trained by a plain loop on one CPU process."""
+
+import hydra
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+
+@hydra.main(version_base=None, config_path="hydra_conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(100, 16), nn.Flatten(), nn.Linear(16 * cfg.seq, 100))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    data = torch.utils.data.DataLoader(torch.randint(100, (64, cfg.seq)), batch_size=cfg.trainer.batch_size)
+    for step, x in enumerate(data):
+        model(x).logsumexp(-1).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step + 1 >= cfg.trainer.steps:
+            break
+
+
+main()
