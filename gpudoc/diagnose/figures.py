@@ -35,7 +35,7 @@ _OLD_AND_NEW = {
 
 def torch_figures(window: str, own_pids: frozenset) -> dict:
     out: dict = {}
-    req = re.search(rf"Tried to allocate\s+(?P<v>{SIZE})", window)
+    req = re.search(rf"Tried to allocate\s+(?:more than\s+)?(?P<v>{SIZE})", window)
     out["requested_bytes"] = parse_size(req.group("v")) if req else None
     gpu = re.search(r"\(GPU (\d+)\s*;", window) or re.search(r"\bGPU (\d*)\s*has a total capac", window)
     out["gpu_index"] = int(gpu.group(1)) if gpu and gpu.group(1) else None

@@ -20,7 +20,7 @@ from typing import BinaryIO
 KEYWORDS = (
     "memory", "oom", "resource", "alloc", "not_initialized", "killed", "sig", "/dev/shm",  # noqa: S108 - a word to look for, not a path
     "/torch_", "watchdog", "timeout", "timed out", "nccl", "exit", "cancelled", "keyboardinterrupt",
-    "terminate", "error", "exception", "fail", "segmentation fault", "illegal instruction", "peer",
+    "terminat", "error", "exception", "fail", "segmentation fault", "illegal instruction", "peer",
     "remote process", "gloo", "in-use chunks",
     # and in every line markers.MARKER matches, or that opens a traceback:
     "fatal", "critical", "panic", "assert", "traceback",

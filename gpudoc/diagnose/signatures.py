@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpudoc.diagnose.diagnosis import MEMORY_CAUSES
+from gpudoc.units import parse_size
 
 # A size as PyTorch, XLA, TF and friends print it: "2.26 GiB", "0 bytes", "607.00 KiB", "14.44GiB",
 # "375.40 MB", "20.0G".
@@ -86,7 +87,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # PyTorch's caching allocator, every generation ("Tried to allocate" is the anchor; the
     # figures are read from the whole message, which terminals and loggers wrap).
     _sig("torch_alloc", "gpu_oom", 3,
-         rf"(?:(?P<dev>\b[A-Za-z]+) out of memory\.?\s*)?Tried to allocate\s+(?P<req>{SIZE})"
+         rf"(?:(?P<dev>\b[A-Za-z]+) out of memory\.?\s*)?Tried to allocate\s+(?:more than\s+)?(?P<req>{SIZE})"
          r"(?!\s*on private pool)"),
     _sig("tf_oom", "gpu_oom", 3,
          r"OOM when allocating tensor(?: with shape\s*\[?(?P<shape>[\d,\s]*)\]?)?"
@@ -107,14 +108,23 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("theano", "gpu_oom", 3,
          r"Error allocating (?P<req>\d+) bytes of device memory \(out of memory\)"
          r"(?:\.\s*Driver report (?P<free>\d+) bytes free and (?P<total>\d+) bytes total)?", "cuda"),
+    # TensorFlow's and XLA's stream executor on ROCm name the HIP status as the driver spells it
+    # ("HIP_ERROR_OutOfMemory", the older "hipError_t(1002)"), with the size it asked for.
     _sig("hip_error", "gpu_oom", 3,
-         r"\bhipErrorOutOfMemory\b|\bHIP_ERROR_OUT_OF_MEMORY\b|\bhsa_status_error_out_of_resources\b"
+         rf"(?:failed to allocate\s+{SIZE}\s*\((?P<req_bytes>\d+) bytes\) from device:\s*)?"
+         r"(?:\bhipErrorOutOfMemory\b|\bHIP_ERROR_OUT_?OF_?MEMORY\b|\bhipError_t\(1002\)|\bhsa_status_error_out_of_resources\b)"
          r"|\bHIP error:?\s*out of memory|\bHIP out of memory", "hip", flags=_I),
     # TensorFlow's BFC allocator dumps its state when it runs out; the headline OOM line may be
     # missing from what was kept (a cut log), the statistics are enough.
     _sig("tf_bfc_stats", "gpu_oom", 3,
          rf"Sum Total of in-use chunks:\s*(?P<inuse>{SIZE})"
          r"|\bmemory_limit_:\s*(?P<limit>\d+)\s+available bytes:\s*(?P<avail>\d+)", "tensorflow"),
+    # The same dump cut further: only its listing of chunks and bins is left. The allocator prints
+    # it when an allocation failed, never otherwise.
+    _sig("tf_bfc_listing", "gpu_oom", 3,
+         r"bfc_allocator\.cc:\d+\]\s*(?:(?:Chunk|Free)\s+at 0x[0-9a-fA-F]+ (?:of size|next)\b"
+         r"|Bin \(\d+\):\s*Total Chunks:|Summary of in-use Chunks by size|\d+ Chunks of size \d+ totalling)",
+         "tensorflow"),
     _sig("cuda_lib_alloc", "gpu_oom", 3,
          r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUSPARSE)_STATUS_ALLOC_FAILED\b|\bCUFFT_ALLOC_FAILED\b"
          r"|\bCURAND_STATUS_ALLOCATION_FAILED\b|\bcuDNN error:.*\bout of memory", "cuda"),
@@ -166,7 +176,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|\bNCCL communicator was aborted\b"),
     _sig("nccl_vague", "nccl_timeout", 1,
          r"failure detected by watchdog|Exception \(either an error or timeout\) detected by watchdog"
-         r"|Some NCCL operations have failed or timed out"),
+         r"|Some NCCL operations have failed or timed out"
+         # PyTorch >= 2.4's fatal (glog "F") line as the watchdog's monitor takes the process down.
+         r"|Terminating the process after attempting to dump debug info"),
     # ---- signals and exit codes -----------------------------------------------------------
     _sig("sigkill", "host_oom", 1,
          r"exit\s?code\s*:?\s*-9\b|Signal 9 \(SIGKILL\)|got signal:?\s*9\b|Signals\.SIGKILL"
@@ -181,6 +193,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # ---- everything else ------------------------------------------------------------------
     # A CUDA kernel's assert(): the index it checked, the kernel, the file; the RuntimeError
     # ("device-side assert triggered") that follows it may be missing from the log.
+    # argparse refusing the command line (exit status 2): "usage: ..." then "prog: error: ...".
+    _sig("argparse", "error", 2,
+         r"^(?P<prog>[\w.\-/]+\.py|[\w\-]+): error: (?P<msg>(?:unrecognized arguments|argument |the following "
+         r"arguments are required|ambiguous option|invalid choice|expected one argument).*)"),
     _sig("device_assert", "error", 2,
          r"(?P<file>[\w./-]+\.(?:cu|cuh|h|cpp)):(?P<line>\d+): (?P<kernel>[^:\n]+): block: \[[\d, ]+\],"
          r" thread: \[[\d, ]+\] Assertion [`']?(?P<expr>.*?)[`']? failed"),  # quotes: markdown may have eaten them
@@ -212,7 +228,8 @@ PREFILTER = re.compile(
     r"|exit\s?code|[Ss]ignal|SIG[A-Z]|CANCELLED|KeyboardInterrupt|Terminated|exit (?:status|code)"
     r"|Error|Exception|Failure|Exit\b|CUDA error|cuda runtime error|terminate called"
     r"|Segmentation fault|Illegal instruction|Floating point exception|out of resource"
-    r"|by (?:remote )?peer|remote process|gloo|failed to recv|Assertion|in-use chunks|memory_limit_",
+    r"|by (?:remote )?peer|remote process|gloo|failed to recv|Assertion|in-use chunks|memory_limit_"
+    r"|bfc_allocator|hipError_t|Terminating the process",
     _I,
 )
 
@@ -246,8 +263,32 @@ def match_line(text: str) -> Match | None:
                 continue
         if sig.name == "torch_alloc" and not _is_torch_alloc(text, m):
             continue
-        return _refine(sig, m, text)
+        found = _refine(sig, m, text)
+        if implausible(found):
+            # "more than 1EB" beside the failure that caused it, on one line (a title, a joined log).
+            return next((other for later in SIGNATURES[SIGNATURES.index(sig) + 1:]
+                         if later.cause not in MEMORY_CAUSES and later.name != "exception"
+                         and (other := _plain(later, text)) is not None), found)
+        return found
     return None
+
+
+# A pebibyte: beyond any GPU that exists. A request this size is a size gone wrong in the wake of
+# another failure (a collective that timed out, a corrupted tensor), not memory running out.
+PLAUSIBLE_BYTES = 2**50
+
+
+def implausible(m: Match) -> bool:
+    if m.cause != "gpu_oom":
+        return False
+    req = m.match.groupdict().get("req")
+    size = parse_size(req) if req else None
+    return size is not None and size > PLAUSIBLE_BYTES
+
+
+def _plain(sig: Signature, text: str) -> Match | None:
+    m = sig.pattern.search(text)
+    return _refine(sig, m, text) if m else None
 
 
 def _is_torch_alloc(text: str, m: re.Match) -> bool:

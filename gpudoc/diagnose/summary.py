@@ -6,6 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from gpudoc.diagnose.diagnosis import Diagnosis
+from gpudoc.diagnose.signatures import PLAUSIBLE_BYTES
 from gpudoc.units import GIB, format_bytes
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ def summarise(d: Diagnosis, ev: Event) -> str:
         return (f"{who} failed a CUDA device-side assertion in {g['kernel'].strip()} ({g['file']}:{g['line']}): "
                 f"`{_clip(g['expr'], 160)}`; usually an index out of range (a label >= the number of classes, a token "
                 "id >= the vocabulary size); CUDA_LAUNCH_BLOCKING=1 shows the Python line.")
+    if ev.m.signature.name == "argparse":
+        g = ev.m.match.groupdict()
+        return f"{who} refused its command line ({g['prog']} exits with status 2): {_clip(g['msg'], 200)}."
     if d.cause == "nccl_timeout":
         detail = ""
         work = ev.m.match.groupdict().get("work")
@@ -95,6 +99,17 @@ _RAW_CUDA = re.compile(r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|Cuda
 # A card with this little left is full, whatever the request: allocations come in blocks of
 # 2 MiB and more, and the driver keeps its own share.
 _FULL_FRACTION = 0.01
+MIB = 1024**2
+
+
+def segment_bytes(request: int) -> int:
+    """What PyTorch's caching allocator asks the driver for to serve ``request`` bytes: a 2 MiB
+    block for up to 1 MiB, a 20 MiB segment below 10 MiB, else the request rounded up to 2 MiB."""
+    if request <= MIB:
+        return 2 * MIB
+    if request < 10 * MIB:
+        return 20 * MIB
+    return -(-request // (2 * MIB)) * 2 * MIB
 
 
 def _gpu_reason(d: Diagnosis) -> str:
@@ -104,9 +119,21 @@ def _gpu_reason(d: Diagnosis) -> str:
     short = max(0, (req or 0) - (free or 0))
     if req is not None and total is not None and req > total:
         return "; the single request is larger than the whole GPU"
-    full = free is not None and total is not None and free <= total * _FULL_FRACTION
-    if full and not (others and others >= short) and not d.fragmentation:
-        return "; the card was full"
+    if req is not None and req > PLAUSIBLE_BYTES:
+        return ("; no device holds that much: a size computed wrong, usually in the wake of another failure "
+                "(a collective that timed out), which is the one to look for")
+    # The allocator asks the driver for a whole segment, not the request (2 MiB -> 20 MiB).
+    segment = segment_bytes(req) if req is not None and d.backend in ("cuda", "hip") else None
+    full = free is not None and total is not None and (
+        free <= total * _FULL_FRACTION or (segment is not None and free < segment <= total * _FULL_FRACTION * 2))
+    if full and not (others and others >= short):
+        rounded = (f" (it had {fb(free)} free, less than the {fb(segment)} segment the allocator asks the driver "
+                   f"for to serve {fb(req)})") if segment is not None and req is not None and free is not None \
+            and req <= free < segment else ""
+        if not d.fragmentation or (d.reserved_unallocated_bytes or 0) < (segment or 0):
+            return f"; the card was full{rounded}"
+        return (f"; the card was full{rounded}, and {fb(d.reserved_unallocated_bytes)} reserved by PyTorch but "
+                "unallocated could not serve it: fragmentation")
     if req is not None and free is not None and free >= req and not others:
         return ("; the card had that much free, so something outside the allocator's view failed it "
                 "(a driver or WSL limit, or another process taking the memory first)")

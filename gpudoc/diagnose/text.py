@@ -20,8 +20,9 @@ from gpudoc.diagnose.figures import bytes_of, int_of, torch_figures
 from gpudoc.diagnose.gate import split_with_candidates, with_context
 from gpudoc.diagnose.lines import Line, iter_lines, lines_at
 from gpudoc.diagnose.markers import first_marker
-from gpudoc.diagnose.signatures import WARNING, Match, match_line
+from gpudoc.diagnose.signatures import WARNING, Match, implausible, match_line
 from gpudoc.diagnose.summary import summarise
+from gpudoc.diagnose.torchrun import FirstFailure, entry_rank, first_failure, launcher_said, teardown_pids
 
 # Logs beyond this are read as head + tail: the first failure is near the end in practice, and
 # the head keeps startup failures.
@@ -68,12 +69,29 @@ def diagnose_text(text: str | bytes, *, exit_code: int | None = None, own_pids: 
         text = text[:_HEAD_CHARS] + "\n" + text[-(_MAX_CHARS - _HEAD_CHARS):]
     lines = _evidence_lines(text, gated=len(text) > GATE_ABOVE_CHARS)
     events = _collect(lines)
-    root_rank, root_host = _torchrun_root_cause(lines)
+    first = first_failure(lines)
+    root_rank = first.rank if first is not None else None
+    root_host = first.host if first is not None else None
     root_rank = rank_hint if root_rank is None else root_rank
     chosen = _choose(events, exit_code)
+    # Causes before consequences: a worker's own error line first; then torchrun's account of the
+    # first worker to fail; the teardown's SIGTERMs (circumstantial, strength 1) only after both.
+    if first is not None and _exited_by_itself(first) and (
+            chosen is None or chosen.m.signature.name in _KILLS or (chosen.m.peer and chosen.rank != first.rank)):
+        # A survivor losing its peer is what the first failure did to it, not the failure.
+        return launcher_said(first, teardown_pids(lines), lines, exit_code)
     if chosen is None:
+        pids = teardown_pids(lines)
+        if pids and exit_code != 0:
+            return launcher_said(None, pids, lines, exit_code)
         return _unrecognised(lines, exit_code, text)
     return _build(chosen, events, lines, exit_code, frozenset(own_pids), root_rank, root_host)
+
+
+def _exited_by_itself(first: FirstFailure) -> bool:
+    """torchrun's first failure exited with a status of its own (not killed by a signal, which the
+    signal's own evidence tells better)."""
+    return first.exit_code is not None and first.exit_code > 0
 
 
 def _evidence_lines(text: str, *, gated: bool) -> list[Line]:
@@ -135,9 +153,6 @@ def diagnose_many(items: Sequence[tuple[str, str | bytes, int | None]],
 # ---- evidence ------------------------------------------------------------------------------
 
 _MSG_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
-_LOCAL_RANK = re.compile(r"\blocal[_ ]rank\s*:?\s*(\d+)")
-_SUMMARY_RANK = re.compile(r"(?:^|\s)rank\s*:?\s*(\d+)", re.IGNORECASE)
-_SUMMARY_HOST = re.compile(r"^host\s*:\s*(\S+)")
 _NCCL_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\]")
 # torchrun's "failed (exitcode: -9) local_rank: 1 (pid: 32546)" and "Signal 9 (SIGKILL) received by PID 32546".
 _KILLED_PID = re.compile(r"\(pid:\s*(\d+)\)|received by PID (\d+)")
@@ -170,51 +185,13 @@ def _collect(lines: list[Line]) -> list[Event]:
                 ev.rank = int(mr.group(1))
         if m.signature.name in _KILLS:
             if ev.rank is None:
-                ev.rank, host = _summary_block_rank(lines, i)
+                ev.rank, host = entry_rank(lines, i)
                 ev.host = ev.host or host
             pid = _KILLED_PID.search(line.text)
             if pid:
                 ev.extra["pid"] = int(pid.group(1) or pid.group(2))
         events.append(ev)
     return events
-
-
-def _summary_block_rank(lines: list[Line], i: int) -> tuple[int | None, str | None]:
-    """Rank and host of a torchrun failure entry around line ``i`` (``rank : 7 (local_rank: 7)``)."""
-    rank = host = None
-    text = lines[i].text
-    m = _SUMMARY_RANK.search(text) or _LOCAL_RANK.search(text)
-    if m:
-        rank = int(m.group(1))
-    for j in range(i - 1, max(-1, i - 5), -1):
-        t = lines[j].text
-        rank, host = _rank_and_host(t, rank, host)
-        if re.match(r"^\[\d+\]:\s*$", t):  # start of this entry
-            break
-    return rank, host
-
-
-def _rank_and_host(text: str, rank: int | None, host: str | None) -> tuple[int | None, str | None]:
-    """The first ``rank :`` and ``host :`` values of a torchrun summary, one line at a time."""
-    if rank is None:
-        m = _SUMMARY_RANK.search(text)
-        if m:
-            rank = int(m.group(1))
-    if host is None:
-        h = _SUMMARY_HOST.match(text)
-        if h:
-            host = h.group(1)
-    return rank, host
-
-
-def _torchrun_root_cause(lines: list[Line]) -> tuple[int | None, str | None]:
-    for i, line in enumerate(lines):
-        if line.text.startswith("Root Cause"):
-            rank = host = None
-            for ln in lines[i + 1:i + 12]:
-                rank, host = _rank_and_host(ln.text, rank, host)
-            return rank, host
-    return None, None
 
 
 _TIER1_ORDER = ("host_oom", "shm", "nccl_timeout", "error", "signal")
@@ -240,14 +217,8 @@ def _choose(events: list[Event], exit_code: int | None) -> Event | None:
     return min(top, key=lambda e: (_TIER1_ORDER.index(e.cause) if e.cause in _TIER1_ORDER else 9, e.index))
 
 
-_PLAUSIBLE_BYTES = 2**50  # a pebibyte: beyond any GPU that exists
-
-
 def _implausible(e: Event) -> bool:
-    if e.cause != "gpu_oom":
-        return False
-    requested = bytes_of(e.m.match.groupdict().get("req"))
-    return requested is not None and requested > _PLAUSIBLE_BYTES
+    return implausible(e.m)
 
 
 def _is_death(e: Event) -> bool:

@@ -49,8 +49,10 @@ def test_a_consequence_on_the_same_line_does_not_hide_the_oom_beside_it():
             "GPU 1 has a total capacity of 23.68 GiB of which 1.12 GiB is free.\n")
     d = diagnose_text(line)
     assert d.cause == "gpu_oom" and d.requested_bytes == 2 * GIB and d.gpu_index == 1
-    # The consequence alone is still no failure of its own.
-    assert diagnose_text("Sending process 4243 closing signal SIGTERM\n").cause == "ok"
+    # The consequence alone is never the cause, but it says a worker failed: not "no failure".
+    alone = diagnose_text("Sending process 4243 closing signal SIGTERM\n")
+    assert (alone.cause, alone.inferred, alone.signal) == ("error", True, None)
+    assert "without an error of its own" in alone.summary and "pid 4243" in alone.summary
 
 
 def test_the_newer_watchdog_hang_wording_is_a_collective_timeout():

@@ -34,8 +34,12 @@ KIND_TO_CAUSE = {
 # - gpu-err-163 "NCCL watchdog thread terminated with exception: CUDA error: unknown error" -> error.
 # - gpu-err-033 the OOM inside a framework's repr() of the exception -> gpu_oom.
 # - gpu-err-050/056 torch 2.6+ "failure detected by watchdog" / "Timeout at NCCL work" -> nccl_timeout.
+# - gpu-err-201/202 torchrun's teardown alone ("Sending process N closing signal SIGTERM"), and
+#   gpu-err-210 its ChildFailedError report alone: a worker failed without a word in the log -> error,
+#   inferred, never "no failure"; gpu-err-211 the report's Root Cause a SIGKILL -> host_oom, inferred.
+# - gpu-err-209 "Tried to allocate more than 1EB" beside an NCCL timeout -> nccl_timeout.
 INFERRED = {"gpu-err-089", "gpu-err-092", "gpu-err-080", "gpu-err-022", "gpu-err-024", "gpu-err-027",
-            "gpu-err-029", "gpu-err-159"}
+            "gpu-err-029", "gpu-err-159", "gpu-err-201", "gpu-err-202", "gpu-err-210", "gpu-err-211"}
 
 # corpus `numbers` key -> Diagnosis field.
 FIELDS = {
@@ -61,7 +65,7 @@ def _id(record):
 
 
 def test_corpus_is_complete():
-    assert len(RECORDS) == 72
+    assert len(RECORDS) == 83
     assert {r["kind"] for r in RECORDS} <= set(KIND_TO_CAUSE)
 
 
@@ -175,4 +179,4 @@ def test_the_score_per_cause_is_every_log(capsys):
     with capsys.disabled():
         print(f"\ncorpus, per cause: {report}")
     assert all(right == total for right, total in score.values()), report
-    assert sum(total for _, total in score.values()) == 72
+    assert sum(total for _, total in score.values()) == 83

@@ -389,13 +389,17 @@ def test_peer_loss_before_the_dead_ranks_exception():
     assert "KeyError" in d.summary
 
 
-def test_nccl_remote_error_with_no_rank_dead_stays_an_error():
+def test_nccl_remote_error_with_the_peer_named_by_torchrun_is_that_peers_exit():
     summary = KILLED_SUMMARY.replace("-9 (pid: 701)", "1 (pid: 701)").replace(
         "Signal 9 (SIGKILL) received by PID 701", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
     ).replace("failed (exitcode: -9)", "failed (exitcode: 1)")
     d = diagnose_text(SURVIVOR_TRACEBACK + PEER_LOST[4] + "\n" + summary, exit_code=1)
-    assert (d.cause, d.rank) == ("error", 0)
-    assert "remote process exited" in d.evidence
+    # Rank 0 lost its peer; torchrun's Root Cause says which: rank 1, exit status 1, first.
+    assert (d.cause, d.rank, d.inferred) == ("error", 1, True)
+    assert "exited with status 1, torchrun's first observed failure" in d.summary
+    # Without torchrun's account, the survivor's own error is all there is.
+    alone = diagnose_text(SURVIVOR_TRACEBACK + PEER_LOST[4] + "\n", exit_code=1)
+    assert (alone.cause, alone.rank) == ("error", 0) and "remote process exited" in alone.evidence
 
 
 # ---- evidence comes from messages, never from traceback source lines -------------------------
