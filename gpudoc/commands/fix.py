@@ -120,7 +120,7 @@ def _profile(ws: Workspace, name: str | None, record: RunRecord | None) -> Profi
     ``./gpudoc.toml``."""
     if name:
         return ws.load_profile(name)
-    if record is not None and record.profile_path is None:
+    if record is not None:  # a job read from its command, alone or under a profile without [train]
         from gpudoc.profiles.from_job import recorded_job_profile
 
         job = recorded_job_profile(record, ws.environ)

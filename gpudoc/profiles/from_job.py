@@ -118,6 +118,7 @@ def recorded_job_profile(record: RunRecord, environ: Mapping[str, str] | None = 
 
         path = Path(str(ran["path"]))
         path = path if path.is_absolute() else cwd / path
-        if path.is_file():
+        if path.is_file():  # the environment the run had (a rung may have added to the tier's)
             profile = with_command(load_profile_file(path, cwd=cwd), record.command, cwd, environ)
+            profile = replace(profile, env={str(k): str(v) for k, v in dict(ran.get("env") or profile.env).items()})
     return replace(profile, train={**profile.train, **record.knobs})

@@ -95,3 +95,15 @@ def test_retry_oom_under_a_tier_halves_the_flag_the_trainer_reads(isolated_home)
     assert last.knobs["micro_batch_size"] == 4 and last.knobs["gradient_accumulation_steps"] == 4
     assert "--per_device_train_batch_size" in last.argv and last.argv[last.argv.index(
         "--per_device_train_batch_size") + 1] == "4"
+
+
+def test_fix_after_a_run_under_a_tier_writes_the_commands_flag_not_a_profile(isolated_home):
+    from tests.commands.test_fix_arrival import FLAGS, HF_JOB
+
+    (isolated_home / "train.py").write_text(HF_JOB)  # argparse with the Trainer's flags; OOM above 4
+    done = gpudoc_cli("run", "-p", "gpu-24gb", "--no-check", "--", "python", "train.py", *FLAGS, cwd=isolated_home)
+    assert done.returncode == 1, done.stderr
+    fix = gpudoc_cli("fix", "--json", cwd=isolated_home)
+    nxt = json.loads(fix.stdout)["next"]
+    assert nxt["changes"]["micro_batch_size"] == [8, 4] and nxt["files"] == []  # no gpudoc.toml extending the tier
+    assert nxt["argv"][nxt["argv"].index("--per_device_train_batch_size") + 1] == "4"
