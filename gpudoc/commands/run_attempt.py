@@ -40,7 +40,6 @@ DEFAULT_TERM_GRACE_S = 10.0
 _KEEP_EVENT_LINES = 20
 
 
-
 # -- the launch itself ------------------------------------------------------------------------
 
 def refusing(func: Callable[[], T]) -> T:
@@ -69,6 +68,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     from gpudoc.commands.resume import record_written
     from gpudoc.job import is_multi_process, job_identity, parse_command
     from gpudoc.launch.options import safe_warn
+    from gpudoc.launch.rank_files import with_hidden_rank_logs
     from gpudoc.launch.scan import LiveScan
     from gpudoc.launch.spawn import Launcher, LaunchOptions
     from gpudoc.launch.watch import GpuSampler, SamplerThread, nvml_reader
@@ -77,7 +77,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
 
     console, cwd, store, nvml_backend = ws.console, ws.cwd, ws.store, ws.nvml_backend
     run_id = new_run_id()
-    job = parse_command(resolved.argv)
+    job = parse_command(launched := with_hidden_rank_logs(resolved.argv, store.run_dir(run_id) / "ranks"))
     identity = job_identity(job, child_env)
     record = RunRecord(
         id=run_id, command=list(options.command), cwd=str(cwd), profile=_profile_doc(profile),
@@ -181,7 +181,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
 
         sync = JobSync(store.root, identity.job_id, run_id, record.host)
     launch_options = LaunchOptions(
-        argv=list(resolved.argv), env=child_env, cwd=cwd, log_path=log_path, log_mode=file_mode,
+        argv=launched, env=child_env, cwd=cwd, log_path=log_path, log_mode=file_mode,
         use_pty=_isatty(console.out), term_fd=_fileno(console.out), stdin_fd=_fileno(ws.stdin),
         term_grace_s=term_grace, on_start=on_start, on_tick=on_tick,
         scan=live,

@@ -77,6 +77,7 @@ class JobCommand:
     wrapper: str | None = None
     wrapper_options: Options = field(default_factory=Options)
     program_index: int = 0  # where the program that runs the job starts (after env, srun, ...)
+    options_end: int | None = None  # a launcher's: where its own options end (the script, or the end)
 
     @property
     def script_args(self) -> list[str]:
@@ -179,10 +180,10 @@ def _launcher(argv: tuple[str, ...], i: int, launcher: str, flags: frozenset[str
               wrapper_options: Options, program_index: int) -> JobCommand:
     j, options = _scan(argv, i, flags)
     if j >= len(argv):
-        return JobCommand(argv, launcher, len(argv), None, options, wrapper, wrapper_options, program_index)
+        return JobCommand(argv, launcher, len(argv), None, options, wrapper, wrapper_options, program_index, j)
     script = argv[j]
     if launcher == "torchrun" and options.has("--no-python") and _PYTHON.match(os.path.basename(script)):
         inner = _read(argv, j, None, Options())
         return JobCommand(argv, launcher, inner.args_start, inner.script, options, wrapper, wrapper_options,
-                          program_index)
-    return JobCommand(argv, launcher, j + 1, script, options, wrapper, wrapper_options, program_index)
+                          program_index, j)
+    return JobCommand(argv, launcher, j + 1, script, options, wrapper, wrapper_options, program_index, j)

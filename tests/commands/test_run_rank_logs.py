@@ -28,3 +28,21 @@ def test_an_oom_only_in_a_hidden_ranks_file_is_the_cause(isolated_home):
     missing = gpudoc_cli("logs", "--rank", "7", cwd=isolated_home)
     assert missing.returncode == 2 and "ranks 0, 1" in missing.stderr
     assert_no_leftovers(mark)
+
+
+def test_a_hidden_rank_without_a_log_dir_is_redirected_into_the_run_folder(isolated_home):
+    # torchrun alone would send rank 1's output to /dev/null: only its exit code would be left.
+    mark = marker()
+    g = Gpudoc("run", "--no-check", "--", "torchrun", "--nproc_per_node=2", "--monitor-interval=0.1",
+               "--local-ranks-filter", "0", str(RANKS), "oom_exit", mark,
+               cwd=isolated_home, env=job_env(JOB_LINES="3"))
+    assert g.wait(120) != 0
+    console = last_log(isolated_home)
+    assert b"rank0 line0002" in console and b"rank1 line" not in console  # rank 0's console as it was
+    record = last_record(isolated_home)
+    assert "--redirects" not in record["argv"]  # the record keeps the command as bound; a relaunch rewrites afresh
+    assert sorted(record["rank_logs"]) == ["1"]  # rank 0 still writes to the console only
+    assert all(f"/{record['id']}/ranks/" in path for path in record["rank_logs"]["1"])
+    assert record["cause"] == "gpu_oom" and record["diagnosis"]["rank"] == 1
+    assert record["diagnosis"]["summary"].startswith("Rank 1 ran out of CUDA memory")
+    assert_no_leftovers(mark)
