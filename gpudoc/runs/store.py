@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import GpudocError, InputError
 from gpudoc.runs.ids import RUN_ID, new_run_id
+from gpudoc.runs.order import chronological, newest_window, second_of
 from gpudoc.runs.tail import TAIL_BYTES, read_tail
 from gpudoc.trust import untrusted
 from gpudoc.upward import project_folders
@@ -215,7 +216,8 @@ class RunStore:
             return []
 
     def records(self, *, newest: int | None = None) -> Iterator[RunRecord]:
-        """Oldest first (only the ``newest`` so many runs, when given); records that cannot be
+        """Oldest first, in the one order of runs (``gpudoc.runs.order``; only the ``newest`` so
+        many runs, when given); records that cannot be
         read are skipped (``take_notes`` says which).
 
         Each ``run.json`` is parsed once per store and again only when it changed on disk, so a
@@ -223,8 +225,11 @@ class RunStore:
         (a follower, a test) still sees runs that other processes wrote meanwhile.
         """
         ids = self.ids()
-        loaded = (self.record_or_none(run_id) for run_id in (ids[-newest:] if newest is not None else ids))
-        return iter([record for record in loaded if record is not None])
+        loaded = (self.record_or_none(run_id) for run_id in (newest_window(ids, newest) if newest is not None else ids))
+        ordered = chronological(record for record in loaded if record is not None)
+        if newest is not None:
+            ordered = ordered[-newest:] if newest > 0 else []
+        return iter(ordered)
 
     def record_or_none(self, run_id: str) -> RunRecord | None:
         """The run's record, parsed once per store (again when it changed on disk); None when it
@@ -274,29 +279,17 @@ class RunStore:
         return latest
 
     def latest(self) -> RunRecord | None:
-        """The most recently started run: what `fix`, `logs` and `runs` mean by "the last run".
-
-        Run ids sort by start time; among runs started within the newest second (a retry chain
-        relaunches at once), a parent comes before its child, then the job's own start (its
-        processes' create_time), then the id (ids carry milliseconds). Only records this user
-        wrote count.
-        """
+        """The most recently started run: what `fix`, `logs` and `runs` mean by "the last run",
+        the last of ``gpudoc.runs.order``'s order (the one `runs` lists). Only the newest second's
+        records are read; only records this user wrote count."""
         newest: list[RunRecord] = []
         for run_id in reversed(self.ids()):  # from the newest, reading only the newest second
-            if newest and run_id[:15] != newest[0].id[:15]:
+            if newest and second_of(run_id) != second_of(newest[0].id):
                 break
             record = self.record_or_none(run_id)
             if record is not None:
                 newest.append(record)
-        if not newest:
-            return None
-        parents = {r.parent for r in newest}
-
-        def order(record: RunRecord) -> tuple[bool, float, str]:
-            starts = [float(p.get("create_time") or 0) for p in record.pids or () if isinstance(p, dict)]
-            return (record.id not in parents, min(starts) if starts else 0.0, record.id)
-
-        return max(newest, key=order)
+        return chronological(newest)[-1] if newest else None
 
     def foreign_note(self) -> str | None:
         """One line about records another user put here, when there are any (they were ignored)."""

@@ -337,3 +337,29 @@ def test_a_group_writable_home_is_fine_only_when_explicit_and_shared(tmp_path):
         explicit.create(RunRecord(id=new_run_id(), command=["python"], cwd="/x"))
     with pytest.raises(StoreError, match="can be written by group nogroup"):
         RunStore(team).create(RunRecord(id=new_run_id(), command=["python"], cwd="/x"), shared=True)  # found, not named
+
+
+def test_runs_started_in_the_same_second_have_one_latest_for_every_command(tmp_path):
+    """Two nodes (or an older gpudoc without milliseconds) start runs in the same second: the id's
+    random suffix says nothing of their order. `runs` lists them, and `fix`, `logs` and `runs
+    show` pick "the latest", by one tie-break: the last row of `runs` is the run `logs` prints."""
+    from tests.conftest import gpudoc_cli
+
+    store = RunStore(tmp_path)
+    store.create(RunRecord(id="20250101-000000-ffffff", command=["a"], cwd="/", status="failed",
+                           pids=[{"pid": 1, "create_time": 100.0}]))
+    store.create(RunRecord(id="20250101-000000-000000", command=["a"], cwd="/", status="ok",
+                           parent="20250101-000000-ffffff", pids=[{"pid": 2, "create_time": 100.5}]))
+    store.create(RunRecord(id="20250101-000000-888888", command=["a"], cwd="/", status="ok",
+                           pids=[{"pid": 3, "create_time": 100.2}]))
+    for run_id in store.ids():
+        store.log_path(run_id).write_text(f"log of {run_id}\n")
+    assert [r.id for r in store.records()] == ["20250101-000000-ffffff", "20250101-000000-888888",
+                                               "20250101-000000-000000"]
+    assert [r.id for r in store.records(newest=1)] == [store.latest().id] == ["20250101-000000-000000"]
+    env = {"GPUDOC_HOME": str(tmp_path)}
+    listed = json.loads(gpudoc_cli("runs", "--json", cwd=tmp_path, env=env).stdout)
+    assert [row["id"] for row in listed["runs"]][-1] == "20250101-000000-000000"
+    assert gpudoc_cli("logs", cwd=tmp_path, env=env).stdout == "log of 20250101-000000-000000\n"
+    last = json.loads(gpudoc_cli("runs", "--last", "1", "--json", cwd=tmp_path, env=env).stdout)
+    assert [row["id"] for row in last["runs"]] == ["20250101-000000-000000"]

@@ -1,0 +1,45 @@
+"""The one order of runs: what `runs` lists, and what `fix`, `logs`, `watch` and `runs show` mean
+by "the latest run" (the last of this order).
+
+Run ids sort by their start second. Within one second the id alone cannot say which came last: a
+retry chain relaunches at once, two nodes sharing a ``GPUDOC_HOME`` start at once, and an older
+gpudoc wrote ids without milliseconds, so a random suffix would decide. There, a run that another
+run of that second retried comes before it, then the job's own start (its processes'
+create_time) decides, then the id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from gpudoc.runs.record import RunRecord
+
+_SECOND = len("YYYYMMDD-HHMMSS")
+
+
+def second_of(run_id: str) -> str:
+    return run_id[:_SECOND]
+
+
+def chronological(records: Iterable[RunRecord]) -> list[RunRecord]:
+    """``records`` oldest first, by the one tie-break."""
+    found = list(records)
+    parents = {(second_of(r.id), r.parent) for r in found if r.parent}
+
+    def key(record: RunRecord) -> tuple[str, bool, float, str]:
+        starts = [float(p.get("create_time") or 0) for p in record.pids or () if isinstance(p, dict)]
+        return (second_of(record.id), (second_of(record.id), record.id) not in parents,
+                min(starts) if starts else 0.0, record.id)
+
+    return sorted(found, key=key)
+
+
+def newest_window(ids: Sequence[str], newest: int) -> Sequence[str]:
+    """The ids to read for the ``newest`` runs: the last ``newest`` ids and every other id of the
+    oldest second among them (its order is only known once its records are read)."""
+    if newest <= 0:
+        return ()
+    start = max(0, len(ids) - newest)
+    while start > 0 and second_of(ids[start - 1]) == second_of(ids[start]):
+        start -= 1
+    return ids[start:]
