@@ -2,18 +2,26 @@
 
 ``$XDG_STATE_HOME/gpudoc/projects`` (default ``~/.local/state/gpudoc/projects``): one runs
 directory per line, added when a run starts there. Directories that no longer exist are dropped
-when the list is read; it never holds more than ``MAX_PROJECTS`` lines.
+when the list is read; it never holds more than ``MAX_PROJECTS`` lines. Many first runs start at
+once (a sweep, a job array): each adds its line under a lock (``projects.lock`` beside the list),
+reading the list as the one before it left it, so none replaces another's line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from gpudoc.atomic import atomic_write_text
 
 MAX_PROJECTS = 1000
+# How long a run waits for another's registration before it registers anyway: a few milliseconds
+# each, so only a lock held by a stopped process is ever waited out.
+_LOCK_WAIT_S = 5.0
 
 
 def index_path(environ: Mapping[str, str]) -> Path:
@@ -38,12 +46,34 @@ def projects(environ: Mapping[str, str]) -> list[Path]:
 def register(runs_dir: Path, environ: Mapping[str, str]) -> None:
     """Remember ``runs_dir`` (no-op when it is there already); never an error for the run."""
     path = index_path(environ)
-    known = [str(p) for p in projects(environ)]
     entry = str(Path(os.path.abspath(runs_dir)))
-    if entry in known:
+    if entry in map(str, projects(environ)):
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, "\n".join([*known, entry][-MAX_PROJECTS:]) + "\n")
+        with _locked(path.with_name(path.name + ".lock")):
+            known = [str(p) for p in projects(environ)]  # as the run before this one left it
+            if entry not in known:
+                atomic_write_text(path, "\n".join([*known, entry][-MAX_PROJECTS:]) + "\n")
     except OSError:
         pass  # a read-only home: `runs --all` misses this project, the run goes on
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (made when missing, never through a link), released when the
+    block ends or the process does."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + _LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break  # a holder that never lets go: registering unlocked beats not at all
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)
