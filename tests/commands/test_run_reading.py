@@ -107,3 +107,25 @@ def test_fix_after_a_run_under_a_tier_writes_the_commands_flag_not_a_profile(iso
     nxt = json.loads(fix.stdout)["next"]
     assert nxt["changes"]["micro_batch_size"] == [8, 4] and nxt["files"] == []  # no gpudoc.toml extending the tier
     assert nxt["argv"][nxt["argv"].index("--per_device_train_batch_size") + 1] == "4"
+
+
+def test_uv_run_sets_the_allocator_name_the_environments_torch_reads(isolated_home):
+    """The tier's allocator setting goes under the name the job's own torch reads: the project's
+    environment behind `uv run` has torch, the python3 on PATH has none."""
+    from tests.conftest import VENV_BIN
+
+    write_hf_script(isolated_home)
+    fake = isolated_home / "fakebin"
+    fake.mkdir()
+    (fake / "uv").write_text(f'#!/bin/sh\n[ "$1 $2" = "python find" ] && echo "{VENV_BIN}/python" && exit 0\nexit 2\n')
+    (fake / "uv").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin"}
+    command = ["-p", "gpu-24gb", "--dry-run", "--json", "--", "uv", "run", "python3", "train.py"]
+    done = gpudoc_cli("run", *command, cwd=isolated_home, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["env_set"].get("PYTORCH_ALLOC_CONF") == "expandable_segments:True"
+    # The environment not there yet (uv would create it): one note, and the python3 on PATH decides.
+    (fake / "uv").write_text("#!/bin/sh\nexit 2\n")
+    done = gpudoc_cli("run", *command, cwd=isolated_home, env=env)
+    assert "gpudoc: note: uv run: `uv python find` named no interpreter (exit 2" in done.stderr
+    assert "PYTORCH_ALLOC_CONF" not in json.loads(done.stdout)["env_set"]
