@@ -202,6 +202,8 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     _merge_pids(record, state, [(p.pid, p.create_time) for p in outcome.processes])
     _finish_record(record, outcome, watch, sampler, log_path)
     _read_rank_logs(record, job, cwd, outcome.started)
+    from gpudoc.diagnose.own_flags import refused_own_flags, user_command
+    record.diagnosis = refused_own_flags(record.diagnosis, user_command(record, store), launched)
     record_written(record, profile, cwd)  # what a relaunch of this chain may resume from
     if probing:
         record.take_observations(probe.read(run_dir))
@@ -396,5 +398,3 @@ def _seconds(value: object, default: float, *, low: float, high: float, name: st
     console.error(f"gpudoc: note: {name} = {value!r} is not a number of seconds in [{low:g}, {high:g}]: "
                   f"using {default:g}")
     return default
-
-
