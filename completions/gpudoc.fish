@@ -327,7 +327,7 @@ complete -c gpudoc -n '__gpudoc_at \'run\'' -s v -l version -d 'Prints the progr
 complete -c gpudoc -n '__gpudoc_at \'run\'' -a -- -d 'end of gpudoc switches: the command follows'
 complete -c gpudoc -n '__gpudoc_at \'fix\'' -l log -r -F -d 'diagnose a log file (- for stdin)'
 complete -c gpudoc -n '__gpudoc_at \'fix\'' -s p -l profile -x -a '(__gpudoc_profiles)' -d 'profile name or file (default: the run\'s profile, else ./gpudoc.toml)'
-complete -c gpudoc -n '__gpudoc_at \'fix\'' -l apply -d 'write the first suggestion into the profile (comments kept, backup made)'
+complete -c gpudoc -n '__gpudoc_at \'fix\'' -l apply -d 'write the next rung where the job reads it: the profile (comments kept), or a job without one its config files (each backed up) and the next command for its flags'
 complete -c gpudoc -n '__gpudoc_at \'fix\'' -l rerun -d 'apply, then relaunch the recorded command with gpudoc run'
 complete -c gpudoc -n '__gpudoc_at \'fix\'' -l allow-semantic -d 'also propose rungs that change the experiment (shorter sequences, smaller LoRA rank, user rungs)'
 complete -c gpudoc -n '__gpudoc_at \'fix\'' -l json -d 'one JSON object: diagnosis and suggestions'

@@ -66,12 +66,29 @@ class Command(cli.Application):
     @cli.switch(["-h", "--help"], overridable=True, group="Meta-switches")
     def help(self) -> None:
         """Prints this help message and quits"""
+        if not self.USAGE:
+            self.USAGE = usage_line(self.main, subcommands=bool(self._subcommands))
         super().help()
         if self.EXAMPLES:
             print("Examples:")
             for line in self.EXAMPLES.strip("\n").splitlines():
                 print(f"    {line}")
             print()
+
+
+def usage_line(main: Any, *, subcommands: bool) -> str:
+    """The usage line as the README writes it (``gpudoc logs [SWITCHES] [RUN_ID]``): plumbum's own
+    spells an optional argument with its default, ``[run_id=]``, which reads like a switch to fill in."""
+    import inspect
+
+    spec = inspect.getfullargspec(main)
+    names = [name.upper() for name in spec.args[1:]]  # skip self
+    for i in range(len(spec.defaults or ())):
+        names[-i - 1] = f"[{names[-i - 1]}]"
+    if spec.varargs:
+        names.append(f"[{spec.varargs.upper()}...]")
+    words = ["{progname}", "[SWITCHES]", *(["[SUBCOMMAND [SWITCHES]]"] if subcommands else []), *names]
+    return "    " + " ".join(words) + "\n"
 
 
 # plumbum's built-in `--completions {bash,fish}` prints a generic script that knows only the

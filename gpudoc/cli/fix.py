@@ -27,7 +27,7 @@ gpudoc fix --log train.log -p gpudoc.toml --apply
 
     logs = cli.SwitchAttr(["--log"], str, list=True, argname="FILE", help="diagnose a log file (- for stdin)")
     profile = cli.SwitchAttr(["-p", "--profile"], str, default=None, argname="PROFILE", help="profile name or file (default: the run's profile, else ./gpudoc.toml)")
-    apply = cli.Flag(["--apply"], help="write the first suggestion into the profile (comments kept, backup made)")
+    apply = cli.Flag(["--apply"], help="write the next rung where the job reads it: the profile (comments kept), or a job without one its config files (each backed up) and the next command for its flags")
     rerun = cli.Flag(["--rerun"], help="apply, then relaunch the recorded command with gpudoc run")
     allow_semantic = cli.Flag(["--allow-semantic"], help="also propose rungs that change the experiment (shorter sequences, smaller LoRA rank, user rungs)")
     json = cli.Flag(["--json"], help="one JSON object: diagnosis and suggestions")

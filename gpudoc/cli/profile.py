@@ -77,16 +77,16 @@ gpudoc profile new my-job --from-run
     snapshots = cli.SwitchAttr("--snapshot", str, list=True, help="read GPUs from a saved nvidia-smi file instead of the driver")
     force = cli.Flag("--force", help="replace an existing profile (a backup is kept)")
 
-    def main(self, name: str, run_id: str | None = None) -> int:
+    def main(self, name: str, run_id: str = "") -> int:  # plumbum converts by the annotation: a str, "" for none
         from gpudoc.commands.profile import new_profile
         from gpudoc.errors import UsageError
 
-        if run_id is not None and not self.from_run:
+        if run_id and not self.from_run:
             raise UsageError(f"profile new: unexpected {run_id!r} after the name (a RUN_ID goes with --from-run)")
         if self.from_run and self.from_gpu:
             raise UsageError("profile new: --from-run and --from-gpu are two different starting points; pick one")
         return new_profile(self.workspace, name, from_gpu=self.from_gpu, snapshots=tuple(self.snapshots),
-                           force=self.force, from_run=(run_id or "") if self.from_run else None)
+                           force=self.force, from_run=run_id if self.from_run else None)
 
 
 @ProfileCommand.subcommand("schema")

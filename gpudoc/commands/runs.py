@@ -85,15 +85,27 @@ def diff(ws: Workspace, a: str, b: str, *, as_json: bool = False) -> int:
         a=first.id, b=second.id,
         knobs=tuple(changes(first.knobs, second.knobs)),
         env=tuple(changes(first.env_set, second.env_set)),
-        edits=tuple(changes(_edits(first), _edits(second))),
+        edits=tuple(changes(*_file_values(first, second))),
         outcome=tuple(changes(_outcome(first), _outcome(second))),
     )
     return show(result, ws.console, as_json=as_json)
 
 
-def _edits(record: RunRecord) -> dict[str, Any]:
-    return {str(edit.get("path")): list(edit.get("changes") or ()) for edit in record.file_edits
-            if isinstance(edit, dict)}
+def _file_values(first: RunRecord, second: RunRecord) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What each edited file key held when ``first`` ran and when ``second`` ran ("PATH KEY" ->
+    value): ``first``'s own edits, then what was written for the next attempt (`fix --apply`) and
+    ``second``'s own, so the diff shows every edit between the two, not only ``second``'s."""
+    def edits(*lists: list) -> list[tuple[str, dict]]:
+        return [(f"{edit.get('path')} {change.get('key')}", change) for edits in lists for edit in edits
+                if isinstance(edit, dict) for change in edit.get("changes") or () if isinstance(change, dict)]
+
+    ran: dict[str, Any] = {name: change.get("new") for name, change in edits(first.file_edits)}
+    for name, change in edits(first.applied_edits, second.file_edits):
+        ran.setdefault(name, change.get("old"))  # not edited for the first run: it held the old value
+    then = dict(ran)
+    for name, change in edits(first.applied_edits, second.file_edits):
+        then[name] = change.get("new")
+    return ran, then
 
 
 def _outcome(record: RunRecord) -> dict[str, Any]:

@@ -179,9 +179,10 @@ def _helper_digest() -> str:
 
 
 def run_helper(spec: Mapping[str, Any], *, python: str, environ: Mapping[str, str], cwd: Path,
-               timeout_s: float = DEFAULT_TIMEOUT_S, use_cache: bool = True) -> dict:
+               timeout_s: float | None = None, use_cache: bool = True) -> dict:
     """The helper's result for ``spec`` (``ok`` is true), from the cache when the same spec ran
-    under the same library versions (and the same factory code) before. Raises
+    under the same library versions (and the same factory code) before. ``timeout_s``: the
+    profile's ``[estimate] timeout_s``, None when it sets none (the default applies). Raises
     ``SimulationUnavailable`` with the reason."""
     if spec.get("factory"):
         check_factory_trust(str(spec["factory"]), cwd, environ)  # before any answer, a cached one included
@@ -203,13 +204,16 @@ def run_helper(spec: Mapping[str, Any], *, python: str, environ: Mapping[str, st
             pass  # none, or not an answer (planted, cut short): the helper is asked again
     try:
         done = run_bounded([python, str(HELPER)], input_text=json.dumps({**spec, "cwd": str(cwd)}),
-                           timeout_s=timeout_s, cwd=str(cwd), env=helper_environment(environ),
+                           timeout_s=timeout_s or DEFAULT_TIMEOUT_S, cwd=str(cwd), env=helper_environment(environ),
                            tail_bytes=_ANSWER_BYTES)
     except OSError as exc:
         raise SimulationUnavailable(f"cannot run the job's interpreter {python}: {exc}") from None
     if done.timed_out:
-        raise SimulationUnavailable(f"the simulation took longer than {timeout_s:g} s "
-                                    "([estimate] timeout_s raises the limit)")
+        # Point to the setting only where it is not set already: a user who set it knows where it is.
+        raise SimulationUnavailable(f"the simulation took longer than {DEFAULT_TIMEOUT_S:g} s, the default limit "
+                                    "([estimate] timeout_s raises it)" if timeout_s is None else
+                                    f"the simulation took longer than {timeout_s:g} s, the limit [estimate] "
+                                    "timeout_s sets")
     try:
         result = checked_answer(_parse(done), sizes)
     except ValueError as exc:

@@ -19,7 +19,7 @@ from gpudoc.estimate import terms
 from gpudoc.estimate.estimator import MAX_SEARCH_MICRO_BATCH, Estimate, _describe, estimate
 from gpudoc.estimate.inputs import LORA_READING_NOTES, ModelShape, TrainSetup, model_shape, train_setup
 from gpudoc.estimate.sim_spec import simulation_spec, unsupported_reason
-from gpudoc.estimate.simulate import DEFAULT_TIMEOUT_S, SimulationUnavailable, run_helper
+from gpudoc.estimate.simulate import SimulationUnavailable, run_helper
 from gpudoc.units import format_bytes
 
 _KINDS = ("weights", "gradients", "optimizer", "activations", "temporaries")
@@ -32,7 +32,7 @@ class SimulateOptions:
     python: str
     environ: Mapping[str, str]
     cwd: Path
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    timeout_s: float | None = None  # the profile's [estimate] timeout_s; None: the default
     use_cache: bool = True
     runner: Callable[..., dict] = field(default=run_helper)
 
@@ -42,8 +42,10 @@ def simulate_enabled(profile: Any) -> bool:
     return bool((getattr(profile, "estimate", None) or {}).get("simulate", False))
 
 
-def timeout_of(profile: Any) -> float:
-    return float((getattr(profile, "estimate", None) or {}).get("timeout_s") or DEFAULT_TIMEOUT_S)
+def timeout_of(profile: Any) -> float | None:
+    """``[estimate] timeout_s``, None when the profile sets none (the helper's default applies)."""
+    value = (getattr(profile, "estimate", None) or {}).get("timeout_s")
+    return float(value) if value else None
 
 
 # Simulations the search for the largest micro batch may add to the two it starts from.

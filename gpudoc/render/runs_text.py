@@ -80,8 +80,7 @@ def _run_show(result: RunShowResult, console: Console) -> None:
     for label, edits in (("edited", record.file_edits), ("then edited (for the next attempt)", record.applied_edits)):
         for edit in edits:
             if isinstance(edit, dict):
-                say(f"  {label} {printable(str(edit.get('path')))}: "
-                    f"{printable(', '.join(map(str, edit.get('changes') or ())))}")
+                say(f"  {label} {printable(str(edit.get('path')))}: {printable(edit_text(edit))}")
     if record.resumed_from:
         said = record.resumed_from
         say(f"  resumed from: {printable(str(said.get('path')))} ({said.get('framework')}"
@@ -100,6 +99,12 @@ def _run_show(result: RunShowResult, console: Console) -> None:
         say(f"    GPU {gpu} {marks} peak {format_bytes(peak)}" + (f" of {format_bytes(total)}{share}" if total else ""))
     if result.skipped:
         say(f"  {result.skipped} line{'s' if result.skipped != 1 else ''} of gpu.csv skipped (not a sample)")
+
+
+def edit_text(edit: dict[str, Any]) -> str:
+    """A file edit's changes as people read them: ``batch_size 32 -> 16, lr 0.1 -> 0.05``."""
+    return ", ".join(f"{change.get('key')} {knob_word(change.get('old'))} -> {knob_word(change.get('new'))}"
+                     if isinstance(change, dict) else str(change) for change in edit.get("changes") or ())
 
 
 @text.register

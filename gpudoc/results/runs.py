@@ -82,7 +82,7 @@ class RunsDiffResult:
     b: str
     knobs: tuple[tuple[str, Any, Any], ...]
     env: tuple[tuple[str, Any, Any], ...]
-    edits: tuple[tuple[str, Any, Any], ...]  # file -> the changes each run's bindings wrote there
+    edits: tuple[tuple[str, Any, Any], ...]  # "PATH KEY" -> the value each run read there
     outcome: tuple[tuple[str, Any, Any], ...]  # status, cause, exit code, duration, peak
     exit_code: int = ExitStatus.OK
     status: str = "ok"

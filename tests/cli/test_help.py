@@ -79,6 +79,12 @@ def test_help_teaches(path, app_cls):
     assert 10 <= len(purpose) <= 100, f"{where}: purpose {purpose!r}"
     assert "not built yet" not in purpose.lower(), f"{where}: placeholder purpose"
 
+    # The usage line names the arguments as the README does: NAME, [RUN_ID], [TARGETS...]; never
+    # plumbum's "[run_id=]", which reads like a switch with nothing after it.
+    usage = result.stdout.split("Usage:\n", 1)[1].splitlines()[0]
+    assert usage.startswith(f"    gpudoc {' '.join(path)}".rstrip() + " "), f"{where}: {usage!r}"
+    assert "=" not in usage and usage == usage.replace("[run_id", ""), f"{where}: {usage!r}"
+
     # Every switch is listed, each line under its names (no nameless leftovers).
     assert not re.search(r"^ {20,}Prints this help message", result.stdout, re.M), where
     inst = app_cls("gpudoc")
@@ -113,3 +119,15 @@ def test_examples_that_do_not_parse_are_caught():
 
     with pytest.raises(UsageError):
         parse_only(["profile", "show", "x", "--no-such-switch"])
+
+
+def test_usage_lines_name_optional_and_repeated_arguments():
+    said = {" ".join(path): gpudoc_cli(*path, "--help").stdout.split("Usage:\n", 1)[1].splitlines()[0].strip()
+            for path in (("logs",), ("profile", "new"), ("runs", "diff"), ("fix",))}
+    assert said == {"logs": "gpudoc logs [SWITCHES] [RUN_ID]", "profile new": "gpudoc profile new [SWITCHES] NAME [RUN_ID]",
+                    "runs diff": "gpudoc runs diff [SWITCHES] A B", "fix": "gpudoc fix [SWITCHES] [TARGETS...]"}
+
+
+def test_fix_apply_says_where_it_writes():
+    line = " ".join(gpudoc_cli("fix", "--help").stdout.split("\n    --apply ", 1)[1].split("\n    --", 1)[0].split())
+    assert "the profile" in line and "config files" in line and "next command" in line

@@ -67,3 +67,24 @@ def test_new_from_gpu_without_a_driver_fails_cleanly(isolated_home):
     assert result.returncode == 1
     assert "no GPU to read" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_new_from_run_takes_the_run_id_it_is_given(tmp_path):
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import gpudoc_cli
+
+    shutil.copy(Path(__file__).with_name("jobs") / "nanogpt_config.py", tmp_path / "train.py")
+    (tmp_path / "cfg.py").write_text("batch_size = 32\n")
+    for _ in range(2):  # the named run is the older one: not the latest by chance
+        gpudoc_cli("run", "--no-check", "--", sys.executable, "train.py", "cfg.py", cwd=tmp_path)
+        (tmp_path / "cfg.py").write_text("batch_size = 8\n")
+    older = sorted(p.name for p in (tmp_path / ".gpudoc" / "runs").iterdir())[0]
+    made = gpudoc_cli("profile", "new", "mine", "--from-run", older, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / ".gpudoc" / "profiles" / "mine.toml").read_text()
+    assert f"\n# Read by gpudoc from run {older}: " in text and "micro_batch_size = 32 # file:cfg.py:batch_size" in text
+    stray = gpudoc_cli("profile", "new", "other", older, cwd=tmp_path)
+    assert stray.returncode == 2 and "a RUN_ID goes with --from-run" in stray.stderr

@@ -304,3 +304,24 @@ def test_a_malformed_record_is_skipped_with_a_note_and_named_when_asked_for(isol
         shown = gpudoc_cli("runs", "show", bad.id, cwd=isolated_home)
         assert shown.returncode == 2 and len(shown.stderr.splitlines()) == 1, shown.stderr
         assert f"{store.run_dir(bad.id) / RECORD}: unreadable run record: " in shown.stderr
+
+
+def test_file_edits_read_as_changes_and_diff_shows_every_edit_between_two_runs(tmp_path):
+    import shutil
+    import sys
+    from pathlib import Path
+
+    shutil.copy(Path(__file__).with_name("jobs") / "nanogpt_config.py", tmp_path / "train.py")
+    (tmp_path / "cfg.py").write_text("batch_size = 32\n")
+    command = ["run", "--no-check", "--", sys.executable, "train.py", "cfg.py"]
+    assert gpudoc_cli(*command, cwd=tmp_path).returncode == 1
+    assert gpudoc_cli("fix", "--apply", cwd=tmp_path).returncode == 0  # cfg.py: 32 -> 16, for the next attempt
+    assert gpudoc_cli(*command, cwd=tmp_path).returncode == 0  # reads 16: nothing of its own to edit
+    first, second = sorted(p.name for p in (tmp_path / ".gpudoc" / "runs").iterdir())
+    shown = gpudoc_cli("runs", "show", first, cwd=tmp_path).stdout
+    assert f"  then edited (for the next attempt) {tmp_path / 'cfg.py'}: batch_size 32 -> 16\n" in shown
+    assert "{'key'" not in shown
+    diffed = gpudoc_cli("runs", "diff", first, second, cwd=tmp_path).stdout
+    assert f"  file edits:\n    {tmp_path / 'cfg.py'} batch_size: 32 -> 16\n" in diffed
+    doc = json.loads(gpudoc_cli("runs", "diff", first, second, "--json", cwd=tmp_path).stdout)
+    assert doc["edits"] == {f"{tmp_path / 'cfg.py'} batch_size": {"a": 32, "b": 16}}

@@ -171,6 +171,8 @@ def test_a_hanging_factorys_child_ends_with_the_helper_at_its_limit(tmp_path):
                                    f"open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
                                    "import time; time.sleep(300)\n")
     assert doc["source"] == "formula" and "longer than 2 s" in doc["notes"][0]
+    # The profile sets the limit: the note names it, and does not tell the user to set it.
+    assert "the limit [estimate] timeout_s sets" in doc["notes"][0] and "raises" not in doc["notes"][0]
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:

@@ -10,7 +10,9 @@ if mbs > 2:
         "Traceback (most recent call last):\n"
         '  File "train.py", line 12, in <module>\n'
         "    loss = model(batch).loss\n"
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity "
+        # The request grows with the batch, as a real job's does (an OOM that stays the same when the
+        # batch halves tells the ladder the memory is not in the activations).
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {mbs / 2:.2f} GiB. GPU 0 has a total capacity "
         "of 23.68 GiB of which 2.06 GiB is free. Including non-PyTorch memory, this process has 21.61 GiB "
         "memory in use. Of the allocated memory 21.12 GiB is allocated by PyTorch, and 102.00 MiB is "
         "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
