@@ -55,15 +55,15 @@ def _job_model(ws: Workspace, profile: Profile, command: list[str]) -> tuple[Pro
 
 def _job_as_it_is(ws: Workspace, profile: Profile, command: list[str]) -> tuple[Profile, list[str]]:
     """The job as `gpudoc run` reads it (``with_command``): with no profile, or one without
-    ``[train]``, the knobs, launcher and model of the command given here; with no profile and no
-    command, of the newest run launched without a profile; and what was read."""
+    ``[train]``, the knobs, launcher and model of the command given here; with no command, of the
+    newest run launched that way (without a profile, or under this one); and what was read."""
     from gpudoc.profiles.from_job import describe, recorded_job_profile, with_command
 
-    if command or profile.path is not None:
+    if command or (profile.path is not None and profile.train):
         read = with_command(profile, command, ws.cwd, ws.environ)
     else:
-        latest = ws.store.latest()
-        recorded = recorded_job_profile(latest, ws.environ) if latest is not None else None
+        latest = ws.history(profile)[-1:] if profile.path is not None else [ws.store.latest()]
+        recorded = recorded_job_profile(latest[0], ws.environ) if latest and latest[0] is not None else None
         if recorded is None:
             return profile, []
         read = recorded

@@ -294,3 +294,20 @@ def test_every_shipped_profile_is_estimated_or_names_what_it_lacks(isolated_home
     with pytest.raises(ProfileError) as caught:
         estimate_command(ws, profile_name=name)
     assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_tier_without_a_command_reads_the_knobs_of_its_last_run(isolated_home, tmp_path):
+    hub = tmp_path / "hf" / "hub"
+    env = {"HF_HOME": str(hub.parent)}
+    cache_model(hub, "meta-llama/Llama-3.2-1B", CONFIGS["meta-llama/Llama-3.2-1B"])
+    (isolated_home / "train.py").write_text("")
+    ran = gpudoc_cli("run", "-p", "gpu-24gb", "--no-check", "--", "python", "train.py", "--model_name_or_path",
+                     "meta-llama/Llama-3.2-1B", "--per_device_train_batch_size", "2", "--max_seq_length", "128",
+                     "--bf16", cwd=isolated_home, env=env)
+    assert ran.returncode == 0, ran.stderr
+    ws = captured_workspace(isolated_home, environ=env)
+    assert estimate_command(ws, profile_name="gpu-24gb", as_json=True) in (0, 1)  # an answer, not an error
+    data = _json(ws)
+    assert (data["inputs"]["micro_batch_size"], data["inputs"]["max_seq_len"], data["inputs"]["precision"]) == \
+        (2, 128, "bf16")
+    assert data["gpu_total_from"] == "[gpu] memory_gib"
