@@ -96,15 +96,14 @@ def _attempts(options: RunOptions, profile: Profile, ws: Workspace) -> tuple[int
 
 def _keep_history_bounded(ws: Workspace, profile: Profile) -> None:
     """``[runs] keep``: once the whole chain has ended, the oldest runs beyond it go."""
-    from gpudoc.runs.retention import DEFAULT_KEEP, plan_prune, remove
+    from gpudoc.runs.retention import DEFAULT_KEEP, prune_after_run
 
-    keep = int(profile.runs.get("keep", DEFAULT_KEEP))
-    if len(ws.store.ids()) <= keep:
-        return  # the usual case: one directory listing
     try:
-        remove(ws.store, plan_prune(ws.store, keep=keep).remove)
+        said = prune_after_run(ws.store, int(profile.runs.get("keep", DEFAULT_KEEP)))
     except OSError:
-        pass  # a read-only or shared home: the history stays, the run's status is what matters
+        return  # a read-only or shared home: the history stays, the run's status is what matters
+    if said:
+        ws.console.error(said)
 
 
 # -- resolving the command ---------------------------------------------------------------------

@@ -87,3 +87,38 @@ def test_runs_prune_from_the_cli_and_keep_applied_after_each_run(isolated_home):
     assert done.returncode == 0 and "removed 1 of 2 run(s)" in done.stdout and len(store.ids()) == 1
     refused = gpudoc_cli("runs", "prune", cwd=isolated_home)
     assert refused.returncode == 2 and "--keep N and/or --older-than DAYS" in refused.stderr
+
+
+def test_a_run_prunes_a_bounded_number_of_records_and_says_so(isolated_home):
+    from gpudoc.runs.retention import PRUNE_PER_RUN
+
+    (isolated_home / "gpudoc.toml").write_text("[runs]\nkeep = 5\n")
+    store = RunStore(isolated_home / ".gpudoc")
+    many = PRUNE_PER_RUN * 3
+    for i in range(many):
+        _run(store, i % 100, age_days=1 + i / 1000)  # ids in the past, one per i
+    assert len(store.ids()) == many
+    started = time.monotonic()
+    done = gpudoc_cli("run", "--no-check", "--", "true", cwd=isolated_home)
+    assert done.returncode == 0
+    assert time.monotonic() - started < 30
+    left = many + 1 - PRUNE_PER_RUN
+    assert len(store.ids()) == left  # at most PRUNE_PER_RUN went, the oldest first
+    assert (f"gpudoc: removed the {PRUNE_PER_RUN} oldest run records beyond [runs] keep = 5 "
+            f"({left - 5} more go after the next runs)") in done.stderr
+
+
+def test_originals_go_with_the_last_record_that_lists_them(tmp_path):
+    from gpudoc.runs.edits import ORIGINALS, entry, keep_original
+
+    store = RunStore(tmp_path)
+    old, shared, new = (keep_original(store, data) for data in (b"old bytes", b"shared bytes", b"new bytes"))
+    path = tmp_path / "gpudoc.toml"
+    runs = [_run(store, i) for i in range(3)]
+    runs[0].file_edits = [entry(path, b"old bytes", b"x"), entry(path, b"shared bytes", b"y")]
+    runs[2].file_edits = [entry(path, b"shared bytes", b"y"), entry(path, b"new bytes", b"z")]
+    for record in runs:
+        store.save(record)
+    assert remove(store, plan_prune(store, keep=1).remove) == [runs[0].id, runs[1].id]
+    assert sorted(p.name for p in (store.home / ORIGINALS).iterdir()) == sorted([shared, new])
+    assert old not in {p.name for p in (store.home / ORIGINALS).iterdir()}
