@@ -169,3 +169,27 @@ def test_retry_oom_writes_its_rung_under_the_same_lock(tmp_path):
     assert proc.wait(60) == 1, proc.communicate()
     assert len(_records(tmp_path)) == 2
     assert "expandable_segments:True" in (tmp_path / "gpudoc.toml").read_text()
+
+
+def test_the_chains_evidence_holds_the_probes_phase_and_breakdown(tmp_path):
+    from gpudoc.commands.relaunch import chain_evidence
+    from gpudoc.ladder.evidence import Attempt
+    from gpudoc.runs.record import RunRecord
+
+    store = RunStore(tmp_path / ".gpudoc")
+    held = {"parameters": 1 << 30, "gradients": 1 << 30, "optimizer_states": 2 << 30, "other": 3 << 30}
+    first = RunRecord(id="20260101-000000000-aaaaaa", command=["python", "train.py"], cwd=str(tmp_path),
+                      status="failed", cause="gpu_oom", profile={"knobs": {"micro_batch_size": 4}},
+                      oom={"phase": "backward", "breakdown": held})
+    second = RunRecord(id="20260101-000100000-bbbbbb", command=["python", "train.py"], cwd=str(tmp_path),
+                       status="failed", cause="gpu_oom", parent=first.id, profile={"knobs": {"micro_batch_size": 2}},
+                       arrival={"missing": {}, "confirmed": ["micro_batch_size"]},
+                       oom={"phase": "optimizer", "breakdown": dict(held, reserved_unallocated=7)})
+    for record in (first, second):
+        store.create(record)
+    evidence = chain_evidence(second, store)
+    assert evidence.phase == "optimizer"
+    assert evidence.attempts == (Attempt(second.id, {"micro_batch_size": (4, 2)}, {},
+                                         "the probe saw parameters 1.0 GiB, gradients 1.0 GiB, optimizer states "
+                                         "2.0 GiB, other 3.0 GiB"),)
+    assert "the memory is not in the activations" in evidence.ruled_out()["activations"]
