@@ -74,7 +74,12 @@ class Workspace:
         and fix use (see ``RunStore.history``)."""
         if profile.path is None and not _named(profile):
             return [upto] if upto is not None else []
-        return self.store.history(profile_path=profile.path, profile_name=_named(profile), upto=upto)
+        found = self.store.history(profile_path=profile.path, profile_name=_named(profile), upto=upto)
+        if profile.job is not None and profile.job.command:
+            # A tier read together with a command: many jobs share the tier, and one job's peaks
+            # or tried rungs say nothing of another's. Only the runs of this command are its past.
+            found = [r for r in found if tuple(r.command) == profile.job.command or (upto is not None and r.id == upto.id)]
+        return found
 
     def gather(self, **kwargs: Any) -> Facts:
         """One facts snapshot through this workspace's NVML, environment and runs directory."""

@@ -80,6 +80,22 @@ def test_history_of_no_profile_is_only_the_run_itself(tmp_path):
     assert ws.history(EMPTY, upto=run) == [run]
 
 
+def test_history_of_a_tier_read_with_a_command_is_that_commands_runs(tmp_path):
+    """Many jobs run under one GPU tier: one job's peaks and tried rungs are not another's."""
+    from gpudoc.profiles import load_profile
+    from gpudoc.profiles.from_job import with_command
+
+    ws = captured_workspace(tmp_path)
+    tier = load_profile("gpu-24gb", tmp_path)
+    mine, other = ["python", "a.py", "--per_device_train_batch_size", "8"], ["python", "b.py"]
+    for n, command in enumerate((mine, other, mine)):
+        ws.store.create(RunRecord(id=f"20250101-00000{n}-aaaaaa", command=command, cwd=str(tmp_path),
+                                  profile={"name": "gpu-24gb", "path": str(tier.path)}))
+    assert len(ws.history(tier)) == 3  # the tier alone: every run under it, as before
+    job = with_command(tier, mine, tmp_path)
+    assert [r.id for r in ws.history(job)] == ["20250101-000000-aaaaaa", "20250101-000002-aaaaaa"]
+
+
 def test_estimate_learns_from_the_profiles_measured_runs(tmp_path):
     path = tmp_path / "gpudoc.toml"
     path.write_text(PROFILE)

@@ -61,6 +61,8 @@ class JobReading:
     named_by: dict[str, str] = field(default_factory=dict)
     # The config files read, as (label, data): the model the job names may be in one of them.
     config_data: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
+    # The command read, as the user gave it: which recorded runs are this job's.
+    command: tuple[str, ...] = ()
 
     @property
     def values(self) -> dict[str, Any]:
@@ -163,4 +165,5 @@ def read_job(command: Sequence[str], cwd: Path) -> JobReading:
     job = parse_command(list(command))
     reading = frameworks.read(job, Path(cwd))
     reading.launch.update(world(job).as_launch())
+    reading.command = tuple(command)
     return reading
