@@ -20,6 +20,8 @@ import pytest
 
 from gpudoc.runs.store import RunStore
 
+pytest_plugins = ["tests._order"]  # the slowest tests first (tests/slowest.txt)
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 NVIDIA_SMI = FIXTURES / "real" / "nvidia-smi"

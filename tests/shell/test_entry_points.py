@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudoc import __version__
-from tests.conftest import REPO
+from tests.conftest import REPO, shared_once
 from tests.shell.drivers import BASH_SCRIPT, bash_complete
 
 pytestmark = pytest.mark.slow
@@ -35,6 +35,26 @@ def fresh_clone(tmp_path_factory):
     clone = tmp_path_factory.mktemp("clone") / "gpudoc"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, timeout=120)
     return clone
+
+
+@pytest.fixture
+def wheel(fresh_clone, tmp_path_factory, tmp_path) -> Path:
+    """gpudoc's wheel, built from a fresh clone once per session (as pip builds one on its way to
+    installing from source): both install tests install it, as a user's `pip install .` would."""
+    import importlib.util
+
+    # The test venv's own setuptools builds it where it has one (an isolated build environment
+    # installs one first, half a minute that says nothing about where gpudoc's files go).
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+
+    def make(target: Path) -> None:
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation,
+                                "--wheel-dir", str(target), str(fresh_clone)], env=clean_env(tmp_path),
+                               capture_output=True, text=True, timeout=600)
+        assert built.returncode == 0, built.stderr
+
+    [built] = shared_once(tmp_path_factory, "gpudoc-wheel", make).glob("gpudoc-*.whl")
+    return built
 
 
 def test_bin_gpudoc_works_from_a_fresh_clone(fresh_clone, tmp_path):
@@ -91,7 +111,7 @@ def test_bin_gpudoc_uses_the_venv_bin_test_made_without_installing_again(tmp_pat
     assert not (venv / ".gpudoc-installed").exists()
 
 
-def test_an_install_puts_scripts_and_profiles_where_the_shells_look(fresh_clone, tmp_path):
+def test_an_install_puts_scripts_and_profiles_where_the_shells_look(fresh_clone, wheel, tmp_path):
     env = clean_env(tmp_path)
     prefix = tmp_path / "venv"
     # gpudoc itself is installed (not editable); its dependencies come from the test venv through
@@ -100,7 +120,7 @@ def test_an_install_puts_scripts_and_profiles_where_the_shells_look(fresh_clone,
     [site] = (prefix / "lib").glob("python*/site-packages")
     (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     install = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                              "--no-deps", str(fresh_clone)], env=env, capture_output=True,
+                              "--no-deps", str(wheel)], env=env, capture_output=True,
                              text=True, timeout=600)
     assert install.returncode == 0, install.stderr
     for relative in ("share/bash-completion/completions/gpudoc", "share/zsh/site-functions/_gpudoc",
@@ -123,7 +143,7 @@ def test_an_install_puts_scripts_and_profiles_where_the_shells_look(fresh_clone,
     assert BASH_SCRIPT.is_file()
 
 
-def test_a_user_install_finds_the_shipped_profiles(fresh_clone, tmp_path):
+def test_a_user_install_finds_the_shipped_profiles(wheel, tmp_path):
     # `pip install --user` puts the data files under the user base, not sys.prefix.
     user_base = tmp_path / "user-base"
     env = clean_env(tmp_path, PYTHONUSERBASE=str(user_base), PIP_USER="1")
@@ -138,7 +158,7 @@ def test_a_user_install_finds_the_shipped_profiles(fresh_clone, tmp_path):
     # gpudoc's dependencies from the test venv (a fresh machine's global interpreter has none).
     (Path(user_site) / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(prefix / "bin" / "python"), "install",
-                              "--quiet", "--no-deps", "--user", str(fresh_clone)],
+                              "--quiet", "--no-deps", "--user", str(wheel)],
                              env=env, capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr
     assert (user_base / "share" / "gpudoc" / "profiles" / "gpu-24gb.toml").is_file()
