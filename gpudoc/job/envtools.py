@@ -53,11 +53,13 @@ def environment_python(argv: Sequence[str], environ: Mapping[str, str], cwd: str
 
 
 def _tool_in(argv: Sequence[str]) -> tuple[str, dict[str, str]] | None:
-    """The tool and its ``run`` options, when ``TOOL run`` comes first (after ``env VAR=...``)."""
-    i = 0
-    while i < len(argv) and (os.path.basename(argv[i]) == "env" or ("=" in argv[i] and not argv[i].startswith("-"))):
-        i += 1
-    if i + 1 >= len(argv) or os.path.basename(argv[i]) not in _TOOLS or argv[i + 1] != "run":
+    """The tool and its ``run`` options, when ``TOOL run`` starts the job (after ``env VAR=...``,
+    ``srun``/``mpirun`` and their options: up to the program ``gpudoc.job.argv`` finds)."""
+    from gpudoc.job.argv import parse_command
+
+    last = min(parse_command(argv).program_index, len(argv) - 2)
+    i = next((k for k in range(last + 1) if os.path.basename(argv[k]) in _TOOLS and argv[k + 1] == "run"), None)
+    if i is None:
         return None
     tool = os.path.basename(argv[i])
     valued = _VALUED["conda" if tool in _CONDAS else tool]

@@ -89,11 +89,18 @@ def describe(profile: Profile) -> list[str]:
         places = profile.job.places
         knobs = ", ".join(f"{knob} = {format_value(value)} ({places.get(knob, 'default')})"
                           for knob, value in profile.train.items())
-        lines.append(f"read from the command ({profile.job.framework}): {knobs}")
+        unknown = [knob for knob in SIZING_KNOBS if knob not in profile.train]
+        lines.append(f"read from the command ({profile.job.framework}): {knobs}"
+                     + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
     else:
         lines.append(NOTHING_READ)
     return lines + [f"note: {note}" for note in profile.job.notes]
 
+
+# The knobs the estimate sizes a step with: each one no source settled is named "unknown", not
+# filled in with a framework's default the job may not use.
+SIZING_KNOBS = ("micro_batch_size", "gradient_accumulation_steps", "max_seq_len", "precision",
+                "gradient_checkpointing")
 
 # Said once before launch (run and run --dry-run) when the reading found no knob at all: the
 # estimate and the ladder then have nothing to work with, and silence would read as "all is known".

@@ -53,6 +53,11 @@ def test_generic_flags_on_a_hand_written_loop_read_nothing_and_say_so(isolated_h
     doc, err = _dry_run(isolated_home, "--", "python", "train.py", *GENERIC)
     assert {b["knob"]: b["where"] for b in doc["bindings"]}["micro_batch_size"] == "default:hf-trainer"
     assert "read no knob" not in err
+    # A Trainer flag on the hand-written loop is read; what nothing settles is said to be unknown.
+    doc, err = _dry_run(isolated_home, "--", "python", "loop.py", "--per_device_train_batch_size", "2", *GENERIC)
+    assert [b["knob"] for b in doc["bindings"]] == ["micro_batch_size"]
+    assert ("unknown: gradient_accumulation_steps, max_seq_len, precision, gradient_checkpointing"
+            in err), err
 
 
 def test_the_project_profile_answers_from_a_subdirectory(isolated_home):

@@ -62,6 +62,8 @@ def test_conda_run_asks_the_named_environment_for_its_executable(tmp_path):
     command = ["conda", "run", "-n", "llm", "--no-capture-output", "torchrun", "--nproc_per_node=2", "train.py"]
     assert target_python(command, _environ(bin_dir), str(tmp_path)) == str(python)
     assert _asked(bin_dir, "conda") == ["run -n llm python -c import sys; print(sys.executable)"]
+    # The same behind Slurm's srun, one launcher per node.
+    assert target_python(["srun", "-N", "2", *command], _environ(bin_dir), str(tmp_path)) == str(python)
 
 
 def test_pixi_run_reads_the_environments_prefix_from_pixi_info(tmp_path):
