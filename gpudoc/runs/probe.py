@@ -132,28 +132,63 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
 
 
 def _framework_knobs(events: list[dict]) -> dict[str, tuple[Any, str]]:
-    """The knobs in the settings a framework resolved (the HF Trainer's arguments), in the profile's
-    spellings, each checked before it is believed."""
-    event = next((e for e in events if e["event"] == "framework" and e.get("name") == "hf-trainer"
-                  and isinstance(e.get("settings"), dict)), None)
-    if event is None:
-        return {}
-    settings, how = event["settings"], "framework:hf-trainer"
+    """The knobs in the settings a framework resolved (the HF Trainer's arguments, the Lightning
+    Trainer's, a DeepSpeed engine's), in the profile's spellings, each checked before it is believed;
+    an outer framework's first (a DeepSpeed engine inside an HF Trainer says the same)."""
     knobs: dict[str, tuple[Any, str]] = {}
+    for event in events:
+        settings = event.get("settings")
+        if event["event"] != "framework" or not isinstance(settings, dict):
+            continue
+        read = _FRAMEWORK_READERS.get(str(event.get("name")))
+        for knob, value in (read(settings) if read is not None else {}).items():
+            knobs.setdefault(knob, (value, f"framework:{event['name']}"))
+    return knobs
+
+
+def _hf_trainer(settings: dict) -> dict[str, Any]:
+    knobs: dict[str, Any] = {}
     for knob, key in (("micro_batch_size", "per_device_train_batch_size"),
                       ("gradient_accumulation_steps", "gradient_accumulation_steps"), ("world_size", "world_size")):
         if _count(settings.get(key)):
-            knobs[knob] = (settings[key], how)
+            knobs[knob] = settings[key]
     if isinstance(settings.get("bf16"), bool) and isinstance(settings.get("fp16"), bool):
-        knobs["precision"] = ("bf16" if settings["bf16"] else "fp16" if settings["fp16"] else "fp32", how)
+        knobs["precision"] = "bf16" if settings["bf16"] else "fp16" if settings["fp16"] else "fp32"
     if isinstance(settings.get("gradient_checkpointing"), bool):
-        knobs["gradient_checkpointing"] = (settings["gradient_checkpointing"], how)
+        knobs["gradient_checkpointing"] = settings["gradient_checkpointing"]
     optim = settings.get("optim")
     if isinstance(optim, str) and optim:
         name = optim.split(".")[-1].lower()  # OptimizerNames.ADAMW_TORCH_FUSED, or its value
         knobs["optimizer"] = ("adamw" if name.startswith("adamw") and "8bit" not in name else
-                              "adamw_8bit" if "8bit" in name else name, how)
+                              "adamw_8bit" if "8bit" in name else name)
     return knobs
+
+
+# Lightning's precision values (2.x, and 1.x's integers as strings) in the profile's spellings.
+_LIGHTNING_PRECISION = {"bf16-mixed": "bf16", "16-mixed": "fp16", "bf16-true": "bf16-true", "16-true": "fp16-true",
+                        "32-true": "fp32", "32": "fp32", "16": "fp16", "bf16": "bf16"}
+
+
+def _lightning(settings: dict) -> dict[str, Any]:
+    knobs: dict[str, Any] = {}
+    if _count(settings.get("accumulate_grad_batches")):
+        knobs["gradient_accumulation_steps"] = settings["accumulate_grad_batches"]
+    if _count(settings.get("world_size")):
+        knobs["world_size"] = settings["world_size"]
+    precision = _LIGHTNING_PRECISION.get(str(settings.get("precision")))
+    if precision is not None:
+        knobs["precision"] = precision
+    return knobs
+
+
+def _deepspeed(settings: dict) -> dict[str, Any]:
+    return {knob: settings[key] for knob, key in (("micro_batch_size", "train_micro_batch_size_per_gpu"),
+                                                   ("gradient_accumulation_steps", "gradient_accumulation_steps"))
+            if _count(settings.get(key))}
+
+
+_FRAMEWORK_READERS: dict[str, Callable[[dict], dict[str, Any]]] = {
+    "hf-trainer": _hf_trainer, "deepspeed": _deepspeed, "lightning": _lightning}
 
 
 def _parsers(events: list[dict]) -> list[dict]:

@@ -59,6 +59,12 @@ def test_an_oom_before_the_first_step_still_reads_the_trainer_from_the_traceback
     assert framework(found, "lightning")["accumulate_grad_batches"] == 3
     [oom] = [e for e in found if e["event"] == "oom"]
     assert (oom["step"], oom["phase"]) == (0, "forward")
+    # No step ran: the record's knobs are the Trainer's, in the profile's spellings.
+    observed = json.loads(gpudoc_cli("runs", "show", "--json", cwd=isolated_home).stdout)["run"]["observed"]
+    assert {k: (v["value"], v["how"]) for k, v in observed.items() if k in (
+        "gradient_accumulation_steps", "precision", "world_size", "micro_batch_size")} == {
+        "gradient_accumulation_steps": (3, "framework:lightning"), "precision": ("bf16", "framework:lightning"),
+        "world_size": (1, "framework:lightning"), "micro_batch_size": (4, "input-shape")}
 
 
 def test_hydras_composition_with_a_group_override_is_what_the_job_got(isolated_home):

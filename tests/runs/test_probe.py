@@ -94,3 +94,27 @@ def test_a_parser_is_kept_with_what_it_declares_and_nothing_else(tmp_path):
                                                 "options": ["--output_dir", "-h"],
                                                 "values": {"output_dir": "out", "lr": 0.1, "hub_token": "<redacted>",
                                                            "wandb_api_key": "<redacted>"}}]
+
+
+def test_a_frameworks_resolved_settings_answer_before_the_first_step_outer_framework_first(tmp_path):
+    # An HF Trainer over a DeepSpeed engine, out of memory before any step: the Trainer's arguments
+    # (written first, at train begin) win where both speak; the engine adds what only it says.
+    _write(tmp_path, "rank-0.jsonl",
+           {"event": "framework", "name": "hf-trainer", "settings": {
+               "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "bf16": True, "fp16": False}},
+           {"event": "framework", "name": "deepspeed", "settings": {
+               "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2}},
+           {"event": "framework", "name": "lightning", "settings": {"precision": "16-mixed", "world_size": "2"}},
+           {"event": "oom", "phase": "forward", "step": 0})
+    observed = probe.read(tmp_path)["observed"]
+    assert {k: (v["value"], v["how"]) for k, v in observed.items()} == {
+        "micro_batch_size": (4, "framework:hf-trainer"), "gradient_accumulation_steps": (2, "framework:hf-trainer"),
+        "precision": ("bf16", "framework:hf-trainer")}
+    _write(tmp_path, "rank-0.jsonl",
+           {"event": "framework", "name": "deepspeed", "settings": {"train_micro_batch_size_per_gpu": 8,
+                                                                    "gradient_accumulation_steps": -1}},
+           {"event": "framework", "name": "lightning", "settings": {"precision": "16-mixed", "world_size": "2"}})
+    observed = probe.read(tmp_path)["observed"]
+    # A world size written as a string, a negative accumulation: not believed.
+    assert {k: (v["value"], v["how"]) for k, v in observed.items()} == {
+        "micro_batch_size": (8, "framework:deepspeed"), "precision": ("fp16", "framework:lightning")}
