@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import signal
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudoc.procs.bounded import run_bounded
+
 TIMEOUT_S = 5.0
+_MAX_ANSWER = 1 << 20  # `pixi info --json` of a large workspace is kilobytes
 _EXECUTABLE = "import sys; print(sys.executable)"
 _CONDAS = ("conda", "mamba", "micromamba")
 _TOOLS = ("uv", "pixi", "poetry", *_CONDAS)
@@ -98,25 +99,17 @@ def _ask(tool: str, options: tuple[tuple[str, str], ...], cwd: str, path: str,
     else:
         args, parse = ["env", "info", "--path", *_pass(said, "--directory", "-C", "--project", "-P")], _venv_python
     asked = f"`{tool} {' '.join(args)}`"
-    try:
-        # A session of its own: at the time limit the tool and whatever it started end together
-        # (a child left holding the pipe would keep gpudoc waiting past the limit).
-        with subprocess.Popen([exe, *args], cwd=cwd, env=dict(environ), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              start_new_session=True) as child:
-            try:
-                out, _ = child.communicate(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.communicate()
-                return EnvPython(tool, note=f"{tool} run: {asked} did not answer within {TIMEOUT_S:g} s; the "
-                                            "python on PATH is assumed")
+    try:  # in a process group of its own, ended whole at the limit
+        done = run_bounded([exe, *args], timeout_s=TIMEOUT_S, env=dict(environ), cwd=cwd, tail_bytes=_MAX_ANSWER)
     except OSError as exc:
         return EnvPython(tool, note=f"{tool} run: {asked} could not start ({exc.strerror}); the python on PATH "
                                     "is assumed")
-    python = parse(out) if child.returncode == 0 else None
+    if done.timed_out:
+        return EnvPython(tool, note=f"{tool} run: {asked} did not answer within {TIMEOUT_S:g} s; the python on "
+                                    "PATH is assumed")
+    python = parse(done.stdout) if done.returncode == 0 else None
     if python is None or not os.path.isfile(python):
-        why = f"exit {child.returncode}" if child.returncode else "no interpreter in its answer"
+        why = f"exit {done.returncode}" if done.returncode else "no interpreter in its answer"
         return EnvPython(tool, note=f"{tool} run: {asked} named no interpreter ({why}: the environment may not "
                                     "exist yet, and gpudoc does not create it); the python on PATH is assumed")
     return EnvPython(tool, python=python)
