@@ -135,13 +135,23 @@ def _start(cwd: Path, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def _waits_for_the_lock(proc: subprocess.Popen, cwd: Path, ready) -> None:
+def _waits_for_the_lock(proc: subprocess.Popen, cwd: Path) -> None:
+    """``proc`` opened the directory to lock it (gpudoc's edit lock is an flock on the directory
+    itself), and while this test holds the lock it writes nothing."""
     deadline = time.monotonic() + 60
-    while not ready() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    time.sleep(1.5)  # long past the write, had it not waited
+    while not _opened(proc.pid, cwd) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    time.sleep(1.0)
     assert proc.poll() is None, proc.communicate()
     assert (cwd / "gpudoc.toml").read_text() == PROFILE
+
+
+def _opened(pid: int, directory: Path) -> bool:
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:  # gone, or a descriptor closed between the listing and the reading
+        return False
+    return str(directory) in links
 
 
 def test_apply_waits_for_the_edit_lock(tmp_path):
@@ -150,7 +160,7 @@ def test_apply_waits_for_the_edit_lock(tmp_path):
     held = _Held(tmp_path)
     proc = _start(tmp_path, "fix", "--apply")
     try:
-        _waits_for_the_lock(proc, tmp_path, lambda: True)
+        _waits_for_the_lock(proc, tmp_path)
     finally:
         held.release()
     assert proc.wait(60) == 0, proc.communicate()
@@ -162,7 +172,7 @@ def test_retry_oom_writes_its_rung_under_the_same_lock(tmp_path):
     held = _Held(tmp_path)
     proc = _start(tmp_path, "run", "--no-check", "--retry-oom", "1", "--", sys.executable, "train.py")
     try:
-        _waits_for_the_lock(proc, tmp_path, lambda: any(r.finished for r in _records(tmp_path)))
+        _waits_for_the_lock(proc, tmp_path)
         assert len(_records(tmp_path)) == 1  # the relaunch waits for the lock too
     finally:
         held.release()
@@ -193,3 +203,36 @@ def test_the_chains_evidence_holds_the_probes_phase_and_breakdown(tmp_path):
                                          "the probe saw parameters 1.0 GiB, gradients 1.0 GiB, optimizer states "
                                          "2.0 GiB, other 3.0 GiB"),)
     assert "the memory is not in the activations" in evidence.ruled_out()["activations"]
+
+
+SEED_002_JOB = """\
+import os, sys
+# Until the user binds it, the job keeps its own batch of 45, whatever gpudoc exports (seed 002).
+micro = int(os.environ["GPUDOC_MICRO_BATCH_SIZE"]) if os.environ.get("BOUND") == "1" else 45
+print(f"micro_batch_size={micro}", flush=True)
+if micro > 15:
+    sys.stderr.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.76 GiB. GPU 0 has a total "
+                     "capacity of 23.65 GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process "
+                     "has 22.51 GiB memory in use. Of the allocated memory 20.93 GiB is allocated by PyTorch, and "
+                     "1.13 GiB is reserved by PyTorch but unallocated.\\n")
+    sys.exit(1)
+print("fits")
+"""
+SEED_002_PROFILE = "[train]\nmicro_batch_size = 45\ngradient_accumulation_steps = 5\n[bind]\nenv = true\n"
+
+
+def test_seed_002_once_the_knob_is_bound_the_halving_it_never_saw_is_tried(tmp_path):
+    (tmp_path / "train.py").write_text(SEED_002_JOB)
+    (tmp_path / "gpudoc.toml").write_text(SEED_002_PROFILE)
+    stopped = _retry(tmp_path, 3)
+    assert stopped.returncode == 1 and "micro_batch_size = 15 did not reach the job" in stopped.stderr
+    ignored = _records(tmp_path)[-1]
+    assert ignored.knobs["micro_batch_size"] == 15 and "micro_batch_size" in ignored.arrival["missing"]
+    # The user binds the knob (the job now reads it) and starts again from the batch of 45.
+    (tmp_path / "gpudoc.toml").write_text(SEED_002_PROFILE)
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "3", "--", sys.executable, "train.py", cwd=tmp_path,
+                      env={"BOUND": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "no rung of the ladder is left" not in done.stderr
+    assert "halve-micro-batch (micro_batch_size 45 -> 15, gradient_accumulation_steps 5 -> 15)" in done.stderr
+    assert _records(tmp_path)[-1].knobs["micro_batch_size"] == 15
