@@ -29,6 +29,7 @@ _TEARDOWN = re.compile(r"Sending process (\d+) closing signal SIGTERM")
 # torchrun received a signal itself (Ctrl-C, a scheduler's SIGTERM) and passed it on: an outside stop.
 _OUTSIDE = re.compile(r"Received \d+ death signal|SignalException")
 ARGPARSE_EXIT = 2
+_SIGTERM = 15
 
 
 @dataclass(frozen=True)
@@ -76,23 +77,53 @@ def entry_rank(lines: Sequence[Line], i: int) -> tuple[int | None, str | None]:
 
 def first_failure(lines: Sequence[Line]) -> FirstFailure | None:
     """The "Root Cause (first observed failure)" entry; without the report (a cut log), the agent's
-    first "failed (exitcode: N) local_rank: R" line."""
-    for i, line in enumerate(lines):
-        if line.text.startswith("Root Cause"):
-            rank = host = code = pid = None
-            for ln in lines[i + 1:i + 12]:
-                rank, host = rank_and_host(ln.text, rank, host)
-                exit_ = _EXIT.search(ln.text)
-                if exit_ and code is None:
-                    code = int(exit_.group(1))
-                    found = _PID.search(ln.text)
-                    pid = int(found.group(1)) if found else None
-            return FirstFailure(rank, host, code, pid, i)
+    first "failed (exitcode: N) local_rank: R" line.
+
+    The Root Cause is the first worker torchrun saw exit, and with ``@record`` the first whose error
+    file it read: a worker killed by the teardown's SIGTERM can win that race. A SIGTERM is never the
+    first failure while another entry of the report exited otherwise (argparse's 2, an exception's 1).
+    """
+    entries = _report(lines)
+    if entries:
+        root = next((entry for is_root, entry in entries if is_root), entries[-1][1])
+        if root.exit_code == -_SIGTERM:
+            root = next((entry for _, entry in entries if entry.exit_code not in (None, -_SIGTERM)), root)
+        return root
     for i, line in enumerate(lines):
         m = _AGENT_FAILED.search(line.text)
         if m:
             return FirstFailure(int(m.group(2)), None, int(m.group(1)), int(m.group(3)), i, local=True)
     return None
+
+
+def _report(lines: Sequence[Line]) -> list[tuple[bool, FirstFailure]]:
+    """Each entry of torchrun's ChildFailedError report, with whether it is the Root Cause's."""
+    entries: list[tuple[bool, FirstFailure]] = []
+    in_root = False
+    for i, line in enumerate(lines):
+        text = line.text
+        if text.startswith("Root Cause"):
+            in_root = True
+            if not any(re.match(r"^\[\d+\]:\s*$", ln.text) for ln in lines[i + 1:i + 3]):
+                entries.append((True, _entry(lines, i)))  # a pasted report that lost its "[0]:" line
+            continue
+        if re.match(r"^\[\d+\]:\s*$", text):
+            entries.append((in_root, _entry(lines, i)))
+    return entries
+
+
+def _entry(lines: Sequence[Line], i: int) -> FirstFailure:
+    rank = host = code = pid = None
+    for ln in lines[i + 1:i + 12]:
+        if re.match(r"^(?:\[\d+\]:|[-=]{8,})\s*$", ln.text):
+            break
+        rank, host = rank_and_host(ln.text, rank, host)
+        exit_ = _EXIT.search(ln.text)
+        if exit_ and code is None:
+            code = int(exit_.group(1))
+            found = _PID.search(ln.text)
+            pid = int(found.group(1)) if found else None
+    return FirstFailure(rank, host, code, pid, i)
 
 
 def teardown_pids(lines: Sequence[Line]) -> list[int]:
