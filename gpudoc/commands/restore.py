@@ -10,8 +10,10 @@ already written. A file gpudoc created is removed.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpudoc.atomic import atomic_write_bytes
 from gpudoc.errors import ExitStatus, InputError
@@ -85,7 +87,8 @@ def _files_launched_as_edited(chain: list[RunRecord], every: list[Edit]) -> set[
 
 
 def chain_of(store: RunStore, record: RunRecord) -> list[RunRecord]:
-    """The run's chain, oldest first: its parents up to the first run, and every run below that one."""
+    """The run's chain, oldest first: its parents up to the first run, every run below that one,
+    and every relaunch by hand of the chain (``_relaunched``) with the runs below it."""
     root = record
     seen = {record.id}
     while root.parent and root.parent not in seen:
@@ -99,7 +102,8 @@ def chain_of(store: RunStore, record: RunRecord) -> list[RunRecord]:
     for rec in records:
         if rec.parent:
             children.setdefault(rec.parent, []).append(rec)
-    chain, todo, done = [], [root], set()
+    chain: list[RunRecord] = []
+    todo, done = [root], set()
     while todo:
         rec = todo.pop()
         if rec.id in done:
@@ -107,7 +111,46 @@ def chain_of(store: RunStore, record: RunRecord) -> list[RunRecord]:
         done.add(rec.id)
         chain.append(rec)
         todo.extend(children.get(rec.id, ()))
+        if not todo:  # the chain so far is complete: a relaunch by hand of it is its too
+            todo.extend(r for r in _relaunched(chain, records) if r.id not in done)
     return sorted(chain, key=lambda r: (r.started_at or "", r.id))
+
+
+def _relaunched(chain: list[RunRecord], records: list[RunRecord]) -> list[RunRecord]:
+    """The runs the user started by hand on a profile the chain's `fix --apply` (or `--retry-oom`)
+    had edited, while it still held that edit: started after the edit, with that profile, and with
+    every value the edit wrote. Their own edits (the knobs they wrote into bound files) follow from
+    gpudoc's edit, and are undone with it."""
+    from gpudoc.runs.record import parse_iso
+
+    applied = [(doc, rec) for rec in chain for doc in rec.applied_edits if isinstance(doc, dict) and doc.get("path")]
+    found = []
+    for other in records:
+        started = parse_iso(other.started_at)
+        if other.profile_path is None or started is None:
+            continue
+        for doc, rec in applied:
+            path = os.path.abspath(os.path.join(rec.cwd or ".", str(doc["path"])))
+            if (os.path.abspath(os.path.join(other.cwd or ".", other.profile_path)) == path
+                    and started >= float(doc.get("at") or 0.0) and _launched_with(other, doc.get("changes") or ())):
+                found.append(other)
+                break
+    return found
+
+
+def _launched_with(record: RunRecord, changes: Sequence[Any]) -> bool:
+    """Whether the run's profile held every value ``changes`` wrote ("train.X" is a knob)."""
+    profile = record.profile or {}
+    if not changes:
+        return False
+    for change in changes:
+        if not isinstance(change, dict) or not isinstance(change.get("key"), str):
+            return False
+        section, _, key = str(change["key"]).partition(".")
+        held = profile.get("knobs" if section == "train" else section)
+        if not isinstance(held, dict) or held.get(key) != change.get("new"):
+            return False
+    return True
 
 
 def _plan(store: RunStore, path: Path, edits: list[Edit]) -> _Step:

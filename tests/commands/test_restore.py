@@ -207,3 +207,28 @@ def test_a_profile_edited_by_retry_oom_comes_back_and_the_records_say_each_edit(
     assert [(c["old"], c["new"]) for c in halvings] == [(16, 8), (8, 4), (4, 2)]
     assert gpudoc_cli("restore", cwd=tmp_path).returncode == 0
     assert profile.read_text() == PROFILE
+
+
+DS_PROFILE = ('[train]\nmicro_batch_size = 16\ngradient_accumulation_steps = 2\n\n[bind]\nenv = true\n\n'
+              '[bind.files]\n"ds_config.json" = "deepspeed"\n')
+DS_CONFIG = '{\n  "train_micro_batch_size_per_gpu": 16,\n  "gradient_accumulation_steps": 2\n}\n'
+
+
+def test_restoring_the_applied_run_also_undoes_the_relaunch_by_hand_it_led_to(tmp_path):
+    """run A -> fix --apply (the profile) -> the user's own `gpudoc run` B, which writes the applied
+    knobs into the bound ds_config.json: B launched with gpudoc's edit, so B's edits are the chain's
+    too, and `restore A` puts back both files, not the profile alone."""
+    shutil.copy(JOB, tmp_path / "train.py")
+    (tmp_path / "gpudoc.toml").write_text(DS_PROFILE)
+    config = tmp_path / "ds_config.json"
+    config.write_text(DS_CONFIG)
+    run = ("run", "--no-check", "--", sys.executable, "train.py")
+    assert gpudoc_cli(*run, cwd=tmp_path).returncode == 1
+    first = RunStore(tmp_path / ".gpudoc").ids()[-1]
+    assert gpudoc_cli("fix", "--apply", cwd=tmp_path).returncode == 0
+    gpudoc_cli(*run, cwd=tmp_path)
+    assert '"train_micro_batch_size_per_gpu": 8' in config.read_text()
+    done = gpudoc_cli("restore", first, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Restored 2 of 2" in done.stdout, done.stdout
+    assert config.read_text() == DS_CONFIG and (tmp_path / "gpudoc.toml").read_text() == DS_PROFILE
