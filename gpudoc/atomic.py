@@ -11,10 +11,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from gpudoc.errors import InputError
 
 
 def atomic_write_text(path: Path, text: str, *, encoding: str = "utf-8", follow_link: bool = False,
@@ -63,22 +66,46 @@ def _new_file_mode() -> int:
     return 0o666 & ~umask
 
 
-def backup(path: Path, suffix: str = ".gpudoc.bak") -> Path:
+def backup(path: Path, suffix: str = ".gpudoc.bak", *, held: Callable[[bytes], bool] | None = None) -> Path:
     """Copy the file ``path`` names (a link's target) beside it before an edit, atomically, and
     without following a link planted where the backup goes.
 
     The first backup is kept: after 45 -> 22 -> 11 the backup still holds 45, the file as it was
     before gpudoc's first edit (each later state is in the run records' edits). A kill during the
     copy leaves the previous backup whole (the copy is atomic).
+
+    No edit overwrites bytes that no backup holds: with ``held`` (whether another copy of the
+    file's bytes now is kept, as the run store's originals keep them), a first backup that holds
+    other bytes than the file now (an earlier chain's; the user edited the file by hand since)
+    refuses the edit unless ``held`` says they are kept.
     """
     path = Path(path)
     source = path.resolve() if path.is_symlink() else path
     target = path.with_name(path.name + suffix)
     if target.is_file() and not target.is_symlink():
+        if held is not None:
+            current = source.read_bytes()
+            if target.read_bytes() != current and not held(current):
+                raise InputError(f"{path}: changed since its backup {target} was made, and no backup holds what it "
+                                 f"holds now: nothing was written (`gpudoc restore` first, or move {target.name} "
+                                 "away to make this state the one kept)", file=str(path))
         return target
     atomic_write_bytes(target, source.read_bytes())
     os.chmod(target, source.stat().st_mode & 0o7777)
     return target
+
+
+def refuse_read_only(path: Path) -> None:
+    """A file the user made read-only (no write bit for its owner) is their "do not edit": gpudoc,
+    which replaces files by renaming a new one over them, would otherwise overwrite it whatever its
+    mode. One line naming it; a missing file is no reason to refuse."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode) and not mode & stat.S_IWUSR:
+        raise InputError(f"{path}: read-only (mode {mode & 0o7777:04o}): gpudoc will not edit it (chmod u+w "
+                         "it to let gpudoc change it); nothing was written", file=str(path))
 
 
 @contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from gpudoc.atomic import atomic_write_text, backup
+from gpudoc.atomic import atomic_write_text, backup, refuse_read_only
 from gpudoc.bind.plan import BindPlan, FileEdit
 from gpudoc.errors import InputError
 from gpudoc.lineends import read_exact
@@ -33,6 +33,7 @@ def apply_file_edits(plan: BindPlan, *, writer: Callable[[Path, str], None] = _e
             raise InputError(f"{edit.path}: cannot read before editing: {exc}") from None
         if current != edit.old_text:
             raise InputError(f"{edit.path}: changed since gpudoc planned the edit; nothing was written")
+        refuse_read_only(Path(edit.path))
     befores = {}
     for edit in plan.file_edits:  # kept before anything is written: a failure here writes nothing
         try:
@@ -46,7 +47,8 @@ def apply_file_edits(plan: BindPlan, *, writer: Callable[[Path, str], None] = _e
     try:
         for edit in plan.file_edits:
             before = befores[edit.path]
-            saved = backup(Path(edit.path))
+            # The bytes before are kept by ``keep``: a first backup of an earlier chain stays as it is.
+            saved = backup(Path(edit.path), held=lambda _data: keep is not None)
             writer(Path(edit.path), edit.new_text)
             done.append((edit, saved))
             records.append(entry(Path(edit.path), before, read_bytes(Path(edit.path)), backup=str(saved),

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoc.atomic import atomic_write_text, backup
+from gpudoc.atomic import atomic_write_text, backup, refuse_read_only
 from gpudoc.errors import ProfileError, UsageError
 from gpudoc.lineends import as_lf, read_exact, restore
 from gpudoc.profiles.loader import PROJECT_PROFILE
@@ -33,11 +33,14 @@ def target_path(profile: Profile, cwd: Path | None = None) -> Path:
     return Path(profile.path)
 
 
-def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None = None) -> Path:
+def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None = None,
+                  held: Callable[[bytes], bool] | None = None) -> Path:
     """Write ``suggestion``'s knob and env changes; return the file written.
 
     Raises ``ProfileError`` when the project profile it would write already exists and extends a
-    different profile (writing there would silently change which profile the job uses).
+    different profile (writing there would silently change which profile the job uses), and
+    ``InputError`` for a read-only profile or one whose bytes now no backup would hold (``held``:
+    whether the run store keeps them; ``gpudoc.atomic.backup``).
     """
     import tomlkit
 
@@ -48,6 +51,7 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
     problem = untrusted(path)
     if problem is not None:  # a ./gpudoc.toml skipped as another user's is not theirs to be edited either
         raise Refused(f"{problem}: gpudoc will not edit it ({problem.remedy}); nothing was written", file=str(path))
+    refuse_read_only(path)
     creating = not path.exists()
     crlf = False  # tomlkit writes LF: a CRLF profile gets CRLF back
 
@@ -92,7 +96,7 @@ def apply_changes(profile: Profile, suggestion: Suggestion, *, cwd: Path | None 
         # backup() decides what to keep (the first real backup; a link planted where it goes is
         # replaced, never taken for one); whether it wrote a new file shows in the inode.
         before = _inode(path.with_name(path.name + ".gpudoc.bak"))
-        saved = backup(path)
+        saved = backup(path, held=held)
         fresh_backup = saved if _inode(saved) != before else None
     try:
         atomic_write_text(path, new_text, follow_link=True)  # the user's profile: a link is edited at its target
@@ -115,12 +119,17 @@ def apply_recorded(profile: Profile, suggestion: Suggestion, *, cwd: Path, store
                    record: RunRecord | None) -> Path:
     """``apply_changes``, with the edit listed in the failed run's ``applied_edits`` and the bytes
     before it kept in the run store (`gpudoc restore` undoes it)."""
-    from gpudoc.runs.edits import remembered_edit
+    from gpudoc.runs.edits import fingerprint, original, remembered_edit
+
+    path = target_path(profile, cwd)
+
+    def held(data: bytes) -> bool:  # kept in the store's originals by remembered_edit
+        return original(store.home, str(fingerprint(data)), path) is not None
 
     changes = [{"key": f"train.{knob}", "old": old, "new": new} for knob, (old, new) in suggestion.changes.items()]
     changes += [{"key": f"env.{name}", "old": None, "new": value} for name, value in suggestion.env.items()]
-    with remembered_edit(store, record, target_path(profile, cwd), rung=suggestion.rung, changes=changes):
-        return apply_changes(profile, suggestion, cwd=cwd)
+    with remembered_edit(store, record, path, rung=suggestion.rung, changes=changes):
+        return apply_changes(profile, suggestion, cwd=cwd, held=held)
 
 
 def _read(path: Path) -> str:

@@ -82,11 +82,11 @@ def remembered_edit(store: RunStore, record: RunRecord | None, path: Path, **ext
 
     path = Path(os.path.abspath(path))
     before = read_bytes(path)
-    if before is not None and record is not None:  # with no run to list the edit, nothing would find it
+    if before is not None:  # with no run to list it (`fix --log`), still no edit overwrites bytes no backup holds
         try:
             keep_original(store, before)
         except (GpudocError, OSError):
-            pass  # an unwritable store must not stop the edit: the .gpudoc.bak beside still holds it
+            pass  # an unwritable store: the first .gpudoc.bak must hold them, or the edit is refused
     yield
     after = read_bytes(path)
     if record is None or after == before:

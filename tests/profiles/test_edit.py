@@ -209,3 +209,61 @@ def test_a_project_profile_skipped_as_untrusted_is_never_edited_either(tmp_path)
     with pytest.raises(Refused, match=r"can be written by every user \(mode 0666\): gpudoc will not edit it"):
         apply_changes(EMPTY, HALVE, cwd=tmp_path)
     assert planted.read_text() == PROFILE and not (tmp_path / "gpudoc.toml.gpudoc.bak").exists()
+
+
+# -- no edit overwrites bytes no backup holds; a read-only profile is the user's "do not edit" ----
+
+OOM_PROFILE = "[train]\nmicro_batch_size = 16\ngradient_accumulation_steps = 2\n\n[bind]\nenv = true\n"
+
+
+def _oom_log(tmp_path: Path) -> Path:
+    import os
+    import subprocess
+    import sys
+
+    job = Path(__file__).parents[1] / "commands" / "oom_job.py"
+    log = tmp_path / "oom.log"
+    with open(log, "w") as handle:
+        subprocess.run([sys.executable, str(job)], stdout=handle, stderr=subprocess.STDOUT, check=False,
+                       env={**os.environ, "GPUDOC_MICRO_BATCH_SIZE": "16"})
+    return log
+
+
+def test_an_apply_never_overwrites_a_hand_edit_that_no_backup_holds(tmp_path):
+    """An older backup (an earlier chain's) holds other bytes than the profile now: the user edited
+    it by hand since. `fix --log --apply` has no run to list the edit, yet the hand edit is kept
+    (in the run store's originals, by its fingerprint) before the profile is written; the first
+    backup stays as it was. Where nothing can keep them, the edit is refused in one line."""
+    import hashlib
+
+    profile = tmp_path / "gpudoc.toml"
+    hand = OOM_PROFILE + "# tuned by hand, held by no backup\n"
+    profile.write_text(hand)
+    older = tmp_path / "gpudoc.toml.gpudoc.bak"
+    older.write_text(OOM_PROFILE.replace("16", "32"))
+    log = _oom_log(tmp_path)
+    done = gpudoc_cli("fix", "--log", str(log), "--apply", cwd=tmp_path)
+    assert done.returncode == 0 and "micro_batch_size = 8" in profile.read_text(), done.stderr
+    assert older.read_text() == OOM_PROFILE.replace("16", "32")
+    kept = tmp_path / ".gpudoc" / "originals" / hashlib.sha256(hand.encode()).hexdigest()
+    assert kept.read_text() == hand
+
+    profile.write_text(hand)  # by hand again, and now no store can keep anything (its place is a file)
+    (tmp_path / "not-a-folder").write_text("")
+    refused = gpudoc_cli("fix", "--log", str(log), "--apply", cwd=tmp_path,
+                         env={"GPUDOC_HOME": str(tmp_path / "not-a-folder")})
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and profile.read_text() == hand
+    assert f"gpudoc: {profile}: changed since its backup {older} was made" in refused.stderr, refused.stderr
+
+
+def test_a_read_only_profile_is_refused_in_one_line(tmp_path):
+    import os
+
+    profile = tmp_path / "gpudoc.toml"
+    profile.write_text(OOM_PROFILE)
+    os.chmod(profile, 0o444)
+    done = gpudoc_cli("fix", "--log", str(_oom_log(tmp_path)), "--apply", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert profile.read_text() == OOM_PROFILE and os.stat(profile).st_mode & 0o777 == 0o444
+    assert f"gpudoc: {profile}: read-only (mode 0444): gpudoc will not edit it" in done.stderr
+    assert not (tmp_path / "gpudoc.toml.gpudoc.bak").exists()
