@@ -122,7 +122,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # The same dump cut further: only its listing of chunks and bins is left. The allocator prints
     # it when an allocation failed, never otherwise.
     _sig("tf_bfc_listing", "gpu_oom", 3,
-         r"bfc_allocator\.cc:\d+\]\s*(?:(?:Chunk|Free)\s+at 0x[0-9a-fA-F]+ (?:of size|next)\b"
+         r"bfc_allocator\.cc:\d+\]\s*(?:(?:Chunk|Free|InUse)\s+at (?:0x)?[0-9a-fA-F]+ (?:of size|next)\b"
          r"|Bin \(\d+\):\s*Total Chunks:|Summary of in-use Chunks by size|\d+ Chunks of size \d+ totalling)",
          "tensorflow"),
     _sig("cuda_lib_alloc", "gpu_oom", 3,

@@ -80,3 +80,35 @@ def test_an_exception_header_split_from_its_message_keeps_the_figures():
         d = diagnose_text(log)
         assert (d.cause, d.requested_bytes, d.gpu_index) == ("gpu_oom", requested, gpu), log
         assert d.free_bytes is not None and d.total_bytes is not None
+
+
+def test_a_bfc_chunk_listing_alone_in_any_generation_is_a_gpu_oom():
+    for line in ("I tensorflow/tsl/framework/bfc_allocator.cc:1096] InUse at 7f0e2c000000 of size 256 next 1",
+                 "I external/local_tsl/tsl/framework/bfc_allocator.cc:1100] Free  at 7f0e2c000100 of size 1280 next 2",
+                 "I tensorflow/core/common_runtime/bfc_allocator.cc:1039] Bin (256): \tTotal Chunks: 12, Chunks in "
+                 "use: 12. 3.0KiB allocated for chunks."):
+        d = diagnose_text(line + "\n")
+        assert (d.cause, d.backend) == ("gpu_oom", "tensorflow"), line
+    # The allocator's routine start-up line is no dump.
+    assert diagnose_text("I tensorflow/core/common_runtime/bfc_allocator.cc:45] Using BFC allocator.\n").cause == "ok"
+
+
+def test_rocm_stream_executor_statuses_give_the_request():
+    d = diagnose_text("E0101 xla/stream_executor/rocm/rocm_driver.cc:1123] failed to allocate 2.00GiB (2147483648 "
+                      "bytes) from device: HIP_ERROR_OutOfMemory\n")
+    assert (d.cause, d.backend, d.requested_bytes) == ("gpu_oom", "hip", 2147483648)
+
+
+def test_an_impossible_request_on_its_own_line_loses_to_the_collective_timeout_beside_it():
+    log = ("[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught collective operation timeout: "
+           "WorkNCCL(SeqNum=7, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800091 milliseconds before timing out.\n"
+           "[rank3]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.\n")
+    d = diagnose_text(log)
+    assert (d.cause, d.rank, d.requested_bytes) == ("nccl_timeout", 3, None)
+
+
+def test_the_watchdogs_fatal_line_for_an_exception_is_a_collective_failure_not_no_failure():
+    d = diagnose_text("[rank0]:[F1113 08:31:26.385637245 ProcessGroupNCCL.cpp:1575] [PG ID 0 PG GUID 0(default_pg) "
+                      "Rank 0] Terminating the process after attempting to dump debug info, due to collective timeout "
+                      "or exception.\n")
+    assert (d.cause, d.rank, d.inferred) == ("nccl_timeout", 0, True)
