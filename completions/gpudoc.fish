@@ -319,6 +319,7 @@ complete -c gpudoc -n '__gpudoc_at \'run\'' -l retry-oom -x -d 'After a GPU OOM,
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l allow-semantic -d 'Let --retry-oom use rungs that change the experiment (shorter sequences, ...)'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l tmux -x -d 'Start this run in a new detached tmux session NAME and print how to attach'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l watch -d 'Inside tmux: follow the run in a split pane below (gpudoc watch)'
+complete -c gpudoc -n '__gpudoc_at \'run\'' -l wait -d 'When the job\'s GPUs lack only free memory, wait for it instead of refusing (--wait=SECONDS: give up after that long, exit 125)'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l dry-run -d 'Show the command, environment and file edits; launch nothing'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l json -d 'With --dry-run: one JSON object; otherwise the final record as JSON on stderr'
 complete -c gpudoc -n '__gpudoc_at \'run\'' -l help-all -d 'Prints help messages of all sub-commands and quits'

@@ -63,6 +63,14 @@ def _usable(gpu: Gpu) -> tuple[int | None, int | None, str]:
     return free_bytes(gpu), gpu.memory_total_bytes, ""
 
 
+def freeing_helps(facts: Facts, profile: Profile, ctx: CheckContext) -> bool:
+    """Whether memory others free can let the job start: a need is stated and every GPU of the job
+    holds at least that much (a card too small stays too small, however long one waits)."""
+    need, _ = _need(profile, ctx)
+    totals = [_usable(g)[1] for g in target_gpus(facts, profile, ctx)]
+    return need is not None and bool(totals) and all(t is not None and t >= need for t in totals)
+
+
 def _better_gpus(facts: Facts, need: int, exclude: set[int], count: int) -> list[int]:
     good = [g.index for g in sorted(facts.gpus, key=lambda g: -(free_bytes(g) or 0))
             if g.index not in exclude and (free_bytes(g) or 0) >= need]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpudoc.commands.run_options import MAX_RETRIES, SWITCHES, RunOptions, parse_fast, split_command, takes_value
+from gpudoc.commands.switches import spelled_out
 from gpudoc.errors import ExitStatus, UsageError
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def _build_command_class() -> type:
 
     def _parse_args(self: Any, argv: list[str]) -> Any:
         try:
-            return Command._parse_args(self, split_command(argv, takes_value()))
+            return Command._parse_args(self, spelled_out(split_command(argv, takes_value()), SWITCHES))
         except UsageError as exc:
             # 125, like `docker run`: gpudoc's own failures never look like the job's status.
             exc.exit_status = ExitStatus.LAUNCH_REFUSED

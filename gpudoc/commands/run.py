@@ -34,6 +34,9 @@ def run(options: RunOptions, ws: Workspace) -> int:
     """The whole of `gpudoc run`; returns the exit status (the job's, or 125/126/127/130)."""
     if not options.command:
         raise LaunchError("nothing to run: gpudoc run [SWITCHES] -- COMMAND [ARGS...]")
+    from gpudoc.commands.wait import wait_limit
+
+    wait_limit(options.wait)  # a limit that is not a time is refused before anything starts
     if options.tmux is not None:
         from gpudoc.commands.tmux import check_session_name, start_in_tmux
 
@@ -155,7 +158,7 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     child_env = resolved.child_env(environ)
     facts = None
     if not options.no_check:
-        facts = refusing(lambda: _gate(profile, python, child_env, ws, force=options.force))
+        facts = refusing(lambda: _gate(profile, python, child_env, ws, force=options.force, wait=options.wait))
     if options.clean or bool(profile.run.get("clean", False)):
         refusing(lambda: _clean(facts, ws, child_env, yes=options.yes))
     _check_executable(resolved.argv, child_env, cwd)
@@ -189,16 +192,31 @@ def _dry_run_result(resolved: ResolvedCommand, profile: Profile) -> DryRunResult
 
 
 def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws: Workspace, *,
-          force: bool) -> Facts:
+          force: bool, wait: str | None = None) -> Facts:
     from gpudoc.checks import run_checks
+    from gpudoc.checks._common import CheckContext
+    from gpudoc.checks.memory import freeing_helps
+    from gpudoc.commands.wait import wait_for_memory, wait_limit, waitable
     from gpudoc.findings import Severity
 
     console = ws.console
-    facts = ws.gather(python=python, environ=child_env)
     alloc = _alloc_env_name(python)
-    # The same figure `gpudoc check` uses, so the gate and the doctor never disagree.
-    findings = run_checks(facts, profile, alloc_env_name=alloc, profile_label=profile.name,
-                          estimate=ws.estimate(profile, facts, python=python))
+    limit = wait_limit(wait)
+
+    estimates: list = []  # the job's estimate once: a wait re-reads the GPUs, not the model
+
+    def evaluate() -> tuple[Facts, list, bool]:
+        facts = ws.gather(python=python, environ=child_env)
+        if not estimates:
+            estimates.append(ws.estimate(profile, facts, python=python))
+        estimate = estimates[0]
+        # The same figure `gpudoc check` uses, so the gate and the doctor never disagree.
+        findings = run_checks(facts, profile, alloc_env_name=alloc, profile_label=profile.name, estimate=estimate)
+        return facts, findings, freeing_helps(facts, profile, CheckContext(estimate=estimate))
+
+    facts, findings, helps = evaluate()
+    if limit is not None and not force and waitable(findings, helps):
+        facts, findings = wait_for_memory(evaluate, limit, console.err)  # type: ignore[assignment]
     failed = [f for f in findings if f.severity is Severity.FAIL]
     shown = [f for f in findings if f.severity in (Severity.FAIL, Severity.WARN, Severity.ERROR)]
     if shown:
@@ -208,7 +226,8 @@ def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws
         console.err.flush()
     if failed and not force:
         raise LaunchError(f"pre-flight checks failed ({', '.join(f.id for f in failed)}): not launching "
-                          "(--force launches anyway, --no-check skips the checks)")
+                          "(--force launches anyway, --no-check skips the checks"
+                          + (", --wait waits for free memory)" if limit is None and waitable(findings, helps) else ")"))
     if failed:
         console.error("gpudoc: --force: launching despite the failed checks")
     return facts

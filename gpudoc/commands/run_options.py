@@ -29,6 +29,9 @@ SWITCHES: tuple[Switch, ...] = (
      "Let --retry-oom use rungs that change the experiment (shorter sequences, ...)"),
     (("--tmux",), "tmux", "str", "NAME", "Start this run in a new detached tmux session NAME and print how to attach"),
     (("--watch",), "watch", None, "", "Inside tmux: follow the run in a split pane below (gpudoc watch)"),
+    (("--wait",), "wait", "optional", "SECONDS",
+     "When the job's GPUs lack only free memory, wait for it instead of refusing (--wait=SECONDS: give up "
+     "after that long, exit 125)"),
     (("--dry-run",), "dry_run", None, "", "Show the command, environment and file edits; launch nothing"),
     (("--json",), "json", None, "", "With --dry-run: one JSON object; otherwise the final record as JSON on stderr"),
 )
@@ -57,6 +60,7 @@ class RunOptions:
     watch: bool = False
     dry_run: bool = False
     json: bool = False
+    wait: str | None = None  # "inf" (--wait alone) or the seconds of --wait=SECONDS, as typed
     # Not a switch: the checkpoint a relaunch resumes from (``gpudoc.commands.resume``), whose
     # switch goes on the launched command while ``command`` stays the user's.
     resume: dict | None = None
@@ -77,6 +81,8 @@ class RunOptions:
                 args.append(flag)
         if self.retry_oom:
             args += ["--retry-oom", str(self.retry_oom)]
+        if self.wait is not None:
+            args.append("--wait" if self.wait == switches.OPTIONAL_ALONE else f"--wait={self.wait}")
         return [*args, "--", *self.command]
 
     def switches(self) -> list[str]:

@@ -14,18 +14,30 @@ from typing import Any
 
 # (names, attribute, value kind, argname, help). Kinds: None, a flag; "str", one value; "list", a
 # value that may be given again (the values in order); "count", a whole number from 0 to the
-# caller's ``max_count``.
+# caller's ``max_count``; "optional", a flag that may carry a value after "=" (``--wait``,
+# ``--wait=600``): alone it is ``OPTIONAL_ALONE``, it never takes the next argument.
 Switch = tuple[tuple[str, ...], str, "str | None", str, str]
 
 
+OPTIONAL_ALONE = "inf"
+
+
 def takes_value(switches: tuple[Switch, ...]) -> dict[str, bool]:
-    """Each switch name without its dashes: whether it takes a value."""
-    return {name.lstrip("-"): kind is not None for names, _, kind, _, _ in switches for name in names}
+    """Each switch name without its dashes: whether it takes the next argument as its value."""
+    return {name.lstrip("-"): kind not in (None, "optional") for names, _, kind, _, _ in switches for name in names}
+
+
+def spelled_out(args: list[str], switches: tuple[Switch, ...]) -> list[str]:
+    """An optional-value switch given alone, written with its value (``--wait`` -> ``--wait=inf``),
+    before ``--``: plumbum knows no optional values."""
+    alone = {name for names, _, kind, _, _ in switches if kind == "optional" for name in names}
+    end = args.index("--") if "--" in args else len(args)
+    return [f"{a}={OPTIONAL_ALONE}" if i < end and a in alone else a for i, a in enumerate(args)]
 
 
 def defaults(switches: tuple[Switch, ...]) -> dict[str, Any]:
     """What each attribute is when its switch is not given (plumbum's defaults, by kind)."""
-    empty: dict[str | None, Any] = {None: False, "str": None, "count": 0}
+    empty: dict[str | None, Any] = {None: False, "str": None, "count": 0, "optional": None}
     return {attr: [] if kind == "list" else empty[kind] for _, attr, kind, _, _ in switches}
 
 
@@ -57,6 +69,12 @@ def parse_switches(args: list[str], switches: tuple[Switch, ...], *,
             if eq:
                 return None
             values[attr] = True
+            i += 1
+            continue
+        if kind == "optional":
+            if eq and not inline:
+                return None
+            values[attr] = inline if eq else OPTIONAL_ALONE
             i += 1
             continue
         if eq:

@@ -22,7 +22,8 @@ INSTALLED_DIRS = {
 }
 
 # What a switch's value is, by any of its names (plumbum only knows the Python type).
-SWITCH_VALUES = {
+SWITCH_VALUES: dict[str, str | None] = {
+    "wait": None,  # --wait or --wait=SECONDS: never the next word (that is the command)
     "profile": "profiles",
     "snapshot": "files",
     "log": "files",
