@@ -81,10 +81,11 @@ def diagnose_text(text: str | bytes, *, exit_code: int | None = None, own_pids: 
         # A survivor losing its peer is what the first failure did to it, not the failure.
         return launcher_said(first, teardown_pids(lines), lines, exit_code)
     if chosen is None:
+        said = _unrecognised(lines, exit_code, text)
         pids = teardown_pids(lines)
-        if pids and exit_code != 0:
-            return launcher_said(None, pids, lines, exit_code)
-        return _unrecognised(lines, exit_code, text)
+        if pids and exit_code != 0 and (said.cause == "ok" or (said.evidence is None and said.signal is None)):
+            return launcher_said(None, pids, lines, exit_code)  # no line of the worker's own: the teardown
+        return said
     return _build(chosen, events, lines, exit_code, frozenset(own_pids), root_rank, root_host)
 
 

@@ -138,8 +138,8 @@ def launcher_said(first: FirstFailure | None, teardown: Sequence[int], lines: Se
                   exit_code: int | None) -> Diagnosis:
     """The diagnosis when the worker's own output says nothing: torchrun's report of the first
     failure, or, without one, only its teardown (a worker vanished without a word)."""
-    stopped = f"; torchrun then stopped the other workers with SIGTERM (pid {', '.join(map(str, teardown))})" \
-        if teardown else ""
+    pids = f"pid{'s' if len(teardown) > 1 else ''} {', '.join(map(str, teardown))}"
+    stopped = f"; torchrun then stopped the other workers with SIGTERM ({pids})" if teardown else ""
     if first is None:
         return Diagnosis(
             cause="error", exit_code=exit_code, inferred=True, evidence=_line_of(lines, teardown),

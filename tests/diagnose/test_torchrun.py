@@ -127,3 +127,11 @@ def test_a_sigterm_that_won_torchruns_race_for_root_cause_is_not_the_first_failu
     assert first is not None and (first.rank, first.exit_code) == (1, 2)
     d = diagnose_text(log, exit_code=1)
     assert d.rank == 1 and d.summary.startswith("Rank 1 on localhost refused its command line")
+
+
+def test_a_workers_own_failure_line_comes_before_the_teardown_alone():
+    teardown = "Sending process 4243 closing signal SIGTERM\nSending process 4244 closing signal SIGTERM\n"
+    alone = diagnose_text(teardown, exit_code=1)
+    assert alone.cause == "error" and "(pids 4243, 4244), its teardown: a consequence" in alone.summary
+    own = diagnose_text("FATAL: data shard 7 unreadable\n" + teardown, exit_code=1)
+    assert own.evidence == "FATAL: data shard 7 unreadable" and "teardown" not in own.summary
