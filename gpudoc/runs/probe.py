@@ -3,7 +3,10 @@ read as untrusted input and folded into the record's ``observed``, ``steps`` and
 
 The files are the job's to write, so each is read through a bounded window (its first
 ``READ_CAP_BYTES``, lines up to ``LINE_CAP_BYTES``), a line that is not a JSON object of the
-expected shape is skipped and counted, and every value is checked before it is believed.
+expected shape is skipped and counted, and every value is checked before it is believed. The
+directory and each file are held to the trust rule (``gpudoc.trust``, links not followed): one
+another user owns or anyone can write, a link planted in their place, or anything but a plain
+file, is not read, and ``probe_errors`` says so.
 """
 
 from __future__ import annotations
@@ -68,12 +71,16 @@ def unreachable(argv: list[str]) -> str | None:
 
 def _events(path: Path) -> tuple[list[dict], int]:
     """The file's events, and how many lines were not events (bounded, never following a link)."""
+    import stat
+
     events, bad = [], 0
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return [], 1
     with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return [], 1  # a FIFO, a device: nothing the probe writes
         data = handle.read(READ_CAP_BYTES)
     for line in data.split(b"\n"):
         if not line.strip():
@@ -212,17 +219,26 @@ def _parsers(events: list[dict]) -> list[dict]:
 def read(run_dir: Path) -> dict[str, Any]:
     """``{"observed", "steps", "oom", "parsers", "probe_errors"}`` for the record (each None when not
     seen)."""
+    from gpudoc.trust import untrusted
+
     directory = run_dir / PROBE_DIR
     ranks: dict[int, dict[str, Any]] = {}
     bad = 0
+    errors: list[str] = []
+    problem = untrusted(directory, follow_links=False)
     try:
-        names: Iterable[str] = sorted(os.listdir(directory))[:MAX_RANKS]
+        names: Iterable[str] = sorted(os.listdir(directory))[:MAX_RANKS] if problem is None else ()
     except OSError:
         names = ()
-    errors: list[str] = []
+    if problem is not None:
+        errors.append(f"{problem}: not read")
     for name in names:
         match = _RANK_FILE.fullmatch(name)
         if not match:
+            continue
+        problem = untrusted(directory / name, follow_links=False)
+        if problem is not None:
+            errors.append(f"{problem}: not read")
             continue
         events, skipped = _events(directory / name)
         bad += skipped
@@ -230,7 +246,7 @@ def read(run_dir: Path) -> dict[str, Any]:
         if events:
             ranks[int(match.group(1))] = _rank_view(events)
     if not ranks:
-        return {"observed": None, "steps": None, "oom": None, "parsers": None, "probe_errors": None}
+        return {"observed": None, "steps": None, "oom": None, "parsers": None, "probe_errors": errors[:10] or None}
     first = min(ranks)
     observed: dict[str, Any] = {}
     for knob, (value, how) in ranks[first]["knobs"].items():
@@ -245,7 +261,7 @@ def read(run_dir: Path) -> dict[str, Any]:
     if bad:
         errors.append(f"{bad} line(s) of the probe's files were not events and were skipped")
     return {"observed": observed or None, "steps": _steps(ranks[first], observed), "oom": _oom(ranks),
-            "parsers": ranks[first]["parsers"] or None, "probe_errors": errors or None}
+            "parsers": ranks[first]["parsers"] or None, "probe_errors": errors[:10] or None}
 
 
 def _steps(view: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any] | None:

@@ -207,3 +207,32 @@ def test_an_hf_trainer_job_out_of_memory_before_its_first_step_is_read_from_the_
     options = record["parsers"][0]["options"]
     assert {"--per_device_train_batch_size", "--max_seq_length", "--oom_in_forward"} <= set(options)
     assert "--batch_size" not in options
+
+
+def test_the_probe_code_is_gpudocs_own_never_what_the_jobs_folder_holds(tmp_path):
+    """Another user's shared folder holds a `sitecustomize.py` and a `gpudoc/` package beside the
+    job: what the probe runs is gpudoc's installation (its sitecustomize, its agent, loaded by
+    path), never those, and it still observes the job."""
+    import shutil
+    import subprocess
+
+    work = tmp_path / "shared"
+    work.mkdir()
+    shutil.copy(JOB, work / "job.py")
+    planted = tmp_path / "planted"
+    (work / "sitecustomize.py").write_text(f"open({str(planted)!r} + '-sitecustomize', 'w').write('ran')\n")
+    (work / "gpudoc").mkdir()
+    for name in ("__init__.py", "agent.py"):
+        (work / "gpudoc" / name).write_text(f"open({str(planted)!r} + '-gpudoc', 'w').write('ran')\n")
+    (work / "gpudoc" / "probe").mkdir()
+    (work / "gpudoc" / "probe" / "agent.py").write_text(f"open({str(planted)!r} + '-agent', 'w').write('ran')\n")
+    gpudoc = Path(sys.executable).with_name("gpudoc")  # as the user runs it: its own directory first on sys.path
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"GPUDOC_HOME": str(tmp_path / "home")}
+    done = subprocess.run([str(gpudoc), "run", "--no-check", "--", sys.executable, "job.py", "--steps", "1"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("planted")) == []
+    shown = subprocess.run([str(gpudoc), "runs", "show", "--json"], cwd=work, env=env, capture_output=True,
+                           text=True, timeout=120)
+    record = json.loads(shown.stdout)["run"]
+    assert record["observed"]["micro_batch_size"]["value"] == 4 and record["probe_errors"] is None

@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from gpudoc.runs import probe
+from tests.cli.test_fuzz import EXAMPLES
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file another owner needs root (CI is root)")
 
 
 def _write(directory, name: str, *events: object) -> None:
@@ -118,3 +125,64 @@ def test_a_frameworks_resolved_settings_answer_before_the_first_step_outer_frame
     # A world size written as a string, a negative accumulation: not believed.
     assert {k: (v["value"], v["how"]) for k, v in observed.items()} == {
         "micro_batch_size": (8, "framework:deepspeed"), "precision": ("fp16", "framework:lightning")}
+
+
+# -- the probe's directory and files are the job's to write: anyone's, in a shared folder ---------
+
+def test_a_probe_directory_that_is_a_link_is_not_read(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "rank-0.jsonl").write_text("\n".join(json.dumps(e) for e in _rank(4)) + "\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    os.symlink(elsewhere, run / "probe")
+    read = probe.read(run)
+    assert read["observed"] is None
+    assert read["probe_errors"] == [f"{run / 'probe'} is a symbolic link (to {elsewhere}): not read"]
+
+
+def test_a_probe_file_that_others_can_write_is_not_believed(tmp_path):
+    _write(tmp_path, "rank-0.jsonl", *_rank(4))
+    _write(tmp_path, "rank-1.jsonl", *_rank(2))
+    os.chmod(tmp_path / "probe" / "rank-1.jsonl", 0o666)
+    read = probe.read(tmp_path)
+    assert read["observed"]["micro_batch_size"] == {"value": 4, "how": "input-shape", "ranks": [0], "others": {}}
+    [said] = read["probe_errors"]
+    assert said.startswith(f"{tmp_path / 'probe' / 'rank-1.jsonl'} (owner ") and "mode 0666" in said
+    assert said.endswith(": not read")
+
+
+@needs_root
+def test_a_probe_file_another_user_owns_is_not_believed(tmp_path):
+    _write(tmp_path, "rank-0.jsonl", *_rank(4))
+    os.chown(tmp_path / "probe" / "rank-0.jsonl", 65534, 65534)
+    read = probe.read(tmp_path)
+    assert read["observed"] is None and read["oom"] is None
+    assert read["probe_errors"] == [f"{tmp_path / 'probe' / 'rank-0.jsonl'} belongs to nobody, not to you (root): "
+                                    "not read"]
+
+
+def test_a_fifo_in_place_of_a_rank_file_does_not_block(tmp_path):
+    (tmp_path / "probe").mkdir()
+    os.mkfifo(tmp_path / "probe" / "rank-0.jsonl")
+    _write(tmp_path, "rank-1.jsonl", *_rank(4))
+    assert probe.read(tmp_path)["observed"]["micro_batch_size"]["ranks"] == [1]
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=12)
+_KEYS = st.sampled_from(["event", "shape", "dtype", "backward", "world_size", "distributed", "optimizer",
+                         "state_dtype", "autocast", "peak_allocated", "peak_reserved", "seconds", "n", "parameters",
+                         "trainable", "dtypes", "settings", "name", "options", "values", "prog", "phase", "step",
+                         "breakdown", "snapshot", "top", "hook", "error"])
+_EVENTS = st.sampled_from(["start", "model", "input", "step", "framework", "parser", "oom", "error", "config-file"])
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_EVENTS, st.dictionaries(_KEYS, _JSON, max_size=8)), max_size=12))
+def test_any_json_the_job_writes_is_read_without_a_crash(tmp_path, events):
+    _write(tmp_path, "rank-0.jsonl", *({**fields, "event": fields.get("event", name)} for name, fields in events))
+    read = probe.read(tmp_path)
+    json.dumps(read, default=str)  # what goes into the record
+    assert set(read) == {"observed", "steps", "oom", "parsers", "probe_errors"}
