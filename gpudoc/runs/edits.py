@@ -14,6 +14,7 @@ one started from; a change by hand in between ends it (what the user wrote is th
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import time
@@ -52,6 +53,8 @@ def keep_original(store: RunStore, data: bytes) -> str:
     store.ensure()  # the store's .gitignore covers the originals too
     folder = store.home / ORIGINALS
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if folder.is_symlink() or not folder.is_dir():  # planted: the write would land wherever it points
+        raise OSError(errno.ENOTDIR, "not a folder of gpudoc's own (a link, or a file)", str(folder))
     target = folder / digest
     if not (target.is_file() and not target.is_symlink() and fingerprint(target.read_bytes()) == digest):
         atomic_write_bytes(target, data, mode=0o600)

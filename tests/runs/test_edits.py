@@ -52,3 +52,19 @@ def test_a_link_planted_in_the_originals_is_replaced_not_followed(store, tmp_pat
     keep_original(store, b"data\n")
     assert victim.read_bytes() == b"keep me\n"
     assert not (store.home / "originals" / str(digest)).is_symlink()
+
+
+def test_an_originals_folder_planted_as_a_link_is_never_written_through(tmp_path):
+    import pytest
+
+    from gpudoc.runs.edits import ORIGINALS, keep_original
+    from gpudoc.runs.store import RunStore
+
+    store = RunStore(tmp_path / ".gpudoc")
+    store.ensure()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (store.home / ORIGINALS).symlink_to(elsewhere)
+    with pytest.raises(OSError, match="originals"):
+        keep_original(store, b"the profile before an edit")
+    assert list(elsewhere.iterdir()) == []
