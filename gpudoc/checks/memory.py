@@ -10,6 +10,7 @@ from gpudoc.checks._common import (
     gpu_list,
     has_profile,
     mig_enabled,
+    procs_per_node,
     profile_name,
     target_gpus,
 )
@@ -69,6 +70,18 @@ def freeing_helps(facts: Facts, profile: Profile, ctx: CheckContext) -> bool:
     need, _ = _need(profile, ctx)
     totals = [_usable(g)[1] for g in target_gpus(facts, profile, ctx)]
     return need is not None and bool(totals) and all(t is not None and t >= need for t in totals)
+
+
+def freest_gpus(facts: Facts, profile: Profile, ctx: CheckContext) -> tuple[Gpu, ...] | None:
+    """When the job uses fewer GPUs than the machine has: that many, those with the most free memory,
+    each with what the job needs and a UUID to name it by (NVML and CUDA number GPUs differently);
+    None when the job takes every GPU, states no need, or too few GPUs have the memory."""
+    count, (need, _) = procs_per_node(profile), _need(profile, ctx)
+    if not count or need is None or count >= len(facts.gpus):
+        return None
+    fitting = [g for g in facts.gpus if g.uuid and (_usable(g)[0] or 0) >= need * TIGHT_MARGIN]
+    fitting.sort(key=lambda g: -(_usable(g)[0] or 0))
+    return tuple(sorted(fitting[:count], key=lambda g: g.index)) if len(fitting) >= count else None
 
 
 def _better_gpus(facts: Facts, need: int, exclude: set[int], count: int) -> list[int]:

@@ -158,7 +158,8 @@ def launch_once(options: RunOptions, profile: Profile, ws: Workspace, *,
     child_env = resolved.child_env(environ)
     facts = None
     if not options.no_check:
-        facts = refusing(lambda: _gate(profile, python, child_env, ws, force=options.force, wait=options.wait))
+        facts, child_env = refusing(lambda: _gate(profile, python, child_env, ws, force=options.force,
+                                                  wait=options.wait))
     if options.clean or bool(profile.run.get("clean", False)):
         refusing(lambda: _clean(facts, ws, child_env, yes=options.yes))
     _check_executable(resolved.argv, child_env, cwd)
@@ -192,31 +193,44 @@ def _dry_run_result(resolved: ResolvedCommand, profile: Profile) -> DryRunResult
 
 
 def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws: Workspace, *,
-          force: bool, wait: str | None = None) -> Facts:
+          force: bool, wait: str | None = None) -> tuple[Facts, dict[str, str]]:
+    """The pre-flight checks, as `gpudoc check` runs them; the facts and the job's environment (with
+    ``--wait`` it may name the GPUs that have the memory). Refuses (125) when a check fails."""
     from gpudoc.checks import run_checks
     from gpudoc.checks._common import CheckContext
-    from gpudoc.checks.memory import freeing_helps
+    from gpudoc.checks.memory import freeing_helps, freest_gpus
     from gpudoc.commands.wait import wait_for_memory, wait_limit, waitable
     from gpudoc.findings import Severity
 
     console = ws.console
     alloc = _alloc_env_name(python)
     limit = wait_limit(wait)
-
     estimates: list = []  # the job's estimate once: a wait re-reads the GPUs, not the model
+    env: list[Mapping[str, str]] = [child_env]
+    # The user's own choice of GPUs stands; without one, a wait may take the GPUs that are free.
+    may_choose = limit is not None and "CUDA_VISIBLE_DEVICES" not in child_env
 
     def evaluate() -> tuple[Facts, list, bool]:
         facts = ws.gather(python=python, environ=child_env)
         if not estimates:
             estimates.append(ws.estimate(profile, facts, python=python))
-        estimate = estimates[0]
-        # The same figure `gpudoc check` uses, so the gate and the doctor never disagree.
-        findings = run_checks(facts, profile, alloc_env_name=alloc, profile_label=profile.name, estimate=estimate)
-        return facts, findings, freeing_helps(facts, profile, CheckContext(estimate=estimate))
+        ctx = CheckContext(estimate=estimates[0])
+        env[0] = child_env
+        chosen = freest_gpus(facts, profile, ctx) if may_choose else None
+        findings = run_checks(facts, profile, alloc_env_name=alloc, profile_label=profile.name, estimate=ctx.estimate)
+        if chosen is not None and waitable(findings, freeing_helps(facts, profile, ctx)):
+            env[0] = {**child_env, "CUDA_VISIBLE_DEVICES": ",".join(str(g.uuid) for g in chosen)}
+            facts = ws.gather(python=python, environ=env[0])
+            findings = run_checks(facts, profile, alloc_env_name=alloc, profile_label=profile.name,
+                                  estimate=ctx.estimate)
+        return facts, findings, freeing_helps(facts, profile, ctx)
 
     facts, findings, helps = evaluate()
     if limit is not None and not force and waitable(findings, helps):
         facts, findings = wait_for_memory(evaluate, limit, console.err)  # type: ignore[assignment]
+    if env[0] is not child_env:
+        console.error(f"gpudoc: --wait: the job runs on the GPUs with the memory free: "
+                      f"CUDA_VISIBLE_DEVICES={env[0]['CUDA_VISIBLE_DEVICES']}")
     failed = [f for f in findings if f.severity is Severity.FAIL]
     shown = [f for f in findings if f.severity in (Severity.FAIL, Severity.WARN, Severity.ERROR)]
     if shown:
@@ -230,7 +244,7 @@ def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws
                           + (", --wait waits for free memory)" if limit is None and waitable(findings, helps) else ")"))
     if failed:
         console.error("gpudoc: --force: launching despite the failed checks")
-    return facts
+    return facts, dict(env[0])
 
 
 def _clean(facts: Facts | None, ws: Workspace, child_env: Mapping[str, str], *, yes: bool) -> None:

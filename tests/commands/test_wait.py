@@ -152,3 +152,41 @@ def test_the_full_parser_reads_wait_alone_and_with_a_value():
         assert done.returncode == 0, done.stderr
     bad = gpudoc_cli("run", "--wait=soon", "--no-check", "--", "true")
     assert bad.returncode == 125 and bad.stderr.strip().count("\n") == 0 and "--wait: expected" in bad.stderr
+
+
+PICK = """
+import io, os, sys
+from dataclasses import replace
+from gpudoc.commands import wait
+from gpudoc.commands.run import RunOptions, run
+from gpudoc.facts.smi_files import load_snapshot
+from gpudoc.output import Console
+from gpudoc.workspace import Workspace
+from tests.facts.fake_nvml import FakeNvml
+from tests.conftest import NVIDIA_SMI
+
+wait.POLL_S = 0.05
+# Both cards of the real dual-A5000 capture busy; the second one's job has ended.
+busy = load_snapshot([NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__dual_a5000-v13.xml"])
+gpus = [replace(g, processes=(), memory_used_bytes=0, memory_free_bytes=g.memory_total_bytes) if g.index == 1 else g
+        for g in busy.gpus]
+err = io.StringIO()
+status = run(RunOptions(command=[sys.executable, "-c", "import os; print('ON', os.environ['CUDA_VISIBLE_DEVICES'])"],
+                        wait="inf"),
+             Workspace(console=Console(out=sys.stdout, err=err), nvml_backend=FakeNvml(replace(busy, gpus=tuple(gpus)))))
+print("STATUS", status, "UUID1", gpus[1].uuid)
+print(err.getvalue())
+"""
+
+
+def test_a_job_needing_fewer_gpus_than_the_machine_has_takes_the_free_ones_by_uuid(isolated_home):
+    (isolated_home / "gpudoc.toml").write_text("[gpu]\nmin_free_gib = 20\n[launch]\nnproc_per_node = 1\n")
+    done = subprocess.run([sys.executable, "-c", PICK], cwd=isolated_home, capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in {**os.environ, "PYTHONPATH": str(REPO)}.items()
+                                            if k != "CUDA_VISIBLE_DEVICES"})
+    out = done.stdout
+    assert "STATUS 0" in out, out + done.stderr
+    uuid = out.split("UUID1 ", 1)[1].split()[0]
+    assert uuid.startswith("GPU-") and f"ON {uuid}\n" in out  # the job saw the free card, by its UUID
+    assert f"gpudoc: --wait: the job runs on the GPUs with the memory free: CUDA_VISIBLE_DEVICES={uuid}" in out
+    assert "gpudoc: --wait: GPU" not in out  # no wait: the free card was there at once
