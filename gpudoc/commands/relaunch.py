@@ -89,12 +89,20 @@ def chain_evidence(record: RunRecord, store: RunStore) -> Evidence:
         if parent is None:
             break
         moved = {k: (parent.knobs.get(k), v) for k, v in run.knobs.items() if parent.knobs.get(k) != v}
-        unchanged = (same_oom(record_diagnosis(parent, store), record_diagnosis(run, store))
-                     or same_breakdown((parent.oom or {}).get("breakdown"), (run.oom or {}).get("breakdown")))
-        attempts.append(Attempt(run.id, moved, dict((run.arrival or {}).get("missing") or {}), unchanged))
+        attempts.append(Attempt(run.id, moved, dict((run.arrival or {}).get("missing") or {}),
+                                _unchanged(parent, run, store)))
         seen.add(parent.id)
         run = parent
     return Evidence(tuple(attempts), (record.oom or {}).get("phase"))
+
+
+def _unchanged(before: RunRecord, after: RunRecord, store: RunStore) -> str | None:
+    """Both OOMs' figures, worded, when they are the same: the allocator's (the request and the bytes
+    allocated) where both messages give them, they decide; the probe's breakdown otherwise."""
+    old, new = record_diagnosis(before, store), record_diagnosis(after, store)
+    if all(d is not None and d.requested_bytes is not None and d.allocated_bytes is not None for d in (old, new)):
+        return same_oom(old, new)
+    return same_breakdown((before.oom or {}).get("breakdown"), (after.oom or {}).get("breakdown"))
 
 
 # -- the next relaunch, planned -----------------------------------------------------------------

@@ -91,7 +91,10 @@ def same_breakdown(before: Mapping[str, Any] | None, after: Mapping[str, Any] | 
     if not before or not after:
         return None
     shared = [key for key in _MEMORY_FIGURES if key in before and key in after]
-    if not shared or any(before[key] != after[key] for key in shared):
+    # Every figure, and some memory in them: a probe that saw nothing held proves nothing the same.
+    if len(shared) < len(_MEMORY_FIGURES) or not any(after[key] for key in shared):
+        return None
+    if any(before[key] != after[key] for key in shared):
         return None
     from gpudoc.units import format_bytes
 

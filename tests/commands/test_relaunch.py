@@ -203,6 +203,10 @@ def test_the_chains_evidence_holds_the_probes_phase_and_breakdown(tmp_path):
                                          "the probe saw parameters 1.0 GiB, gradients 1.0 GiB, optimizer states "
                                          "2.0 GiB, other 3.0 GiB"),)
     assert "the memory is not in the activations" in evidence.ruled_out()["activations"]
+    # Where both OOM messages give the allocator's figures, they decide: the request halved.
+    store.log_path(first.id).write_text(OOM.replace("2.00 MiB", "4.00 MiB"))
+    store.log_path(second.id).write_text(OOM)
+    assert chain_evidence(second, store).attempts[0].unchanged is None
 
 
 SEED_002_JOB = """\

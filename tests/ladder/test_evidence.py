@@ -63,6 +63,9 @@ def test_the_probes_breakdown_tells_the_same_memory_apart():
         "the probe saw parameters 1.0 GiB, gradients 1.0 GiB, optimizer states 2.0 GiB, other 3.0 GiB")
     assert same_breakdown(before, dict(before, other=2 * GIB)) is None
     assert same_breakdown(None, before) is None
+    nothing = dict.fromkeys(before, 0)  # a probe that saw no memory held: nothing proven the same
+    assert same_breakdown(nothing, nothing) is None
+    assert same_breakdown({"parameters": GIB}, {"parameters": GIB}) is None  # the rest unseen
     assert family_of("fewer-negatives", {"n_negatives": [24, 16]}) is None
     assert family_of("my-batch", {"micro_batch_size": [4, 2]}) == ACTIVATIONS
 
