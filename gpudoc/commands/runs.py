@@ -110,8 +110,10 @@ def _file_values(first: RunRecord, second: RunRecord) -> tuple[dict[str, Any], d
 
 def _outcome(record: RunRecord) -> dict[str, Any]:
     peak = record.peak_bytes
+    steps = record.steps or {}  # the probe's: what a rung cost in time
     return {"status": live_status(record), "cause": record.cause, "exit_code": record.exit_code,
-            "duration_s": round(record.duration_s, 1) if record.duration_s is not None else None, "peak_bytes": peak}
+            "duration_s": round(record.duration_s, 1) if record.duration_s is not None else None, "peak_bytes": peak,
+            "seconds_per_step": steps.get("seconds_per_step"), "samples_per_second": steps.get("samples_per_second")}
 
 
 def show_run(ws: Workspace, run_id: str | None, *, as_json: bool = False, width: int = 60,

@@ -81,6 +81,8 @@ def _run_show(result: RunShowResult, console: Console) -> None:
         for edit in edits:
             if isinstance(edit, dict):
                 say(f"  {label} {printable(str(edit.get('path')))}: {printable(edit_text(edit))}")
+    for line in _probe_lines(record):
+        say(line)
     if record.resumed_from:
         said = record.resumed_from
         say(f"  resumed from: {printable(str(said.get('path')))} ({said.get('framework')}"
@@ -101,6 +103,34 @@ def _run_show(result: RunShowResult, console: Console) -> None:
         say(f"  {result.skipped} line{'s' if result.skipped != 1 else ''} of gpu.csv skipped (not a sample)")
 
 
+def _probe_lines(record: RunRecord) -> list[str]:
+    """What the probe inside the job saw: the knobs it trained with (and how each was seen), its
+    steps, and what filled the memory at an OOM."""
+    lines = []
+    observed = {k: v for k, v in (record.observed or {}).items() if isinstance(v, dict) and "value" in v}
+    if observed:
+        lines.append("  observed in the job: " + ", ".join(
+            f"{k}={printable(knob_word(v['value']))} ({printable(str(v.get('how')))})" for k, v in sorted(observed.items())))
+    steps = record.steps or {}
+    if steps.get("count"):
+        figures = [f"{steps['count']} optimizer step(s)"]
+        if isinstance(steps.get("seconds_per_step"), (int, float)):
+            figures.append(f"{steps['seconds_per_step']:.3g} s each (median, the first left out)")
+        if isinstance(steps.get("samples_per_second"), (int, float)):
+            figures.append(f"{steps['samples_per_second']:.3g} samples/s")
+        if steps.get("peak_allocated_bytes"):
+            figures.append(f"peak allocated {format_bytes(steps['peak_allocated_bytes'])}")
+        lines.append("  steps: " + ", ".join(figures))
+    oom = record.oom or {}
+    if oom:
+        where = f"rank {oom.get('rank')}" + (f", {oom['phase']}" if oom.get("phase") else "") + (
+            f", after {oom['step']} step(s)" if oom.get("step") is not None else "")
+        parts = ", ".join(f"{k.replace('_', ' ')} {format_bytes(v)}" for k, v in (oom.get("breakdown") or {}).items()
+                          if isinstance(v, int))
+        lines.append(f"  out of memory: {where}" + (f"; {parts}" if parts else ""))
+    return lines
+
+
 def edit_text(edit: dict[str, Any]) -> str:
     """A file edit's changes as people read them: ``batch_size 32 -> 16, lr 0.1 -> 0.05``."""
     return ", ".join(f"{change.get('key')} {knob_word(change.get('old'))} -> {knob_word(change.get('new'))}"
@@ -118,12 +148,26 @@ def _runs_diff(result: RunsDiffResult, console: Console) -> None:
         if rows:
             console.print(f"  {title}:")
             for what, old, new in rows:
-                console.print(f"    {printable(what)}: {_shown(what, old)} -> {_shown(what, new)}")
+                console.print(f"    {printable(what)}: {_shown(what, old)} -> {_shown(what, new)}{_relative(old, new, what)}")
+
+
+# Figures whose change is worth a percentage: what a rung cost in memory and in time.
+_RELATIVE = ("peak_bytes", "seconds_per_step", "samples_per_second", "duration_s")
+
+
+def _relative(old: Any, new: Any, what: str) -> str:
+    if what not in _RELATIVE or not isinstance(old, (int, float)) or not isinstance(new, (int, float)) or not old:
+        return ""
+    return f" ({(new - old) / old:+.0%})"
 
 
 def _shown(what: str, value: Any) -> str:
     if value is None:
         return "-"
+    if what == "seconds_per_step" and isinstance(value, (int, float)):
+        return f"{value:.3g} s"
+    if what == "samples_per_second" and isinstance(value, (int, float)):
+        return f"{value:.3g}"
     if what == "peak_bytes" and isinstance(value, (int, float)):
         return format_bytes(value)
     if what == "duration_s" and isinstance(value, (int, float)):

@@ -325,3 +325,33 @@ def test_file_edits_read_as_changes_and_diff_shows_every_edit_between_two_runs(t
     assert f"  file edits:\n    {tmp_path / 'cfg.py'} batch_size: 32 -> 16\n" in diffed
     doc = json.loads(gpudoc_cli("runs", "diff", first, second, "--json", cwd=tmp_path).stdout)
     assert doc["edits"] == {f"{tmp_path / 'cfg.py'} batch_size": {"a": 32, "b": 16}}
+
+
+def test_show_and_diff_say_what_the_probe_saw_and_what_a_rung_cost_in_time(isolated_home):
+    from gpudoc.runs.store import RunStore
+
+    store = RunStore(isolated_home / ".gpudoc")
+    observed = {"micro_batch_size": {"value": 4, "how": "input-shape", "ranks": [0], "others": {}},
+                "gradient_accumulation_steps": {"value": 2, "how": "backward-per-step", "ranks": [0], "others": {}}}
+    before = RunRecord(id="20260101-000000000-aaaaaa", command=["python", "train.py"], cwd=str(isolated_home),
+                       status="failed", cause="gpu_oom", observed=observed,
+                       steps={"count": 3, "seconds_per_step": 0.78, "samples_per_second": 10.3},
+                       oom={"rank": 1, "step": 3, "phase": "backward", "breakdown": {
+                           "parameters": 2 * 2**30, "gradients": 2 * 2**30, "optimizer_states": 4 * 2**30}})
+    after = RunRecord(id="20260101-000100000-bbbbbb", command=["python", "train.py"], cwd=str(isolated_home),
+                      status="ok", cause="ok", observed=observed,
+                      steps={"count": 40, "seconds_per_step": 0.9438, "samples_per_second": 8.5,
+                             "peak_allocated_bytes": 3 * 2**30})
+    store.create(before)
+    store.create(after)
+    shown = gpudoc_cli("runs", "show", before.id, cwd=isolated_home).stdout
+    assert "  observed in the job: gradient_accumulation_steps=2 (backward-per-step), micro_batch_size=4 " \
+           "(input-shape)" in shown
+    assert "  steps: 3 optimizer step(s), 0.78 s each (median, the first left out), 10.3 samples/s" in shown
+    assert ("  out of memory: rank 1, backward, after 3 step(s); parameters 2.0 GiB, gradients 2.0 GiB, "
+            "optimizer states 4.0 GiB") in shown
+    assert "peak allocated 3.0 GiB" in gpudoc_cli("runs", "show", after.id, cwd=isolated_home).stdout
+    diff = gpudoc_cli("runs", "diff", before.id, after.id, cwd=isolated_home).stdout
+    assert "seconds_per_step: 0.78 s -> 0.944 s (+21%)" in diff and "samples_per_second: 10.3 -> 8.5 (-17%)" in diff
+    doc = json.loads(gpudoc_cli("runs", "diff", before.id, after.id, "--json", cwd=isolated_home).stdout)
+    assert doc["outcome"]["seconds_per_step"] == {"a": 0.78, "b": 0.9438}
