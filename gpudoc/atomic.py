@@ -117,16 +117,32 @@ def edit_lock(directory: Path, *, timeout_s: float = 30.0) -> Iterator[None]:
     """
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(errno.ETIMEDOUT, "another gpudoc has been editing files here for "
-                                       f"{timeout_s:g} s", str(directory)) from None
-                time.sleep(0.05)
+        _flock(fd, timeout_s, f"another gpudoc has been editing files here for {timeout_s:g} s", directory)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextmanager
+def file_lock(path: Path, *, timeout_s: float) -> Iterator[None]:
+    """Hold an flock on the lock file ``path`` (made private when missing, never through a link):
+    for a file replaced by atomic renames (a list many gpudocs add to), whose own inode changes."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        _flock(fd, timeout_s, f"another gpudoc has held its lock for {timeout_s:g} s", path)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _flock(fd: int, timeout_s: float, why: str, where: Path) -> None:
+    """An exclusive flock on ``fd``, waited for up to ``timeout_s`` (then ``TimeoutError``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(errno.ETIMEDOUT, why, str(where)) from None
+            time.sleep(0.02)

@@ -9,14 +9,11 @@ reading the list as the one before it left it, so none replaces another's line.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-from gpudoc.atomic import atomic_write_text
+from gpudoc.atomic import atomic_write_text, file_lock
 
 MAX_PROJECTS = 1000
 # How long a run waits for another's registration before it registers anyway: a few milliseconds
@@ -51,29 +48,16 @@ def register(runs_dir: Path, environ: Mapping[str, str]) -> None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(path.with_name(path.name + ".lock")):
-            known = [str(p) for p in projects(environ)]  # as the run before this one left it
-            if entry not in known:
-                atomic_write_text(path, "\n".join([*known, entry][-MAX_PROJECTS:]) + "\n")
+        try:
+            with file_lock(path.with_name(path.name + ".lock"), timeout_s=_LOCK_WAIT_S):
+                _add(path, entry, environ)
+        except TimeoutError:
+            _add(path, entry, environ)  # a holder that never lets go: registering unlocked beats not at all
     except OSError:
         pass  # a read-only home: `runs --all` misses this project, the run goes on
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path`` (made when missing, never through a link), released when the
-    block ends or the process does."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        deadline = time.monotonic() + _LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    break  # a holder that never lets go: registering unlocked beats not at all
-                time.sleep(0.01)
-        yield
-    finally:
-        os.close(fd)
+def _add(path: Path, entry: str, environ: Mapping[str, str]) -> None:
+    known = [str(p) for p in projects(environ)]  # as the run before this one left it
+    if entry not in known:
+        atomic_write_text(path, "\n".join([*known, entry][-MAX_PROJECTS:]) + "\n")

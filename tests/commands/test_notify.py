@@ -118,9 +118,8 @@ def test_a_notify_command_that_backgrounds_a_process_does_not_hold_gpudoc(tmp_pa
 def test_a_notify_command_past_its_limit_is_stopped_with_everything_it_started(tmp_path, monkeypatch):
     import time
 
-    import psutil
-
     from gpudoc.commands import notify
+    from tests.procs.test_bounded import gone_soon
 
     monkeypatch.setattr(notify, "COMMAND_TIMEOUT_S", 1.0)
     started = time.monotonic()
@@ -128,16 +127,7 @@ def test_a_notify_command_past_its_limit_is_stopped_with_everything_it_started(t
     assert said == "gpudoc: [run] notify: stopped after 1 s without finishing\n"
     assert time.monotonic() - started < 5
     child = int((tmp_path / "child").read_text())
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("the notify command's child lives on past its limit")
+    assert gone_soon(child), "the notify command's child lives on past its limit"
 
 
 def test_a_notify_command_printing_hundreds_of_megabytes_costs_a_tail(tmp_path):

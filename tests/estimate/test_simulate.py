@@ -162,9 +162,7 @@ def test_a_huge_answer_and_a_huge_reason_cost_one_short_line(tmp_path):
 
 
 def test_a_hanging_factorys_child_ends_with_the_helper_at_its_limit(tmp_path):
-    import time
-
-    import psutil
+    from tests.procs.test_bounded import gone_soon
 
     pidfile = tmp_path / "child"
     doc = _estimate_with(tmp_path, f"child = subprocess.Popen(['sleep', '300'])\n"
@@ -174,13 +172,4 @@ def test_a_hanging_factorys_child_ends_with_the_helper_at_its_limit(tmp_path):
     # The profile sets the limit: the note names it, and does not tell the user to set it.
     assert "the limit [estimate] timeout_s sets" in doc["notes"][0] and "raises" not in doc["notes"][0]
     child = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError(f"the factory's child {child} lives on after the helper's limit")
+    assert gone_soon(child), f"the factory's child {child} lives on after the helper's limit"
