@@ -62,7 +62,7 @@ def library_versions(python: str, environ: Mapping[str, str]) -> dict[str, str]:
     """torch/transformers/peft as installed for ``python`` (package metadata; nothing imported)."""
     try:
         done = run_bounded([python, "-c", _VERSIONS_CODE], timeout_s=_VERSIONS_TIMEOUT_S,
-                           env=helper_environment(environ), cwd=os.getcwd())
+                           env=helper_environment(environ))
     except FileNotFoundError:
         raise SimulationUnavailable(f"the job's interpreter {python} does not exist") from None
     except OSError as exc:

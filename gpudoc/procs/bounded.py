@@ -51,7 +51,7 @@ class _Tail:
         return bytes(self.data[-self.limit:]).decode("utf-8", "replace")
 
 
-def run_bounded(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str], cwd: str,
+def run_bounded(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str], cwd: str | None = None,
                 input_text: str | None = None, tail_bytes: int = TAIL_BYTES, end_group: bool = True) -> Finished:
     """Run ``argv`` to its end or ``timeout_s``, whichever comes first. ``end_group`` also ends what
     the command left running when it exited (a helper's children); without it, what a command put in
