@@ -70,7 +70,7 @@ def diagnose_text(text: str | bytes, *, exit_code: int | None = None, own_pids: 
     lines = _evidence_lines(text, gated=len(text) > GATE_ABOVE_CHARS)
     events = _collect(lines)
     first = first_failure(lines)
-    root_rank = first.rank if first is not None else None
+    root_rank = first.rank if first is not None and not first.local else None  # a local rank names no global one
     root_host = first.host if first is not None else None
     root_rank = rank_hint if root_rank is None else root_rank
     chosen = _choose(events, exit_code)
@@ -210,16 +210,12 @@ def _choose(events: list[Event], exit_code: int | None) -> Event | None:
     pool = _without_peer_losses(pool)
     # An allocation no device could hold (exabytes) is a size gone wrong in the wake of another
     # failure (a collective that timed out, a corrupted tensor): that failure is the cause.
-    pool = [e for e in pool if not _implausible(e)] or pool
+    pool = [e for e in pool if not implausible(e.m)] or pool
     best = max(e.strength for e in pool)
     top = [e for e in pool if e.strength == best]
     if best >= 2:
         return top[0]  # the first real failure; later ones are its consequences
     return min(top, key=lambda e: (_TIER1_ORDER.index(e.cause) if e.cause in _TIER1_ORDER else 9, e.index))
-
-
-def _implausible(e: Event) -> bool:
-    return implausible(e.m)
 
 
 def _is_death(e: Event) -> bool:
