@@ -76,11 +76,11 @@ def _pick(job: JobCommand, args: list[str], cwd: Path) -> Callable[[JobCommand, 
         return functools.partial(_hf, trainer=trainer)
     if hydra:
         return _hydra
-    # nanoGPT's train.py takes `--key=value` through its configurator.py; another script's own
-    # `--output_dir=out` says nothing of nanoGPT.
+    # nanoGPT's train.py takes `--key=value` through its configurator.py, which exec()s config files;
+    # another script's own `--output_dir=out` says nothing of nanoGPT.
     if (any(a.endswith(".py") and not a.startswith("-") for a in args) or any(
-            a.startswith("--") and "=" in a for a in args)) and recognise.source_mentions(job, cwd, "configurator") \
-            is not False:
+            a.startswith("--") and "=" in a for a in args)) and recognise.source_mentions(
+            job, cwd, "configurator", "exec(") is not False:
         return _nanogpt
     if any(override(a) for a in args):
         return _hydra

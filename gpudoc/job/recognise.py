@@ -40,15 +40,17 @@ def uses_hf_trainer(job: JobCommand, cwd: Path) -> bool | None:
     return any(_names_hf(node) for tree in trees for node in ast.walk(tree))
 
 
-def source_mentions(job: JobCommand, cwd: Path, text: str) -> bool | None:
-    """Whether the script's own text holds ``text`` (nanoGPT's ``configurator.py``); None: unread."""
+def source_mentions(job: JobCommand, cwd: Path, *texts: str) -> bool | None:
+    """Whether the script's own text holds any of ``texts`` (nanoGPT's ``configurator.py``, or the
+    ``exec(`` it runs config files with); None: unread."""
     path = _entry_file(job, cwd)
     if path is None:
         return None
     try:
-        return text in path.read_text(encoding="utf-8", errors="replace")[:_MAX_BYTES]
+        source = path.read_text(encoding="utf-8", errors="replace")[:_MAX_BYTES]
     except OSError:
         return None
+    return any(text in source for text in texts)
 
 
 def job_sources(job: JobCommand, cwd: Path) -> Iterator[ast.Module]:
