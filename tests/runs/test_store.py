@@ -363,3 +363,12 @@ def test_runs_started_in_the_same_second_have_one_latest_for_every_command(tmp_p
     assert gpudoc_cli("logs", cwd=tmp_path, env=env).stdout == "log of 20250101-000000-000000\n"
     last = json.loads(gpudoc_cli("runs", "--last", "1", "--json", cwd=tmp_path, env=env).stdout)
     assert [row["id"] for row in last["runs"]] == ["20250101-000000-000000"]
+
+
+def test_within_a_second_the_millisecond_an_id_carries_comes_before_the_jobs_start(tmp_path):
+    store = RunStore(tmp_path)
+    store.create(RunRecord(id="20250101-000000100-ffffff", command=["a"], cwd="/",
+                           pids=[{"pid": 1, "create_time": 500.0}]))  # its job is still starting
+    store.create(RunRecord(id="20250101-000000900-000000", command=["a"], cwd="/"))  # no process seen
+    assert [r.id for r in store.records()] == ["20250101-000000100-ffffff", "20250101-000000900-000000"]
+    assert store.latest().id == "20250101-000000900-000000"
