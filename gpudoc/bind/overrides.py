@@ -1,8 +1,11 @@
-"""``[bind] overrides``: knobs written as the command's own ``key=value`` overrides (Hydra's).
+"""``[bind] overrides`` and ``[bind] flags``: knobs written in the job's own spelling on its command line.
 
 A Hydra job's keys are its own (``data_loader.batch_size``), so no preset knows them; the reading of
 the job (``gpudoc.job.knobs``) or the user names the key, and the override on the command line, which
-beats the config file it overrides, is replaced in place or appended.
+beats the config file it overrides, is replaced in place or appended. A hand-written script's flags
+are its own too (``--batch``): one is bound only where the job's parser is known to declare it (the
+probe saw the parser, and the flag held the value the job trained with), then replaced in place or
+appended as ``--flag value``.
 """
 
 from __future__ import annotations
@@ -23,5 +26,17 @@ def apply_overrides(ed: ArgEdits, bind: Mapping[str, Any], knobs: Mapping[str, A
                                f"got {key!r}")
         if knob in knobs:
             ed.set_kv(key, format_value(knobs[knob]))
+            carried.add(knob)
+    return carried
+
+
+def apply_flags(ed: ArgEdits, bind: Mapping[str, Any], knobs: Mapping[str, Any]) -> set[str]:
+    """Write each bound knob as ``--flag value`` into the script's arguments; return the knobs so carried."""
+    carried = set()
+    for knob, flag in dict(bind.get("flags") or {}).items():
+        if not isinstance(flag, str) or not flag.startswith("-") or "=" in flag or " " in flag:
+            raise ProfileError(f"[bind.flags] {knob}: expected a flag of the job such as \"--batch\", got {flag!r}")
+        if knob in knobs:
+            ed.set_value((flag,), format_value(knobs[knob]))
             carried.add(knob)
     return carried

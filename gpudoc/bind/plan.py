@@ -23,7 +23,7 @@ from gpudoc.bind.conflicts import (
 from gpudoc.bind.filecontext import MISSING, FileContext, FileResult
 from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
 from gpudoc.bind.filestate import FileEdit, FileState, unified_diff
-from gpudoc.bind.overrides import apply_overrides
+from gpudoc.bind.overrides import apply_flags, apply_overrides
 from gpudoc.bind.targets import Target, check_files_table, fit, targets
 from gpudoc.bind.values import PLACEHOLDER, env_for, format_value
 from gpudoc.errors import InputError, ProfileError, UsageError
@@ -205,7 +205,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
             run_file_preset(state(ds), "deepspeed", True)
     else:
         conflicts.extend(unbound_flag_conflicts(argv[parts.args_start:], knobs, by=by))
-    overridden |= apply_overrides(args_ed, bind, knobs)
+    overridden |= apply_overrides(args_ed, bind, knobs) | apply_flags(args_ed, bind, knobs)
     explicit |= overridden
     argv = argv[: parts.args_start] + args_ed.result()
     bindings.extend(arg_changes(args_ed))

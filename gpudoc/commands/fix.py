@@ -62,9 +62,9 @@ def fix(
             "start the job again on every node (srun ... gpudoc run ...)"
         )
 
-    profile = _profile(ws, profile_name, record)
-    ladder, unreached = climb(diag, profile, ws, record=record, allow_semantic=allow_semantic, facts=facts,
-                              estimate=estimate)
+    climbed = climb(diag, _profile(ws, profile_name, record), ws, record=record, allow_semantic=allow_semantic,
+                    facts=facts, estimate=estimate)
+    ladder, unreached, profile = climbed.ladder, climbed.unreached, climbed.profile
     plan = _plan(ladder, profile, record, ws)
     done = Applied(None)
     if apply or rerun:
@@ -80,7 +80,7 @@ def fix(
         profile_path=str(profile.path) if profile.path else None, profile_env=dict(profile.env),
         knob_places=profile.job.places if profile.job is not None else {},
         target_path=str(target_path(profile, cwd)), exit_code=answer, applied=applied,
-        notes=(*_arrival_notes(unreached, profile), *ladder.notes, *done.notes),
+        notes=(*climbed.notes, *_arrival_notes(unreached, profile), *ladder.notes, *done.notes),
         next=plan.to_dict() if plan is not None else None,
         rerun={"command": ["gpudoc", *relaunch.to_argv()], "parent": record.id, "cwd": record.cwd}
         if relaunch and record else None,

@@ -41,10 +41,26 @@ CHAIN_LOOKBACK = 32  # parents read back through a relaunch chain, at most
 
 # -- the ladder's facts -------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Climb:
+    """The ladder for a failure; the knobs whose last change did not reach the job (knob -> (run,
+    why)); the profile it climbed from: the knobs the failed run was observed to train with, believed
+    over the reading (``gpudoc.commands.observed``); and the lines that say where the two differ."""
+
+    ladder: LadderResult
+    unreached: dict[str, tuple[str, str]]
+    profile: Profile
+    notes: tuple[str, ...] = ()
+
+
 def climb(diag: Diagnosis, profile: Profile, ws: Workspace, *, record: RunRecord | None, allow_semantic: bool,
-          facts: Facts | None = None, estimate: Any = None) -> tuple[LadderResult, dict[str, tuple[str, str]]]:
-    """The ladder for this failure, from every fact gpudoc has of its chain; and the knobs whose
-    last change did not reach the job (knob -> (run, why)), whose rungs it leaves out."""
+          facts: Facts | None = None, estimate: Any = None) -> Climb:
+    """The ladder for this failure, from every fact gpudoc has of its chain. Rungs of a knob whose
+    last change did not reach the job are left out, as are those of a knob the job ran with that has
+    no place gpudoc may write."""
+    from gpudoc.commands.observed import believe
+
+    profile, believed, unwritable = believe(profile, record)
     if facts is None and record is not None:
         facts = machine_facts(record, ws)
     history = ws.history(profile, upto=record)
@@ -54,12 +70,13 @@ def climb(diag: Diagnosis, profile: Profile, ws: Workspace, *, record: RunRecord
         if simulate_enabled(profile):  # each rung's saving is simulated too (cached per knob set)
             estimate = ws.estimator(profile, command=record.command if record is not None else None)
     if diag.cause == "ok" and record is not None:
-        return upward_result(profile, record, facts, estimate=estimate, history=history), {}
+        return Climb(upward_result(profile, record, facts, estimate=estimate, history=history), {}, profile, believed)
     evidence = chain_evidence(record, ws.store) if record is not None else None
     ladder = suggest(diag, profile, facts, history, allow_semantic=allow_semantic, estimate=estimate,
                      evidence=evidence)
     unreached = unreached_knobs(record, ws.store) if record is not None else {}
-    return without_unreached(ladder, {knob: f"run {run}: {why}" for knob, (run, why) in unreached.items()}), unreached
+    left_out = {**unwritable, **{knob: f"run {run}: {why}" for knob, (run, why) in unreached.items()}}
+    return Climb(without_unreached(ladder, left_out), unreached, profile, believed)
 
 
 def machine_facts(record: RunRecord, ws: Workspace) -> Facts | None:
@@ -314,10 +331,12 @@ def next_step(record: RunRecord, profile: Profile, ws: Workspace, *,
     diag = record_diagnosis(record, ws.store)
     if diag is None:
         return None, None, ()
-    ladder, _ = climb(diag, profile, ws, record=record, allow_semantic=allow_semantic)
+    climbed = climb(diag, profile, ws, record=record, allow_semantic=allow_semantic)
+    ladder, profile = climbed.ladder, climbed.profile
     plan = plan_next(ladder, profile, record, ws.cwd)
     done = apply_next(plan, ladder, diag, profile, record, ws, since=record, rerun=True, strays_first=False)
-    return done.profile, plan.rung if plan is not None and done.profile is not None else None, done.notes
+    rung = plan.rung if plan is not None and done.profile is not None else None
+    return done.profile, rung, (*climbed.notes, *done.notes)
 
 
 # -- relaunched --------------------------------------------------------------------------------------

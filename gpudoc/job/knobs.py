@@ -103,10 +103,14 @@ class JobReading:
         args_knobs: list[str] = []
         files: dict[str, Any] = {}
         overrides: dict[str, str] = {}
+        flags: dict[str, str] = {}
         for knob in sorted(knobs):
             place = self.knobs.get(knob)
             if (place is None or place.kind == "default") and self.home is not None:
                 files[self.home] = self.file_presets[self.home]
+            elif place is not None and place.kind == "argv" and place.name.startswith("-") \
+                    and self.framework not in ARG_FRAMEWORKS:
+                flags[knob] = place.name  # a flag of the script's own parser (seen by the probe)
             elif place is None or place.kind == "default" or (place.kind == "argv" and place.name.startswith("-")):
                 args_knobs.append(knob)
             elif place.kind == "argv":
@@ -136,6 +140,8 @@ class JobReading:
             bind["files"] = files
         if overrides:
             bind["overrides"] = overrides
+        if flags:
+            bind["flags"] = flags
         return bind
 
 

@@ -101,6 +101,7 @@ _SPECIAL: dict[tuple[str | None, str], dict[str, Any]] = {
     ("bind", "args_knobs"): {"items": {"type": "string"}},
     ("bind", "via_env"): {"items": {"type": "string"}},
     ("bind", "overrides"): {"additionalProperties": {"type": "string"}},
+    ("bind", "flags"): {"additionalProperties": {"type": "string", "pattern": "^-"}},
     ("ladder", "target_utilization"): {"exclusiveMinimum": 0, "maximum": 1},
     ("ladder", "rung"): {"items": _RUNG},
 }

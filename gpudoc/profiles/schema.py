@@ -76,6 +76,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "files": (dict,),
         "via_env": (list,),  # knobs the job reads from GPUDOC_<KNOB> itself, beside the presets
         "overrides": (dict,),  # knob = "dotted.key": a Hydra-style key=value on the command line
+        "flags": (dict,),  # knob = "--flag": a flag the job's own parser declares (the probe saw it)
     },
     "ladder": {
         "allow_semantic": BOOL,

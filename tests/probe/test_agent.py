@@ -41,10 +41,10 @@ def test_a_custom_loop_is_observed_as_it_trains(isolated_home):
     assert record["oom"] is None and record["probe_errors"] is None
     # The flags the job's own parser declares: the only ones gpudoc may ever write into its command.
     [parser] = record["parsers"]
-    assert parser["options"] == ["--accum", "--batch", "--bf16", "--config", "--help", "--oom-at", "--output_dir",
-                                 "--seq", "--steps", "-h"]
+    assert parser["options"] == ["--accum", "--batch", "--bf16", "--config", "--help", "--oom-above", "--oom-at",
+                                 "--output_dir", "--seq", "--steps", "-h"]
     assert parser["values"] == {"batch": 4, "accum": 3, "steps": 2, "seq": 16, "bf16": False, "oom_at": "",
-                                "config": "", "output_dir": "out"}
+                                "config": "", "output_dir": "out", "oom_above": 0}
 
 
 def test_a_job_refused_by_its_own_parser_leaves_no_probe_file(isolated_home):

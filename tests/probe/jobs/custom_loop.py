@@ -2,7 +2,9 @@
 gradient accumulation lives in its own code, on one process or under torchrun (gloo). ``--oom-at
 PHASE:STEP`` raises a real ``torch.OutOfMemoryError`` inside that phase of that optimizer step.
 ``--config FILE`` (YAML, read with PyYAML) sets ``batch`` and ``accum`` under ``train:``; the flags win.
-``--output_dir`` is only there because the seed jobs have one (it makes no job an HF Trainer's)."""
+``--output_dir`` is only there because the seed jobs have one (it makes no job an HF Trainer's).
+``--oom-above TOKENS``: from the second optimizer step on, a forward whose micro batch holds more
+tokens runs out of memory (memory that grew after the first step): a smaller micro batch fits."""
 
 import argparse
 import os
@@ -19,6 +21,7 @@ parser.add_argument("--steps", type=int, default=2)
 parser.add_argument("--seq", type=int, default=16)
 parser.add_argument("--bf16", action="store_true", help="train under CPU autocast in bfloat16")
 parser.add_argument("--oom-at", default="")
+parser.add_argument("--oom-above", type=int, default=0)
 args = parser.parse_args()
 if args.config:
     import yaml
@@ -44,7 +47,7 @@ def out_of_memory(*_):
 
 step = 0
 for i, x in enumerate(data):
-    if phase == "forward" and step == int(at):
+    if (phase == "forward" and step == int(at)) or (args.oom_above and step >= 1 and x.numel() > args.oom_above):
         model[2].register_forward_hook(out_of_memory)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
         out = model(x)
