@@ -132,7 +132,8 @@ def _relaunched(chain: list[RunRecord], records: list[RunRecord]) -> list[RunRec
         for doc, rec in applied:
             path = os.path.abspath(os.path.join(rec.cwd or ".", str(doc["path"])))
             if (os.path.abspath(os.path.join(other.cwd or ".", other.profile_path)) == path
-                    and started >= float(doc.get("at") or 0.0) and _launched_with(other, doc.get("changes") or ())):
+                    # started_at is kept to the second: a relaunch within the second of the edit counts
+                    and started + 1.0 > float(doc.get("at") or 0.0) and _launched_with(other, doc.get("changes") or ())):
                 found.append(other)
                 break
     return found
