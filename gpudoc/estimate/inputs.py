@@ -318,7 +318,7 @@ def _checkpointing(value: Any) -> str:
 
 # The notes that say how a silent profile's LoRA adapters are read: moot when a factory's model
 # brings its own adapters (the simulation then says so instead).
-LORA_READING_NOTES = ("[train] lora_dropout not set:", "[model] lora_targets not set:")
+LORA_READING_NOTES = ("[train] lora_dropout not set:", "[train] lora_targets not set:")
 
 
 @_naming_the_profile

@@ -30,7 +30,7 @@ DEFAULT_LORA_TARGETS = ("q", "v")
 
 def lora_targets_of(profile: Any) -> tuple[str, ...]:
     """The roles the profile's ``lora_targets`` cover (peft's default, q and v, when it names none)."""
-    raw = profile.model.get("lora_targets") or profile.train.get("lora_targets")
+    raw = profile.train.get("lora_targets") or profile.model.get("lora_targets")  # [model]: its older place
     if not raw:
         return DEFAULT_LORA_TARGETS
     if isinstance(raw, str):
@@ -40,7 +40,7 @@ def lora_targets_of(profile: Any) -> tuple[str, ...]:
         key = str(name).strip().lower()
         if key not in TARGET_ALIASES:
             raise ProfileError(
-                f"[model] lora_targets: unknown layer {name!r} (use q, k, v, o, gate, up, down, mlp, "
+                f"[train] lora_targets: unknown layer {name!r} (use q, k, v, o, gate, up, down, mlp, "
                 "output or all-linear)"
             )
         for role in TARGET_ALIASES[key]:

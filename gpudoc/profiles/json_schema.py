@@ -97,7 +97,8 @@ _RUNG = {
 _SPECIAL: dict[tuple[str | None, str], dict[str, Any]] = {
     ("train", "gradient_checkpointing"): {"type": ["boolean", "string"], "enum": [True, False, "selective"]},
     ("train", "zero_stage"): {"minimum": 0, "maximum": 3},
-    ("model", "lora_targets"): {"items": {"type": "string"}},
+    ("train", "lora_targets"): {"items": {"type": "string"}},
+    ("model", "lora_targets"): {"items": {"type": "string"}, "description": "older place of [train] lora_targets"},
     ("bind", "args_knobs"): {"items": {"type": "string"}},
     ("bind", "via_env"): {"items": {"type": "string"}},
     ("bind", "overrides"): {"additionalProperties": {"type": "string"}},

@@ -359,6 +359,10 @@ def parse_profile_text(path: Path) -> dict:
 OLD_SPELLINGS = {
     ("run", "notify_after_s"): "bell_after_s",  # the SPEC's name ("See the run")
 }
+# Keys that moved to another table: (table, key) -> the table that holds them now.
+OLD_PLACES = {
+    ("model", "lora_targets"): "train",  # with the knobs, where users write it
+}
 
 
 def _one_spelling(data: dict, path: Path, text: str) -> None:
@@ -370,3 +374,11 @@ def _one_spelling(data: dict, path: Path, text: str) -> None:
             raise error_at(path, text, table, old, f"means the same as {table}.{new}, which is set too: keep one "
                                                     f"({new} is the current name)")
         values[new] = values.pop(old)
+    for (table, key), now in OLD_PLACES.items():
+        values = data.get(table)
+        if not isinstance(values, dict) or key not in values:
+            continue
+        if key in data.get(now, {}):
+            raise error_at(path, text, table, key, f"means the same as {now}.{key}, which is set too: keep one "
+                                                    f"([{now}] is where it belongs)")
+        data.setdefault(now, {})[key] = values.pop(key)

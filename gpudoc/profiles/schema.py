@@ -39,6 +39,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "attention": STR,
         "fsdp": BOOL,
         "max_target_len": INT,  # encoder-decoder: decoder tokens per sample (default max_seq_len)
+        "lora_targets": (list,),  # the modules LoRA adapts (q_proj, v_proj, ...; default: peft's for the family)
     },
     "launch": {
         "nproc_per_node": INT,
@@ -61,7 +62,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "ffn": INT,
         "vocab": INT,
         "tied_embeddings": BOOL,
-        "lora_targets": (list,),
+        "lora_targets": (list,),  # its older place: the loader moves it to [train]
         "encoder_layers": INT,
         "decoder_layers": INT,
     },

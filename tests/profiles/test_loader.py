@@ -626,3 +626,17 @@ def test_a_nearer_project_profile_others_can_write_is_skipped_and_the_next_one_u
     assert resolve_profile_path(None, sub, say=said.append) == isolated_home / "gpudoc.toml"
     [line] = said
     assert str(sub / "gpudoc.toml") in line and f"skipped (using {isolated_home / 'gpudoc.toml'}" in line
+
+
+def test_lora_targets_are_a_train_knob_and_model_is_their_older_place(tmp_path):
+    # The README lists lora_targets among [train]'s keys; [model] is where older profiles have it.
+    from gpudoc.estimate.lora_targets import lora_targets_of
+
+    (tmp_path / "new.toml").write_text('[train]\nlora_rank = 8\nlora_targets = ["q_proj", "v_proj", "o_proj"]\n')
+    (tmp_path / "old.toml").write_text('[train]\nlora_rank = 8\n[model]\nlora_targets = ["q_proj", "v_proj", "o_proj"]\n')
+    new, old = (load_profile(str(tmp_path / name), tmp_path) for name in ("new.toml", "old.toml"))
+    assert new.train["lora_targets"] == old.train["lora_targets"] == ["q_proj", "v_proj", "o_proj"]
+    assert "lora_targets" not in old.model and lora_targets_of(old) == ("q", "v", "o")
+    (tmp_path / "both.toml").write_text('[train]\nlora_targets = ["q_proj"]\n[model]\nlora_targets = ["v_proj"]\n')
+    with pytest.raises(ProfileError, match=r"both.toml:4: model.lora_targets: means the same as train.lora_targets"):
+        load_profile(str(tmp_path / "both.toml"), tmp_path)
