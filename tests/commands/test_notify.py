@@ -135,7 +135,7 @@ def test_a_notify_command_printing_hundreds_of_megabytes_costs_a_tail(tmp_path):
 
     code = ("import resource, sys\nfrom pathlib import Path\n"
             "from tests.commands.test_notify import _notify\n"
-            "said = _notify(Path(sys.argv[1]), 'head -c 300000000 /dev/zero | tr \"\\\\0\" x >&2; echo >&2; "
+            "said = _notify(Path(sys.argv[1]), 'head -c 150000000 /dev/zero | tr \"\\\\0\" x >&2; echo >&2; "
             "echo the webhook said no >&2; exit 9', Path(sys.argv[1]) / 'gpudoc.toml')\n"
             "print(repr(said)); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
     _profile_file(tmp_path)
@@ -143,4 +143,4 @@ def test_a_notify_command_printing_hundreds_of_megabytes_costs_a_tail(tmp_path):
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     said, rss_kib = done.stdout.splitlines()[-2:]
     assert said == repr("gpudoc: [run] notify exited 9: the webhook said no\n"), done.stderr[-2000:]
-    assert int(rss_kib) < 150 * 1024, f"{int(rss_kib) // 1024} MiB for a notify command's 300 MB"
+    assert int(rss_kib) < 150 * 1024, f"{int(rss_kib) // 1024} MiB for a notify command's 150 MB"
