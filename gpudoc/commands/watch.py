@@ -84,7 +84,7 @@ def frame(record: RunRecord, status: str, samples: Path, log: Path) -> list[str]
         lines.extend(_recorded_peaks(record) or ["  no GPU samples recorded (no GPU seen, or the run was too short)"])
     for index, now in sorted(gpus.items()):
         used = now.used[-1] if now.used else 0
-        total = now.total or max(now.used or [1])
+        total = now.total or max(now.used, default=0) or 1  # a GPU whose capacity and use are both 0: no share
         marks = sparkline(now.used, total)
         peak = max([*now.used, int(peaks.get(str(index), 0) or 0)])
         lines.append(f"  GPU {index}  {format_bytes(used):>9} / {format_bytes(now.total):<9} {marks:<{HISTORY}}  "

@@ -7,10 +7,14 @@ import subprocess
 import sys
 import time
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from gpudoc.commands.watch import watch
 from gpudoc.runs.record import RunRecord
 from gpudoc.runs.store import RunStore
 from gpudoc.units import format_bytes
+from tests.cli.test_fuzz import EXAMPLES
 from tests.conftest import REPO, captured_workspace, tmux_screen
 
 
@@ -143,3 +147,21 @@ def test_random_bytes_appended_to_gpu_csv_are_skipped_and_counted(tmp_path):
     out = ws.console.out.getvalue()
     assert len([line for line in out.splitlines() if line.strip().startswith("GPU ")]) == 2
     assert "of gpu.csv skipped (not a sample)" in out
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(junk=st.binary(max_size=3000) | st.lists(st.sampled_from(
+    ["1040,3,0,0,,", "nan,0,5,10,,", "1e400,1,5,10,,", "1041,0,-5,10,,", "1042,2,5,0,x,9", '"', ",,,,,", "\0"]),
+    max_size=8).map(lambda rows: "\n".join(rows).encode()))
+def test_any_bytes_appended_to_gpu_csv_make_a_frame_and_a_timeline(tmp_path, junk):
+    from pathlib import Path
+
+    from gpudoc.commands.watch import frame
+    from gpudoc.launch.watch import HEADER
+    from gpudoc.runs.samples import read_timeline
+
+    samples = tmp_path / "gpu.csv"
+    samples.write_bytes(HEADER.encode() + b"1000,0,100,1000,50,\n" + junk + b"\n")
+    record = RunRecord(id="20260101-000000000-aaaaaa", command=["x"], cwd="/", status="ok", exit_code=0, duration_s=1.0)
+    assert frame(record, "ok", samples, Path(tmp_path / "no.log"))[0].startswith("gpudoc watch: run ")
+    assert read_timeline(samples).rows >= 1
