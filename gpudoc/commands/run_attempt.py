@@ -1,8 +1,7 @@
 """One launched attempt of `gpudoc run`: start the job, watch its output and GPUs, write its record.
 
 Wires ``gpudoc.launch`` (spawn, tee, scan, sampler, fail-fast across nodes) to the run store and the
-diagnosis, and hands the finished record to ``gpudoc.render`` for the summary.
-"""
+diagnosis, and hands the finished record to ``gpudoc.render`` for the summary."""
 
 from __future__ import annotations
 
@@ -92,7 +91,8 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     run_dir = store.run_dir(run_id)
     probing = not options.no_probe and profile.run.get("probe", True) is not False
     if probing:  # the job's environment alone, never gpudoc's own
-        child_env = probe.launch_environment(child_env, run_dir, resolved.argv, say=safe_warn if not options.attempt else None)
+        child_env = probe.launch_environment(child_env, run_dir, resolved.argv, say=safe_warn if not options.attempt else None,
+                                             snapshot=probe.snapshot_setting(profile.run, store, parent))
     log_path = store.log_path(run_id)
 
     watch = _Watch(multi_process=is_multi_process(job, profile),

@@ -61,6 +61,7 @@ class _Probe:
         self.last_step_at: float | None = None
         self.input_seen = False
         self.autocast: str | None = None  # the autocast dtype of the first forward, or "off"
+        self.history: Any = None  # PyTorch's memory history, with [run] snapshot = "on-oom" (snapshot.py)
         # The parsers the job used, kept in memory until this process writes for training: a launcher
         # (torchrun parses its own arguments) must never create a rank's file.
         self.parsers: list[tuple[dict, Any]] = []  # (what the parser declares, weakref to its namespace)
@@ -149,6 +150,9 @@ class _Probe:
         # warns while any global module hook exists) and per-module hooks take over.
         self._global.remove()
         self.model = weakref.ref(module)
+        if os.environ.get("GPUDOC_PROBE_SNAPSHOT") == "on-oom":  # armed in a process that trains, once
+            self.history = _sibling("snapshot").History(self.torch, _int(os.environ.get("GPUDOC_PROBE_SNAPSHOT_UNTIL")))
+            self.history.arm()
         module.register_forward_pre_hook(self.guarded("forward", self._forward_begins), with_kwargs=True)
         module.register_forward_hook(self.guarded("output", self._forward_ends))
         params = list(module.parameters())
@@ -219,6 +223,8 @@ class _Probe:
             self.write("step", **fields)
         if self.steps == 1:
             self._resolved(sys._getframe())
+        if self.history is not None:
+            self.history.after_step(self.steps)
 
     def _resolved(self, frame: Any) -> None:
         """The frameworks' settings, from the frames of the training loop that reached ``frame``."""
@@ -232,8 +238,10 @@ class _Probe:
             if self.torch is not None and os.getpid() == self.pid and _is_oom(self.torch, value):
                 if self.steps == 0:  # an OOM before the first step: the loop's frames are the traceback's
                     self.guarded("resolved", self._resolved)(self.settings.innermost(tb))
+                dumped = self.guarded("snapshot", self.history.dump)(self.directory, self.rank) if self.history else None
+                snapshot, top = dumped or (None, [])
                 self.write("oom", phase=_phase_of(tb) or self.phase, step=self.steps,
-                           breakdown=self._breakdown())
+                           breakdown=self._breakdown(), snapshot=snapshot, top=top)
         except Exception:
             pass
 

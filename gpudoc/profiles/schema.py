@@ -98,6 +98,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "tmux_keep": STR,  # --tmux: keep the window after the run: failure (default) | always | never
         "resume": BOOL,  # --retry-oom / fix --rerun resume from the newest complete checkpoint (default true)
         "probe": BOOL,  # observe the job from inside (default true; run --no-probe for one run)
+        "snapshot": STR,  # "on-oom": PyTorch's memory history, dumped at an OOM (default: relaunches only)
     },
 }
 
@@ -147,6 +148,7 @@ ENUMS = {
     ("train", "attention"): ("sdpa", "flash", "eager"),
     ("model", "arch"): ("decoder", "encoder", "encoder-decoder", "state-space"),
     ("run", "tmux_keep"): ("failure", "always", "never"),
+    ("run", "snapshot"): ("off", "on-oom"),
 }
 
 USER_RUNG_KEYS = {

@@ -128,6 +128,11 @@ def _probe_lines(record: RunRecord) -> list[str]:
         parts = ", ".join(f"{k.replace('_', ' ')} {format_bytes(v)}" for k, v in (oom.get("breakdown") or {}).items()
                           if isinstance(v, int))
         lines.append(f"  out of memory: {where}" + (f"; {parts}" if parts else ""))
+        for top in (oom.get("top") or [])[:5]:
+            lines.append(f"    {format_bytes(top['bytes'])} live from {printable(top['where'])}")
+        if oom.get("snapshot"):
+            lines.append(f"  memory history: {printable(oom['snapshot'])} (gunzip it, then drop the .pickle on "
+                         "https://pytorch.org/memory_viz)")
     return lines
 
 

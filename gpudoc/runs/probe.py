@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,30 @@ def site_dir() -> Path:
 
 
 def launch_environment(env: dict[str, str], run_dir: Path, argv: list[str],
-                       say: Callable[[str], None] | None) -> dict[str, str]:
-    """The job's environment with the probe in it; ``say`` hears once why a command is out of reach."""
+                       say: Callable[[str], None] | None, snapshot: tuple[str, int | None] = ("off", None)) -> dict[str, str]:
+    """The job's environment with the probe in it; ``say`` hears once why a command is out of reach;
+    ``snapshot``: the memory history's mode and the step after which it may stop (``snapshot_setting``)."""
     why = unreachable(list(argv))
     if why and say is not None:
         say(why)
-    return child_environment(env, run_dir)
+    env = child_environment(env, run_dir)
+    mode, until = snapshot
+    if mode == "on-oom":
+        env["GPUDOC_PROBE_SNAPSHOT"] = mode
+        if until is not None:
+            env["GPUDOC_PROBE_SNAPSHOT_UNTIL"] = str(until)
+    return env
+
+
+def snapshot_setting(run: Mapping[str, Any], store: Any, parent_id: str | None) -> tuple[str, int | None]:
+    """``[run] snapshot``: "on-oom" arms PyTorch's memory history and dumps it at an OOM. Unset, it is on
+    for a relaunch (a --retry-oom chain, fix --rerun: another OOM is likely, and its snapshot says what
+    filled the card) and off for a first launch; recording stops a few steps past the step where the
+    attempt it relaunches ran out of memory, when the probe saw that step."""
+    parent = store.record_or_none(parent_id) if parent_id else None
+    mode = run.get("snapshot") or ("on-oom" if parent_id else "off")
+    step = _count((parent.oom or {}).get("step")) if parent is not None and isinstance(parent.oom, dict) else None
+    return str(mode), step
 
 
 def child_environment(env: dict[str, str], run_dir: Path) -> dict[str, str]:
@@ -260,7 +279,7 @@ def read(run_dir: Path) -> dict[str, Any]:
                              "optimizer_state_dtype": ranks[first]["state_dtype"]}
     if bad:
         errors.append(f"{bad} line(s) of the probe's files were not events and were skipped")
-    return {"observed": observed or None, "steps": _steps(ranks[first], observed), "oom": _oom(ranks),
+    return {"observed": observed or None, "steps": _steps(ranks[first], observed), "oom": _oom(ranks, directory),
             "parsers": ranks[first]["parsers"] or None, "probe_errors": errors[:10] or None}
 
 
@@ -279,7 +298,7 @@ def _steps(view: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any] | N
             "samples_per_second": samples / per_step if per_step else None, **peaks}
 
 
-def _oom(ranks: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+def _oom(ranks: dict[int, dict[str, Any]], directory: Path) -> dict[str, Any] | None:
     for rank, view in sorted(ranks.items()):
         event = view["oom"]
         if event is None:
@@ -288,5 +307,28 @@ def _oom(ranks: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
         breakdown = {key: _count(raw.get(key)) for key in _BREAKDOWN if _count(raw.get(key)) is not None}
         return {"rank": rank, "step": _count(event.get("step")),
                 "phase": event.get("phase") if event.get("phase") in _PHASES else None,
-                "breakdown": breakdown, "snapshot": None, "top": []}
+                "breakdown": breakdown, "snapshot": _snapshot(event.get("snapshot"), directory, rank),
+                "top": _top(event.get("top"))}
     return None
+
+
+def _snapshot(said: Any, directory: Path, rank: int) -> str | None:
+    """The memory snapshot the rank dumped: only its own file, in the probe's directory, a plain file."""
+    expected = directory / f"snapshot-rank-{rank}.pickle.gz"
+    if said != str(expected):
+        return None
+    try:
+        return str(expected) if stat.S_ISREG(os.lstat(expected).st_mode) else None
+    except OSError:
+        return None
+
+
+def _top(said: Any) -> list[dict[str, Any]]:
+    """The largest live allocations at the OOM, as the probe computed them: each checked."""
+    out = []
+    for entry in said[:10] if isinstance(said, list) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("where"), str) and _count(entry.get("bytes")) is not None:
+            module = entry.get("module")
+            out.append({"where": entry["where"][:300], "module": module[:100] if isinstance(module, str) else None,
+                        "bytes": entry["bytes"]})
+    return out

@@ -337,7 +337,9 @@ def test_show_and_diff_say_what_the_probe_saw_and_what_a_rung_cost_in_time(isola
                        status="failed", cause="gpu_oom", observed=observed,
                        steps={"count": 3, "seconds_per_step": 0.78, "samples_per_second": 10.3},
                        oom={"rank": 1, "step": 3, "phase": "backward", "breakdown": {
-                           "parameters": 2 * 2**30, "gradients": 2 * 2**30, "optimizer_states": 4 * 2**30}})
+                           "parameters": 2 * 2**30, "gradients": 2 * 2**30, "optimizer_states": 4 * 2**30},
+                            "top": [{"where": "model.py:88 forward", "module": "model", "bytes": 3 * 2**30}],
+                            "snapshot": "/runs/x/probe/snapshot-rank-1.pickle.gz"})
     after = RunRecord(id="20260101-000100000-bbbbbb", command=["python", "train.py"], cwd=str(isolated_home),
                       status="ok", cause="ok", observed=observed,
                       steps={"count": 40, "seconds_per_step": 0.9438, "samples_per_second": 8.5,
@@ -350,6 +352,9 @@ def test_show_and_diff_say_what_the_probe_saw_and_what_a_rung_cost_in_time(isola
     assert "  steps: 3 optimizer step(s), 0.78 s each (median, the first left out), 10.3 samples/s" in shown
     assert ("  out of memory: rank 1, backward, after 3 step(s); parameters 2.0 GiB, gradients 2.0 GiB, "
             "optimizer states 4.0 GiB") in shown
+    assert "    3.0 GiB live from model.py:88 forward" in shown
+    assert "  memory history: /runs/x/probe/snapshot-rank-1.pickle.gz (gunzip it, then drop the .pickle on " \
+           "https://pytorch.org/memory_viz)" in shown
     assert "peak allocated 3.0 GiB" in gpudoc_cli("runs", "show", after.id, cwd=isolated_home).stdout
     diff = gpudoc_cli("runs", "diff", before.id, after.id, cwd=isolated_home).stdout
     assert "seconds_per_step: 0.78 s -> 0.944 s (+21%)" in diff and "samples_per_second: 10.3 -> 8.5 (-17%)" in diff

@@ -186,3 +186,30 @@ def test_any_json_the_job_writes_is_read_without_a_crash(tmp_path, events):
     read = probe.read(tmp_path)
     json.dumps(read, default=str)  # what goes into the record
     assert set(read) == {"observed", "steps", "oom", "parsers", "probe_errors"}
+
+
+def test_the_memory_history_is_on_for_relaunches_and_stops_past_the_failed_step(store):
+    from gpudoc.runs.record import RunRecord
+
+    store.create(RunRecord(id="20260101-000000000-aaaaaa", command=["t"], cwd=".", oom={"step": 7}))
+    assert probe.snapshot_setting({}, store, None) == ("off", None)  # a first launch pays nothing
+    assert probe.snapshot_setting({}, store, "20260101-000000000-aaaaaa") == ("on-oom", 7)
+    assert probe.snapshot_setting({"snapshot": "off"}, store, "20260101-000000000-aaaaaa") == ("off", 7)
+    assert probe.snapshot_setting({"snapshot": "on-oom"}, store, None) == ("on-oom", None)
+    env = probe.launch_environment({}, store.root, ["python", "t.py"], None, snapshot=("on-oom", 7))
+    assert (env["GPUDOC_PROBE_SNAPSHOT"], env["GPUDOC_PROBE_SNAPSHOT_UNTIL"]) == ("on-oom", "7")
+    assert "GPUDOC_PROBE_SNAPSHOT" not in probe.launch_environment({}, store.root, ["python"], None)
+
+
+def test_an_ooms_snapshot_is_only_the_ranks_own_file_and_its_top_is_checked(tmp_path):
+    (tmp_path / "probe").mkdir()
+    own = tmp_path / "probe" / "snapshot-rank-0.pickle.gz"
+    own.write_bytes(b"\x1f\x8b")
+    top = [{"where": "model.py:88 forward", "module": "model", "bytes": 10}, {"where": 5, "bytes": 1},
+           {"where": "x.py:1 f", "module": 3, "bytes": -4}, "junk"]
+    _write(tmp_path, "rank-0.jsonl", {"event": "oom", "phase": "forward", "step": 0, "snapshot": str(own), "top": top})
+    oom = probe.read(tmp_path)["oom"]
+    assert oom["snapshot"] == str(own) and oom["top"] == [top[0]]
+    for planted in ("/etc/passwd", str(tmp_path / "probe" / "snapshot-rank-1.pickle.gz")):
+        _write(tmp_path, "rank-0.jsonl", {"event": "oom", "step": 0, "snapshot": planted})
+        assert probe.read(tmp_path)["oom"]["snapshot"] is None

@@ -1,0 +1,84 @@
+"""PyTorch's memory history for the probe (``agent.py`` loads this file by path beside itself, in the
+job's interpreter; gpudoc never imports it, and never unpickles what it writes).
+
+With ``[run] snapshot = "on-oom"`` the probe arms ``torch.cuda.memory._record_memory_history`` (Python
+stacks, a bounded number of entries) once the job uses CUDA, and at an OOM dumps the snapshot,
+gzip-compressed, into the run's probe directory for PyTorch's memory_viz. Recording costs time on
+every allocation, so it stops once the job has passed the step where the last attempt failed, plus
+a few: a relaunch that fits does not pay for it for hours. The largest live allocations by source
+line are computed here, inside the job, from the snapshot's own dict (its documented format:
+``segments`` -> ``blocks`` with ``size``, ``state`` and ``frames``), and written as plain JSON.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+MAX_ENTRIES = 100_000  # allocation events kept: PyTorch's own examples use this order
+STEPS_PAST = 5  # steps recorded beyond the one where the last attempt ran out of memory
+TOP = 10
+# Frames inside these are the machinery, not the line that asked for the memory.
+_MACHINERY = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen", "/probe/agent.py")
+
+
+def top_allocations(snapshot: dict, top: int = TOP) -> list[dict]:
+    """The live blocks grouped by the first frame outside the machinery: [{"where", "module", "bytes"}],
+    largest first. A block without frames (recorded before the history was armed) counts under
+    "unknown"."""
+    totals: dict[tuple[str, str | None], int] = {}
+    for segment in snapshot.get("segments") or ():
+        for block in segment.get("blocks") or ():
+            if block.get("state") != "active_allocated":
+                continue
+            key = _where(block.get("frames") or ())
+            totals[key] = totals.get(key, 0) + int(block.get("size") or 0)
+    ranked = sorted(totals.items(), key=lambda item: -item[1])[:top]
+    return [{"where": where, "module": module, "bytes": size} for (where, module), size in ranked]
+
+
+def _where(frames: Any) -> tuple[str, str | None]:
+    for frame in frames:  # innermost first, as PyTorch records them
+        filename = str(frame.get("filename") or "")
+        if filename and not any(part in filename for part in _MACHINERY):
+            module = os.path.splitext(os.path.basename(filename))[0]
+            return f"{os.path.basename(filename)}:{frame.get('line')} {frame.get('name')}", module
+    return "unknown", None
+
+
+class History:
+    """The memory history of one rank, armed when asked for and stopped ``STEPS_PAST`` steps after
+    ``until`` (the step the last attempt failed at)."""
+
+    def __init__(self, torch: Any, until: int | None) -> None:
+        self.torch = torch
+        self.until = until
+        self.recording = False
+
+    def arm(self) -> None:
+        if self.torch.cuda.is_available():
+            self.torch.cuda.memory._record_memory_history(max_entries=MAX_ENTRIES, stacks="python")
+            self.recording = True
+
+    def after_step(self, steps: int) -> None:
+        if self.recording and self.until is not None and steps > self.until + STEPS_PAST:
+            self.torch.cuda.memory._record_memory_history(enabled=None)
+            self.recording = False
+
+    def dump(self, directory: str, rank: int) -> tuple[str | None, list[dict]]:
+        """At the OOM: the snapshot file (gzip) and the largest live allocations."""
+        if not self.recording:
+            return None, []
+        import gzip
+        import pickle
+
+        snapshot = self.torch.cuda.memory._snapshot()
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        path = os.path.join(directory, f"snapshot-rank-{rank}.pickle.gz")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        with os.fdopen(os.open(path, flags, 0o600), "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb") as out:
+            pickle.dump(snapshot, out)
+        return path, top_allocations(snapshot)
