@@ -116,8 +116,14 @@ def run(kit: Kit, result: Result) -> None:
         result["fix"] = {"diagnosis": fix.get("diagnosis"),
                          "suggestions": [s.get("rung") or s.get("name") for s in fix.get("suggestions") or []],
                          "top": ((fix.get("diagnosis") or {}).get("oom") or {}).get("top")}
+    # A relaunch that ran out of memory again records PyTorch's memory history ([run] snapshot's default).
+    relaunched_ooms = [a for a in attempts[1:] if a["cause"] == "gpu_oom"]
+    result["snapshots"] = [{"id": a["id"], "snapshot": (a["oom"] or {}).get("snapshot"),
+                            "top": (a["oom"] or {}).get("top")} for a in relaunched_ooms]
     verdicts = {
         "the first attempt ran out of GPU memory": first.get("cause") == "gpu_oom",
+        "a relaunch that ran out of memory dumped its memory history": all(s["snapshot"] and s["top"]
+                                                                           for s in result["snapshots"]),
         "the chain ended in a run that fits": last.get("exit_code") == 0,
         "the global batch is kept": result["global_batch"]["before"] == result["global_batch"]["after"],
     }
