@@ -50,7 +50,8 @@ def run(options: RunOptions, ws: Workspace) -> int:
 
     # No profile, or one without [train]: the job's own command line and configs give the knobs.
     profile = refusing(lambda: with_command(ws.load_profile(options.profile), options.command, ws.cwd, ws.environ))
-    for line in describe(profile):
+    # A run with --json ends with its record as the envelope on stderr: nothing of gpudoc's own before it.
+    for line in describe(profile) if options.dry_run or not options.json else ():
         ws.console.error(f"gpudoc: {line}")
     from gpudoc.job.interpreter import interpreter_note
 
