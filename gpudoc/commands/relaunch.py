@@ -110,7 +110,7 @@ def chain_evidence(record: RunRecord, store: RunStore) -> Evidence:
                                 _unchanged(parent, run, store)))
         seen.add(parent.id)
         run = parent
-    return Evidence(tuple(attempts), (record.oom or {}).get("phase"))
+    return Evidence(tuple(attempts), (record.oom or {}).get("phase"), (record.oom or {}).get("breakdown"))
 
 
 def _unchanged(before: RunRecord, after: RunRecord, store: RunStore) -> str | None:

@@ -10,7 +10,10 @@ rules live here:
   that change acts on (halving the micro batch twice with the identical OOM: the memory is not in
   the activations);
 - the OOM's phase, when the probe saw it, picks the family: in the optimizer step the activations
-  are already freed, so only the rungs acting on the optimizer's memory can help.
+  are already freed, so only the rungs acting on the optimizer's memory can help;
+- so does its breakdown: when the live tensors other than parameters, gradients and optimizer states
+  (the activations and temporaries) hold almost nothing of what was allocated, no activation rung
+  can free the memory.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ RUNG_FAMILY: Mapping[str, str] = {
 # The allocator's bookkeeping the process stays within, whatever the knobs: two OOMs sharing these
 # figures held the same memory when they failed.
 _MEMORY_FIGURES = ("parameters", "gradients", "optimizer_states", "other")
+# Activations and temporaries under this share of the allocated memory: nothing to free there.
+ACTIVATIONS_NEGLIGIBLE = 0.05
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class Evidence:
 
     attempts: tuple[Attempt, ...] = ()
     phase: str | None = None
+    breakdown: Mapping[str, Any] | None = None  # the probe's, at this OOM
 
     def ruled_out(self) -> dict[str, str]:
         """family -> why no rung of it is proposed."""
@@ -65,6 +71,9 @@ class Evidence:
         if self.phase == "optimizer":
             found[ACTIVATIONS] = ("the out-of-memory error came in the optimizer step (the probe saw it), after the "
                                   "activations were freed: the memory is not in the activations")
+        negligible = _negligible_activations(self.breakdown)
+        if negligible and ACTIVATIONS not in found:
+            found[ACTIVATIONS] = negligible
         for attempt in self.attempts:
             if attempt.unchanged is None:
                 continue
@@ -99,3 +108,18 @@ def same_breakdown(before: Mapping[str, Any] | None, after: Mapping[str, Any] | 
     from gpudoc.units import format_bytes
 
     return "the probe saw " + ", ".join(f"{key.replace('_', ' ')} {format_bytes(int(after[key]))}" for key in shared)
+
+
+def _negligible_activations(breakdown: Mapping[str, Any] | None) -> str | None:
+    """Worded, when the probe's breakdown shows the activations and temporaries ("other") holding
+    almost nothing of the memory allocated at the OOM; None when they matter or are unknown."""
+    if not breakdown or not all(isinstance(breakdown.get(key), int) for key in _MEMORY_FIGURES):
+        return None
+    total = sum(int(breakdown[key]) for key in _MEMORY_FIGURES)
+    if total <= 0 or breakdown["other"] >= ACTIVATIONS_NEGLIGIBLE * total:
+        return None
+    from gpudoc.units import format_bytes
+
+    held = ", ".join(f"{key.replace('_', ' ')} {format_bytes(int(breakdown[key]))}" for key in _MEMORY_FIGURES[:3])
+    return (f"at the OOM the activations and temporaries held {format_bytes(int(breakdown['other']))} of the "
+            f"{format_bytes(total)} allocated ({held}; the probe saw it): the memory is not in the activations")

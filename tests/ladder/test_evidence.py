@@ -114,3 +114,18 @@ def test_seed_001_a_rung_expected_to_use_more_memory_is_listed_after_one_expecte
     assert "zero-stage is expected to use about 591.3 MiB more per GPU: listed after the rungs expected to free " \
            "memory" in result.notes
     assert result.first_profile_change().rung != "zero-stage"
+
+
+def test_a_breakdown_with_almost_no_activations_sends_the_ladder_to_the_other_rungs():
+    train = {"micro_batch_size": 4, "gradient_accumulation_steps": 2, "gradient_checkpointing": False,
+             "zero_stage": 1, "offload_optimizer": False}
+    held = {"parameters": 6 * GIB, "gradients": 6 * GIB, "optimizer_states": 12 * GIB, "other": 300 * MIB}
+    result = suggest(oom(), profile(train, launch={"nproc_per_node": 4}), evidence=Evidence(phase="forward",
+                     breakdown=held), estimate=no_estimate)
+    assert [s.rung for s in result.suggestions] == ["expandable-segments", "zero-stage", "offload-optimizer"]
+    reason = {s.rung: s.reason for s in result.skipped}["halve-micro-batch"]
+    assert reason.startswith("at the OOM the activations and temporaries held 300.0 MiB of the 24.3 GiB allocated "
+                             "(parameters 6.0 GiB, gradients 6.0 GiB, optimizer states 12.0 GiB; the probe saw it)")
+    # Activations that matter, or figures the probe could not give (a CPU job has no allocator's view): no rule.
+    for breakdown in ({**held, "other": 4 * GIB}, {k: v for k, v in held.items() if k != "other"}, None):
+        assert Evidence(phase="forward", breakdown=breakdown).ruled_out() == {}
