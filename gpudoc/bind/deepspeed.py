@@ -83,6 +83,11 @@ def deepspeed_read(data: Any) -> dict[str, Any]:
             out[knob] = legacy_v
         elif isinstance(device, str) and not is_auto(device):
             out[knob] = device.lower() in ("cpu", "nvme")
+        elif legacy_v is MISSING and get(data, ("zero_optimization", section)) is MISSING \
+                and out.get("zero_stage", 0) >= (2 if knob == "offload_optimizer" else 3):
+            # No offload section under a stage that can offload: DeepSpeed's default, no offload
+            # (so the offload rungs apply to any ZeRO-2/ZeRO-3 JSON).
+            out[knob] = False
     bf, fp = get(data, ("bf16", "enabled")), get(data, ("fp16", "enabled"))
     if (isinstance(bf, bool) and isinstance(fp, bool)) or (bf is True or fp is True):
         out["precision"] = "bf16" if bf is True else "fp16" if fp is True else "fp32"

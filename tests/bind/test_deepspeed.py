@@ -66,3 +66,26 @@ def test_a_json_no_trainer_reads_gets_numbers_for_auto(tmp_path):
     assert (after["train_micro_batch_size_per_gpu"], after["gradient_accumulation_steps"]) == (4, 8)
     assert (after["bf16"]["enabled"], after["fp16"]["enabled"]) == (True, False)
     assert after["train_batch_size"] == "auto"
+
+
+def test_a_zero3_json_without_offload_sections_reads_as_no_offload_so_the_offload_rungs_apply(tmp_path):
+    # DeepSpeed's default when the section is absent is no offload; gpudoc read "unknown", and the
+    # ladder had no offload rung to offer this real ZeRO-3 config.
+    from gpudoc.bind.deepspeed import deepspeed_read
+    from gpudoc.ladder import suggest
+    from gpudoc.units import GIB
+    from tests.ladder.helpers import no_estimate, oom
+
+    name = "DeepSpeedExamples__Megatron-LM-v1.1.5-ZeRO3__examples__ds_zero_stage_3_config.json"
+    read = deepspeed_read(json.loads((CONFIGS / name).read_text()))
+    assert (read["zero_stage"], read["offload_optimizer"], read["offload_params"]) == (3, False, False)
+    stage2 = deepspeed_read({"zero_optimization": {"stage": 2}})
+    assert stage2["offload_optimizer"] is False and "offload_params" not in stage2  # parameters need ZeRO-3
+    assert "offload_optimizer" not in deepspeed_read({"zero_optimization": {"stage": 1}})
+    assert deepspeed_read({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})[
+        "offload_optimizer"] is True
+    train = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "gradient_checkpointing": True, **read}
+    failed = oom(requested=2 * GIB, total=80 * GIB, allocated=78 * GIB)
+    rungs = [s.rung for s in suggest(failed, Profile(name="t", train=train, launch={"nproc_per_node": 8}),
+                                     estimate=no_estimate).suggestions]
+    assert "offload-optimizer" in rungs and "offload-params" in rungs

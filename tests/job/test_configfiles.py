@@ -44,9 +44,10 @@ def test_native_deepspeed_reads_its_json_and_halving_edits_it(tmp_path, command)
     shutil.copy(DS_ZERO3, tmp_path / "ds.json")
     reading = read_job(command, tmp_path)
     assert reading.framework == "deepspeed"
-    # train_micro_batch_size_per_gpu 8, gradient_accumulation_steps 1, fp16.enabled, zero_optimization.stage 3
+    # train_micro_batch_size_per_gpu 8, gradient_accumulation_steps 1, fp16.enabled, zero_optimization.stage 3,
+    # and no offload section: DeepSpeed's default, no offload (so the offload rungs apply)
     assert reading.values == {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "precision": "fp16",
-                              "zero_stage": 3}
+                              "zero_stage": 3, "offload_optimizer": False, "offload_params": False}
     assert set(reading.places.values()) == {"file:ds.json"}
     plan = _plan(command, tmp_path, micro_batch_size=4, gradient_accumulation_steps=2)
     assert plan.argv == command  # no HF Trainer flags appended
