@@ -260,7 +260,8 @@ def test_profile_new_from_run_writes_what_was_read(tmp_path_factory, tmp_path):
     made = gpudoc_cli("profile", "new", "mine", "--from-run", cwd=cwd)
     assert made.returncode == 0, made.stderr
     text = (cwd / ".gpudoc" / "profiles" / "mine.toml").read_text()
-    header = text.splitlines()[0]  # what the run launched, whose values the profile holds
+    schema, header = text.splitlines()[:2]  # the schema editors read, then what the run launched
+    assert schema.startswith("#:schema /") and schema.endswith("gpudoc-profile.schema.json")
     assert header.startswith(f"# Read by gpudoc from run {records[-1].id}: ")
     assert " --per_device_train_batch_size 4 " in header and " --per_device_train_batch_size 8 " not in header
     assert "micro_batch_size = 4 # argv:--per_device_train_batch_size" in text
