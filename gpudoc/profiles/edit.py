@@ -119,12 +119,23 @@ def apply_recorded(profile: Profile, suggestion: Suggestion, *, cwd: Path, store
                    record: RunRecord | None) -> Path:
     """``apply_changes``, with the edit listed in the failed run's ``applied_edits`` and the bytes
     before it kept in the run store (`gpudoc restore` undoes it)."""
-    from gpudoc.runs.edits import fingerprint, original, remembered_edit
+    from gpudoc.errors import GpudocError
+    from gpudoc.runs.edits import fingerprint, keep_original, original, remembered_edit
 
     path = target_path(profile, cwd)
 
-    def held(data: bytes) -> bool:  # kept in the store's originals by remembered_edit
-        return original(store.home, str(fingerprint(data)), path) is not None
+    def held(data: bytes) -> bool:
+        """Are these bytes (a hand edit since the first backup) kept? By remembered_edit for a run's
+        edit; for a log's (`fix --log`), kept now, only because the backup does not hold them."""
+        if original(store.home, str(fingerprint(data)), path) is not None:
+            return True
+        if record is not None:
+            return False
+        try:
+            keep_original(store, data)
+        except (GpudocError, OSError):
+            return False
+        return True
 
     changes = [{"key": f"train.{knob}", "old": old, "new": new} for knob, (old, new) in suggestion.changes.items()]
     changes += [{"key": f"env.{name}", "old": None, "new": value} for name, value in suggestion.env.items()]

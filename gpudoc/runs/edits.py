@@ -85,7 +85,9 @@ def remembered_edit(store: RunStore, record: RunRecord | None, path: Path, **ext
 
     path = Path(os.path.abspath(path))
     before = read_bytes(path)
-    if before is not None:  # with no run to list it (`fix --log`), still no edit overwrites bytes no backup holds
+    # With no run to list it (`fix --log`), the bytes are kept only when the backup does not hold
+    # them (``held_or_kept``): an edit that fails leaves no run store behind.
+    if before is not None and record is not None:
         try:
             keep_original(store, before)
         except (GpudocError, OSError):
