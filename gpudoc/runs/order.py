@@ -11,8 +11,10 @@ the job's own start (its processes' create_time), then the id.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from gpudoc.runs.record import RunRecord
+if TYPE_CHECKING:  # the records are handed in: `gpudoc check` reaches the store, never a record
+    from gpudoc.runs.record import RunRecord
 
 _SECOND = len("YYYYMMDD-HHMMSS")
 
