@@ -57,12 +57,13 @@ def test_a_background_process_holding_the_pipes_does_not_hold_gpudoc(tmp_path):
 
 
 def test_output_of_hundreds_of_megabytes_costs_a_tail(tmp_path):
-    code = ("import resource, sys\nfrom gpudoc.procs.bounded import run_bounded\n"
+    code = ("import sys\nfrom gpudoc.procs.bounded import run_bounded\n"
             "d = run_bounded(['/bin/sh', '-c', 'head -c 200000000 /dev/zero | tr \"\\\\0\" x; echo; echo last'],"
             " env={'PATH': '/usr/bin:/bin'}, cwd='.', timeout_s=240)\n"
             "print(len(d.stdout), d.stdout.endswith('last\\n'), d.timed_out,"
-            " resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+            " int(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=tmp_path).stdout.split()
     assert out[:3] == [str(64 * 1024), "True", "False"]
-    assert int(out[3]) < 100 * 1024, f"{int(out[3]) // 1024} MiB for 200 MB of output"  # ru_maxrss in KiB
+    # VmHWM, this process's own peak in KiB (ru_maxrss would carry the forking pytest worker's across exec)
+    assert int(out[3]) < 100 * 1024, f"{int(out[3]) // 1024} MiB for 200 MB of output"
