@@ -427,7 +427,9 @@ def test_native_deepspeed_fix_apply_edits_its_json_not_the_flags(tmp_path):
     assert first.returncode == 1, first.stderr[-3000:]
     [record] = RunStore(tmp_path / ".gpudoc").records()
     assert record.knob_places == {"micro_batch_size": "file:ds.json", "gradient_accumulation_steps": "file:ds.json",
-                                  "precision": "file:ds.json", "zero_stage": "file:ds.json"}
+                                  "precision": "file:ds.json", "zero_stage": "file:ds.json",
+                                  # no offload section under ZeRO-3: DeepSpeed's default, none
+                                  "offload_optimizer": "file:ds.json", "offload_params": "file:ds.json"}
     applied = gpudoc_cli("fix", "--apply", "--json", cwd=tmp_path, env=env)
     assert applied.returncode == 0, applied.stderr
     body = json.loads(applied.stdout)
