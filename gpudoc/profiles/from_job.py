@@ -78,8 +78,10 @@ def job_profile(command: Sequence[str], cwd: Path, environ: Mapping[str, str] | 
     return profile
 
 
-def describe(profile: Profile) -> list[str]:
-    """What was read, for the terminal before launch: one line of knobs and places, then notes."""
+def describe(profile: Profile, *, observed: bool = True) -> list[str]:
+    """What was read, for the terminal before launch: one line of knobs and places, then notes.
+    ``observed``: whether the probe will watch this run (not with --no-probe or `python -I`), so
+    the line never offers it when it cannot."""
     if profile.job is None:
         return []
     lines = []
@@ -93,7 +95,7 @@ def describe(profile: Profile) -> list[str]:
         lines.append(f"read from the command ({profile.job.framework}): {knobs}"
                      + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
     else:
-        lines.append(NOTHING_READ)
+        lines.append(NOTHING_READ + (NOTHING_READ_PROBE if observed else ""))
     return lines + [f"note: {note}" for note in profile.job.notes]
 
 
@@ -106,8 +108,8 @@ SIZING_KNOBS = ("micro_batch_size", "gradient_accumulation_steps", "max_seq_len"
 # estimate and the ladder then have nothing to work with, and silence would read as "all is known".
 NOTHING_READ = ("read no knob from the command (no flag, override or config file gpudoc knows): its batch, "
                 "accumulation, sequence length and precision are unknown, so no rung can change them; tell "
-                "gpudoc with a profile ([train], and [bind] for where each knob lives: `gpudoc profile new NAME`), "
-                "or let the probe observe this first run (`gpudoc runs show --json` then says what it ran with)")
+                "gpudoc with a profile ([train], and [bind] for where each knob lives: `gpudoc profile new NAME`)")
+NOTHING_READ_PROBE = ", or let the probe observe this first run (`gpudoc runs show --json` then says what it ran with)"
 
 
 def recorded_job_profile(record: RunRecord, environ: Mapping[str, str] | None = None) -> Profile | None:

@@ -113,6 +113,12 @@ def test_a_job_that_isolates_its_interpreter_is_simply_not_observed(isolated_hom
     assert done.returncode == 0 and record["observed"] is None and record["oom"] is None
     said = [line for line in done.stderr.splitlines() if "probe cannot" in line]
     assert said == ["gpudoc: python -I ignores PYTHONPATH: the probe cannot observe this job (nothing else changes)"]
+    # What was read before launch (nothing, from this script's flags) does not offer a probe that cannot see.
+    assert "read no knob from the command" in done.stderr and "let the probe observe" not in done.stderr
+    offered = gpudoc_cli("run", "--dry-run", "--", "python", str(JOB), "--steps", "1", cwd=isolated_home)
+    assert "let the probe observe this first run" in offered.stderr
+    off = gpudoc_cli("run", "--dry-run", "--no-probe", "--", "python", str(JOB), "--steps", "1", cwd=isolated_home)
+    assert "read no knob from the command" in off.stderr and "let the probe observe" not in off.stderr
 
 
 @pytest.mark.parametrize(("argv", "said"), [
