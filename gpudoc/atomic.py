@@ -95,17 +95,17 @@ def backup(path: Path, suffix: str = ".gpudoc.bak", *, held: Callable[[bytes], b
     return target
 
 
-def refuse_read_only(path: Path) -> None:
+def refuse_read_only(path: Path, *, outcome: str = "nothing was written") -> None:
     """A file the user made read-only (no write bit for its owner) is their "do not edit": gpudoc,
     which replaces files by renaming a new one over them, would otherwise overwrite it whatever its
-    mode. One line naming it; a missing file is no reason to refuse."""
+    mode. One line naming it, ending with ``outcome``; a missing file is no reason to refuse."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return
     if stat.S_ISREG(mode) and not mode & stat.S_IWUSR:
         raise InputError(f"{path}: read-only (mode {mode & 0o7777:04o}): gpudoc will not edit it (chmod u+w "
-                         "it to let gpudoc change it); nothing was written", file=str(path))
+                         f"it to let gpudoc change it); {outcome}", file=str(path))
 
 
 @contextmanager

@@ -3,8 +3,9 @@
 The files are those gpudoc edited in the run's chain (the run, its ``parent`` runs up to the first,
 and every relaunch below them): each goes back to its bytes before the first edit of its chain of
 edits (``gpudoc.runs.edits``). A file changed by hand since gpudoc's last edit is refused unless
-``--force``; all files are checked before any is written, and a failed write puts back the ones
-already written. A file gpudoc created is removed.
+``--force``; a file the user made read-only since is refused even with ``--force`` (its mode is
+their word, which a forced restore would silently undo); all files are checked before any is
+written, and a failed write puts back the ones already written. A file gpudoc created is removed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudoc.atomic import atomic_write_bytes
+from gpudoc.atomic import atomic_write_bytes, refuse_read_only
 from gpudoc.errors import ExitStatus, InputError
 from gpudoc.render.show import show
 from gpudoc.results.restore import RestoreResult
@@ -55,6 +56,9 @@ def restore(ws: Workspace, run_id: str | None = None, *, dry_run: bool = False, 
             # A link whose target gpudoc did not write is not the file it edited: never follow it.
             raise InputError(f"{step.path}: a symbolic link to a file gpudoc did not write; nothing was restored",
                              file=str(step.path))
+        if step.action != "unchanged":
+            # Not even with --force: chmod u+w is the user's own way to say gpudoc may write it again.
+            refuse_read_only(step.path, outcome="nothing was restored (--force does not override a file's mode)")
     removed_backups: list[str] = []
     if not dry_run:
         _write(steps)

@@ -1,0 +1,60 @@
+"""`gpudoc restore`'s refusals without a real job: the edits are made as `fix --apply` makes them
+(``remembered_edit`` around the write, listed in the failed run's record), on real files, and
+restore runs through the real CLI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpudoc.runs.edits import remembered_edit
+from gpudoc.runs.record import RunRecord, now_iso
+from gpudoc.runs.store import RunStore, new_run_id
+from tests.conftest import gpudoc_cli
+
+PROFILE = 'extends = "gpu-16gb"\n[train]\nmicro_batch_size = 16\n'
+CONFIG = '{"train_micro_batch_size_per_gpu": 16}\n'
+
+
+def _edited(cwd: Path) -> tuple[Path, Path]:
+    """A run whose `fix --apply` edited two files: a config (sorted first) and the profile."""
+    store = RunStore(cwd / ".gpudoc")
+    record = RunRecord(id=new_run_id(), command=["python", "train.py"], cwd=str(cwd), started_at=now_iso())
+    store.create(record)
+    config, profile = cwd / "a_config.json", cwd / "gpudoc.toml"
+    for path, before in ((config, CONFIG), (profile, PROFILE)):
+        path.write_text(before)
+        with remembered_edit(store, record, path, rung="halve-micro-batch", changes=[]):
+            path.write_text(before.replace("16", "8"))
+    return config, profile
+
+
+def test_a_file_made_read_only_after_the_edit_is_refused_even_forced_and_nothing_is_written(tmp_path):
+    config, profile = _edited(tmp_path)
+    profile.chmod(0o444)
+    for force in ((), ("--force",)):
+        refused = gpudoc_cli("restore", *force, cwd=tmp_path)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+        assert f"{profile}: read-only (mode 0444)" in refused.stderr and "chmod u+w" in refused.stderr
+        assert "nothing was restored" in refused.stderr
+        # Every file is checked before any is written: the writable config, first in order, too.
+        assert config.read_text() == CONFIG.replace("16", "8") and profile.read_text() == PROFILE.replace("16", "8")
+        assert os.stat(profile).st_mode & 0o777 == 0o444
+    profile.chmod(0o644)  # the user's own way to let gpudoc write it
+    done = gpudoc_cli("restore", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert config.read_text() == CONFIG and profile.read_text() == PROFILE
+
+
+def test_a_link_to_a_read_only_file_is_refused_by_its_targets_mode(tmp_path):
+    config, _ = _edited(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    target = shared / "a_config.json"
+    os.replace(config, target)
+    config.symlink_to(target)  # a config kept in a shared folder, edited through the link
+    target.chmod(0o444)
+    refused = gpudoc_cli("restore", "--force", cwd=tmp_path)
+    assert refused.returncode == 2 and f"{config}: read-only (mode 0444)" in refused.stderr, refused.stderr
+    assert target.read_text() == CONFIG.replace("16", "8") and config.is_symlink()
