@@ -39,7 +39,10 @@ class Finding:
     """One line of a doctor's report.
 
     ``remedy`` is a command or an exact setting, never advice in prose: every non-ok finding has
-    one. ``affects`` names what the finding is about (GPU indexes, PIDs, variable names).
+    one. ``affects`` names what the finding is about (GPU indexes, PIDs, variable names);
+    ``holders``, who holds what it is about (a GPU's memory: each process, as the detail words it),
+    for a reader that shows them apart from the detail (`run --wait`'s status line). The JSON keeps
+    the SPEC's keys: the holders are in the detail there.
     """
 
     id: str
@@ -48,6 +51,7 @@ class Finding:
     detail: str = ""
     remedy: str | None = None
     affects: tuple[str, ...] = field(default_factory=tuple)
+    holders: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict:
         return {

@@ -72,6 +72,15 @@ def freeing_helps(facts: Facts, profile: Profile, ctx: CheckContext) -> bool:
     return need is not None and bool(totals) and all(t is not None and t >= need for t in totals)
 
 
+def lacks_free_memory(facts: Facts, profile: Profile, ctx: CheckContext) -> bool:
+    """Whether a GPU of the job has less free memory than the job needs (what ``check_free_memory``
+    fails), and memory others free could fix it (``freeing_helps``)."""
+    need, _ = _need(profile, ctx)
+    if need is None or not freeing_helps(facts, profile, ctx):
+        return False
+    return any((free := _usable(g)[0]) is not None and free < need for g in target_gpus(facts, profile, ctx))
+
+
 def freest_gpus(facts: Facts, profile: Profile, ctx: CheckContext) -> tuple[Gpu, ...] | None:
     """When the job uses fewer GPUs than the machine has: that many, those with the most free memory,
     each with what the job needs and a UUID to name it by (NVML and CUDA number GPUs differently);
@@ -106,20 +115,21 @@ def check_free_memory(facts: Facts, profile: Profile, ctx: CheckContext) -> list
             unknown.append(gpu.index)
             continue
         mine = [h for h in holders if h.gpu_index == gpu.index]
-        held = "; ".join(h.describe() for h in mine[:4])
-        used_detail = f"total {format_bytes(total)}, free {format_bytes(free)}{note}" + (f"; {held}" if held else "")
+        held = tuple(h.describe() for h in mine[:4])
+        used_detail = f"total {format_bytes(total)}, free {format_bytes(free)}{note}" + "".join(f"; {h}" for h in held)
         affects = (f"gpu:{gpu.index}",)
         if need is not None and free < need * TIGHT_MARGIN:
             severity = Severity.FAIL if free < need else Severity.WARN
             title = (f"GPU {gpu.index}: {format_bytes(free)} free{note}, the job needs {format_bytes(need)} "
                      f"({source})")
             out.append(Finding(FREE_MEMORY, severity, title, used_detail,
-                               _remedy(facts, gpu, total, need, mine, gpus, profile, ctx), affects))
+                               _remedy(facts, gpu, total, need, mine, gpus, profile, ctx), affects, holders=held))
         elif need is None and total and free < total * BUSY_SHARE:
             title = f"GPU {gpu.index}: only {format_bytes(free)} of {format_bytes(total)} free{note}"
             out.append(Finding(FREE_MEMORY, Severity.WARN, title, used_detail + "; no need stated: "
                                "set gpu.min_free_gib in the profile or pass an estimate",
-                               _remedy(facts, gpu, total, total * BUSY_SHARE, mine, gpus, profile, ctx), affects))
+                               _remedy(facts, gpu, total, total * BUSY_SHARE, mine, gpus, profile, ctx), affects,
+                               holders=held))
         else:
             fine.append((gpu.index, free))
     if fine:

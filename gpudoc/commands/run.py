@@ -202,8 +202,9 @@ def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws
     ``--wait`` it may name the GPUs that have the memory). Refuses (125) when a check fails."""
     from gpudoc.checks import run_checks
     from gpudoc.checks._common import CheckContext
-    from gpudoc.checks.memory import freeing_helps, freest_gpus
+    from gpudoc.checks.memory import freeing_helps, freest_gpus, lacks_free_memory
     from gpudoc.commands.wait import wait_for_memory, wait_limit, waitable
+    from gpudoc.facts.gather import seen_with
     from gpudoc.findings import Severity
 
     console = ws.console
@@ -220,13 +221,14 @@ def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws
             estimates.append(ws.estimate(profile, facts, python=python))
         ctx = CheckContext(estimate=estimates[0])
         env[0] = child_env
-        chosen = freest_gpus(facts, profile, ctx) if may_choose else None
-        findings = run_checks(facts, profile, alloc_env_name=alloc, profile_label=profile.name, estimate=ctx.estimate)
-        if chosen is not None and waitable(findings, freeing_helps(facts, profile, ctx)):
+        # The GPUs are chosen from the facts before the checks run, so that they run once a poll,
+        # on the GPUs the job gets: other GPUs only when its own lack the memory, seen in the same
+        # snapshot (one read of the driver).
+        chosen = freest_gpus(facts, profile, ctx) if may_choose and lacks_free_memory(facts, profile, ctx) else None
+        if chosen is not None:
             env[0] = {**child_env, "CUDA_VISIBLE_DEVICES": ",".join(str(g.uuid) for g in chosen)}
-            facts = ws.gather(python=python, environ=env[0])
-            findings = run_checks(facts, profile, alloc_env_name=alloc, profile_label=profile.name,
-                                  estimate=ctx.estimate)
+            facts = seen_with(facts, env[0])
+        findings = run_checks(facts, profile, alloc_env_name=alloc, profile_label=profile.name, estimate=ctx.estimate)
         return facts, findings, freeing_helps(facts, profile, ctx)
 
     facts, findings, helps = evaluate()

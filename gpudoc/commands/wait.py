@@ -83,7 +83,7 @@ def wait_for_memory(gate: Gate, limit_s: float, err: TextIO, *, poll_s: float | 
 def status(findings: Sequence[Finding]) -> str:
     """What is missing, GPU by GPU, with who holds it: the failed checks' own words."""
     failed = [f for f in findings if f.severity is Severity.FAIL and f.id == FREE_MEMORY]
-    return "; ".join(f.title + (f" — {f.detail.split('; ', 1)[1]}" if "; " in f.detail else "") for f in failed)
+    return "; ".join(f.title + (f" — {'; '.join(f.holders)}" if f.holders else "") for f in failed)
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -52,11 +52,20 @@ def gather_facts(*, snapshot_files: Iterable[Path | str] = (), deep: bool = Fals
         facts = replace(facts, env=relevant_env(environ), host=HostFacts(unavailable={"host": SNAPSHOT_HOST}))
     else:
         facts = _from_nvml(nvml_backend)
-        facts = replace(facts, processes=_processes(facts, runs), env=relevant_env(environ), host=_host(runs, environ))
-        facts = _device_users(facts, runs)
+        owners = _OwnersOnce(runs)
+        facts = replace(facts, processes=_processes(facts, owners), env=relevant_env(environ), host=_host(runs, environ))
+        facts = _device_users(facts, owners)
     if deep:
         facts = replace(facts, torch=_torch(python))
     return facts
+
+
+def seen_with(facts: Facts, environ: Mapping[str, str]) -> Facts:
+    """The same snapshot as a job with ``environ`` sees it (its CUDA_VISIBLE_DEVICES picks the
+    GPUs the checks judge): the driver is not read again."""
+    from gpudoc.facts.environment import relevant_env
+
+    return replace(facts, env=relevant_env(environ))
 
 
 def _carries_machine_facts(facts: Facts) -> bool:
@@ -81,31 +90,46 @@ def _from_nvml(backend: Any | None) -> Facts:
     )
 
 
-def _processes(facts: Facts, runs: Any | None) -> tuple[ProcessInfo, ...]:
+class _OwnersOnce:
+    """The run store's owners index, read at the first process to look up and only then: the
+    driver's processes and the device file's openers are looked up against the same index."""
+
+    def __init__(self, runs: Any | None) -> None:
+        self._runs = runs
+        self._read = False
+        self._owners: Any | None = None
+
+    def get(self) -> Any | None:
+        if not self._read:
+            self._read = True
+            try:
+                self._owners = self._runs.owners() if self._runs is not None else None
+            except Exception:
+                self._owners = None
+        return self._owners
+
+
+def _processes(facts: Facts, owners: _OwnersOnce) -> tuple[ProcessInfo, ...]:
     pids = []
     for gpu in facts.gpus:
         for proc in gpu.processes or ():
             if proc.pid not in pids:
                 pids.append(proc.pid)
-    return _process_facts(pids, runs)
+    return _process_facts(pids, owners)
 
 
-def _process_facts(pids: list[int], runs: Any | None) -> tuple[ProcessInfo, ...]:
+def _process_facts(pids: list[int], owners: _OwnersOnce) -> tuple[ProcessInfo, ...]:
     if not pids:
         return ()
     try:
-        owners = runs.owners() if runs is not None else None
-    except Exception:
-        owners = None
-    try:
         from gpudoc.facts.procs import process_facts
 
-        return process_facts(pids, owners=owners)
+        return process_facts(pids, owners=owners.get())
     except Exception:
         return ()  # the GPU facts still name the PIDs; checks treat them as unknown
 
 
-def _device_users(facts: Facts, runs: Any | None) -> Facts:
+def _device_users(facts: Facts, owners: _OwnersOnce) -> Facts:
     """For memory the driver lists no process for, on bare metal: who has the GPU's device file
     open (``fuser -v /dev/nvidia*``), and their /proc facts beside the driver's processes."""
     from gpudoc.facts.holders import unlisted_bytes
@@ -120,7 +144,7 @@ def _device_users(facts: Facts, runs: Any | None) -> Facts:
         return facts
     known = {p.pid for p in facts.processes}
     more = [o.pid for o in users.openers if o.pid not in known]
-    return replace(facts, device_users=users, processes=facts.processes + _process_facts(more, runs))
+    return replace(facts, device_users=users, processes=facts.processes + _process_facts(more, owners))
 
 
 def _host(runs: Any | None, environ: Mapping[str, str]) -> HostFacts:

@@ -93,8 +93,8 @@ def test_without_wait_the_refusal_says_wait_would_help(isolated_home):
     assert "REFUSED 125" in out and "--wait waits for free memory" in out
 
 
-def _finding(title: str, detail: str = "") -> Finding:
-    return Finding("gpu.free-memory", Severity.FAIL, title, detail, "")
+def _finding(title: str, *holders: str, detail: str = "") -> Finding:
+    return Finding("gpu.free-memory", Severity.FAIL, title, detail, "", holders=holders)
 
 
 def test_on_a_terminal_the_status_line_is_refreshed_in_place():
@@ -102,7 +102,7 @@ def test_on_a_terminal_the_status_line_is_refreshed_in_place():
         def isatty(self) -> bool:
             return True
 
-    answers = iter([("f", [_finding("GPU 0: 1.0 GiB free", "total 2 GiB; PID 9 holds 1 GiB")], True)] * 3
+    answers = iter([("f", [_finding("GPU 0: 1.0 GiB free", "PID 9 holds 1 GiB")], True)] * 3
                    + [("f", [], True)])
     now = iter(range(100))
     err = Terminal()
@@ -123,8 +123,28 @@ def test_a_check_that_waiting_cannot_fix_ends_the_wait():
 
 
 def test_status_names_each_gpu_and_its_holders():
-    assert status([_finding("GPU 0: 1 GiB free", "total 2 GiB; PID 9 holds 1 GiB"), _finding("GPU 1: 0 free")]) == (
-        "GPU 0: 1 GiB free — PID 9 holds 1 GiB; GPU 1: 0 free")
+    assert status([_finding("GPU 0: 1 GiB free", "PID 9 holds 1 GiB", "PID 12 holds 2 GiB; it has the GPU's "
+                            "device file open"), _finding("GPU 1: 0 free")]) == (
+        "GPU 0: 1 GiB free — PID 9 holds 1 GiB; PID 12 holds 2 GiB; it has the GPU's device file open; GPU 1: 0 free")
+
+
+def test_status_takes_the_holders_from_the_finding_not_from_its_detail_text():
+    # A detail worded otherwise (or none) changes nothing; a "; " in it is no holder.
+    assert status([_finding("GPU 0: 1 GiB free", "PID 9 holds 1 GiB", detail="")]) == (
+        "GPU 0: 1 GiB free — PID 9 holds 1 GiB")
+    assert status([_finding("GPU 1: 0 free", detail="total 2 GiB; no process listed")]) == "GPU 1: 0 free"
+
+
+def test_the_free_memory_check_gives_its_holders_apart_from_its_detail():
+    from gpudoc.checks._common import CheckContext
+    from gpudoc.checks.memory import check_free_memory
+    from tests.checks._real import profile, snap
+
+    facts = snap("telegraf__plugins__inputs__nvidia_smi__testdata__tesla-t4.xml", live=True)
+    (failed,) = [f for f in check_free_memory(facts, profile(gpu={"min_free_gib": 14.5}), CheckContext())
+                 if f.severity is Severity.FAIL]
+    assert failed.holders and all(f"; {holder}" in failed.detail for holder in failed.holders)
+    assert "PID 5762" in failed.holders[0] and status([failed]).endswith(" — " + "; ".join(failed.holders))
 
 
 @pytest.mark.parametrize(("given", "seconds"), [(None, None), ("inf", float("inf")), ("600", 600.0), ("0.5", 0.5)])
@@ -190,3 +210,34 @@ def test_a_job_needing_fewer_gpus_than_the_machine_has_takes_the_free_ones_by_uu
     assert uuid.startswith("GPU-") and f"ON {uuid}\n" in out  # the job saw the free card, by its UUID
     assert f"gpudoc: --wait: the job runs on the GPUs with the memory free: CUDA_VISIBLE_DEVICES={uuid}" in out
     assert "gpudoc: --wait: GPU" not in out  # no wait: the free card was there at once
+
+
+def test_the_gate_reads_the_driver_and_runs_the_checks_once_a_poll(isolated_home, monkeypatch):
+    """The PICK case in-process, with spies: the job's default GPU is busy, the other one free; the
+    gate takes it, judging it in the one snapshot it read, with one run of the checks."""
+    from dataclasses import replace
+
+    import gpudoc.checks
+    from gpudoc.commands.run import RunOptions, run
+    from gpudoc.facts.smi_files import load_snapshot
+    from tests.conftest import NVIDIA_SMI, captured_workspace
+    from tests.facts.fake_nvml import FakeNvml
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    (isolated_home / "gpudoc.toml").write_text("[gpu]\nmin_free_gib = 20\n[launch]\nnproc_per_node = 1\n")
+    busy = load_snapshot([NVIDIA_SMI / "telegraf__plugins__inputs__nvidia_smi__testdata__dual_a5000-v13.xml"])
+    gpus = tuple(replace(g, processes=(), memory_used_bytes=0, memory_free_bytes=g.memory_total_bytes)
+                 if g.index == 1 else g for g in busy.gpus)
+    checks, reads = [], []
+    real_checks = gpudoc.checks.run_checks
+    monkeypatch.setattr(gpudoc.checks, "run_checks", lambda *a, **k: checks.append(1) or real_checks(*a, **k))
+
+    class Counted(FakeNvml):
+        def nvmlInit(self):
+            reads.append(1)
+            super().nvmlInit()
+
+    ws = captured_workspace(isolated_home, nvml_backend=Counted(replace(busy, gpus=gpus)))
+    assert run(RunOptions(command=[sys.executable, "-c", "pass"], wait="inf"), ws) == 0, ws.console.err.getvalue()
+    assert f"CUDA_VISIBLE_DEVICES={gpus[1].uuid}" in ws.console.err.getvalue()
+    assert (len(reads), len(checks)) == (1, 1)

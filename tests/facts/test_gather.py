@@ -160,3 +160,38 @@ def test_on_bare_metal_memory_no_process_is_listed_for_is_traced_to_the_device_f
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_owners_index_is_read_once_for_the_drivers_processes_and_the_device_files(tmp_path, monkeypatch,
+                                                                                         sleeper):
+    """GPU 0 lists a real process; GPU 1 has memory in use and lists none, and a real process holds
+    its device file open: both are looked up against one read of the run store's owners."""
+    from gpudoc.facts import device_users, host
+    from gpudoc.runs.store import RunStore
+
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "nvidia1").write_bytes(b"")
+    monkeypatch.setattr(device_users, "DEV", dev)
+    monkeypatch.setattr(host, "in_container", lambda **_: False)
+    listed = replace(load_snapshot([T4]).gpus[0], processes=(
+        GpuProcess(pid=sleeper.pid, used_memory_bytes=1005 * MIB, name="sleep", type="C"),))
+    unlisted = replace(load_snapshot([DOCKER]).gpus[0], index=1)
+    reads = []
+
+    class Counted(RunStore):
+        def owners(self):
+            reads.append(1)
+            return super().owners()
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys,time; f=open(sys.argv[1]); print(1, flush=True); "
+                               "time.sleep(60)", str(dev / "nvidia1")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "1\n"
+        facts = gather_facts(nvml_backend=FakeNvml(replace(load_snapshot([T4]), gpus=(listed, unlisted))),
+                             runs=Counted(tmp_path / "home"), environ={})
+        assert {sleeper.pid, holder.pid} <= {p.pid for p in facts.processes}  # both looked up
+        assert len(reads) == 1
+    finally:
+        holder.kill()
+        holder.wait()
