@@ -40,6 +40,7 @@ def render_estimate(est: Estimate, console: Console, *, profile_name: str = "", 
                   f"{inputs.get('precision')}, per GPU of {inputs.get('world_size')})")
     step = "first step" if est.peak_step == "first_step" else "steady state"
     console.print(f"  peak in the {phase} phase of the {step}; source: {est.source}")
+    _phases(est, console)
     if est.versions:
         console.print("  simulated with " + ", ".join(f"{k} {v}" for k, v in est.versions.items() if k != "helper"))
     console.print("")
@@ -81,6 +82,20 @@ def render_estimate(est: Estimate, console: Console, *, profile_name: str = "", 
         console.print("  GPU capacity unknown: pass --gpu-memory GIB or set [gpu] memory_gib for the largest micro batch")
     for note in est.notes:
         console.print(console.style(f"  note: {note}", "dim"))
+
+
+def _phases(est: Estimate, console: Console) -> None:
+    """The two answers a peak can mean: a one-step benchmark stops before the optimizer states exist;
+    a training run holds them from its second step on. The larger is the peak the verdicts weigh."""
+    first, steady = est.phases.get("first_step"), est.phases.get("steady_state")
+    if first is None or steady is None:
+        return
+    peak = "first_step" if est.peak_step == "first_step" else "steady_state"
+    for key, label, why in (("first_step", "first step", "no optimizer states yet: what a one-step benchmark "
+                                                         "measures"),
+                            ("steady_state", "steady state", "optimizer states allocated: every later step")):
+        mark = "  <- the peak" if key == peak else ""
+        console.print(f"  {label:<13} {format_bytes(est.phases[key]):>10}  ({why}){mark}")
 
 
 def _levers(est: Estimate) -> str:
