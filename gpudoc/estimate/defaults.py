@@ -15,6 +15,10 @@ FAMILY_DROPOUT = 0.1
 # Any probability above zero stores the same mask and output: the adapters' dropout is assumed on
 # when the profile does not say (peft's, LitGPT's and torchtune's LoRA recipes use 0.05-0.1).
 ASSUMED_LORA_DROPOUT = 0.1
+# An encoder-decoder's decoder length when [train] max_target_len is silent: the job's targets are
+# rarely known otherwise, and as long as the inputs is the longer reading for most seq2seq tasks.
+TARGET_LEN_NOTE = ("[train] max_target_len not set: the decoder's targets are taken as long as the inputs "
+                   "(max_seq_len); set it to the job's target length")
 
 
 def family_dropout(shape: Any) -> tuple[float, str]:
@@ -26,3 +30,14 @@ def family_dropout(shape: Any) -> tuple[float, str]:
                                 "dropout = 0 if the model trains without")
     return 0.0, ("[train] dropout not set: none assumed, as Llama-style blocks (gated MLP, RMSNorm) train; "
                  "set dropout if the model uses it")
+
+
+def shapes_family(shape: Any) -> str:
+    """The model family a profile that gives only shapes is read as, and simulated as: T5 for
+    encoder-decoders, BERT for encoders, Llama for gated-MLP/RMSNorm decoders, GPT-2 for plain-MLP
+    ones. It also names whose default LoRA targets such a profile gets (peft's for that family)."""
+    if shape.arch == "encoder-decoder":
+        return "t5"
+    if shape.arch == "encoder":
+        return "bert"
+    return "llama" if shape.gated_mlp or shape.norm == "rmsnorm" else "gpt2"

@@ -135,7 +135,7 @@ def model_from_hf_config(config: Mapping[str, Any], source: str = "config.json")
     if "text_config" in config and "hidden_size" not in config:
         config = {**config, **config["text_config"]}  # multimodal wrappers keep the LM inside
     family = str(config.get("model_type") or "")
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"_model_type": family} if family else {}
     for key, names in _HF_KEYS.items():
         value = _number(config, *names)
         if value is not None:
@@ -203,3 +203,10 @@ def read_hf_config(profile: Any, name: str, environ: Mapping[str, str] | None = 
         if isinstance(part, Mapping):
             _check_shape_values(part, str(path))
     return config
+
+
+def with_dropout(config: Mapping[str, Any], probability: float) -> dict:
+    """``config`` with every dropout probability a family's config names set to ``probability``
+    (``[train] dropout``, which the formula reads over the config's own): keys a family does not
+    know are ignored by its config class."""
+    return {**config, **dict.fromkeys(_DROPOUT_KEYS, probability)}

@@ -15,9 +15,9 @@ from typing import Any, Mapping, TypeVar
 
 from gpudoc import allocator
 from gpudoc.errors import ProfileError
-from gpudoc.estimate.defaults import ASSUMED_LORA_DROPOUT, PARALLEL_KEYS, family_dropout
+from gpudoc.estimate.defaults import ASSUMED_LORA_DROPOUT, PARALLEL_KEYS, TARGET_LEN_NOTE, family_dropout, shapes_family
 from gpudoc.estimate.hf_config import model_from_hf_config, read_hf_config
-from gpudoc.estimate.lora_targets import DEFAULT_LORA_TARGETS, lora_targets_of
+from gpudoc.estimate.lora_targets import DEFAULT_LORA_TARGETS, lora_targets
 
 _PRECISIONS = {"fp32", "fp16", "bf16", "bf16-true", "fp16-true"}
 _OPTIMIZERS = {"adamw", "adam", "adamw_8bit", "adafactor", "sgd", "lion"}
@@ -79,6 +79,7 @@ class TrainSetup:
     momentum: float = 0.9
     lora_rank: int = 0
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    lora_target_names: tuple[str, ...] | None = None  # what a simulation hands peft (None: peft's choice)
     lora_dropout: float = 0.0
     quantization: str = "none"
     attention: str = "sdpa"
@@ -298,6 +299,12 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
                                   "states")
     else:
         extras["dropout"], extras["dropout_note"] = family_dropout(shape)
+    # Whose default LoRA targets apply: the config.json's family, or the one shapes are read as
+    # (none for a factory's model: its own code, whose layer names peft looks at itself).
+    extras["shapes_only"] = not hf_name
+    extras["model_type"] = "" if model.get("factory") else str(model.get("_model_type") or
+                                                                ("" if hf_name else shapes_family(shape)))
+    extras["target_note"] = TARGET_LEN_NOTE if arch == "encoder-decoder" else None
     return shape, notes, extras
 
 
@@ -333,9 +340,11 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         lora_dropout = ASSUMED_LORA_DROPOUT
         notes.append(f"{LORA_READING_NOTES[0]} the adapters' dropout is assumed on (the more expensive "
                      "reading; LoRA recipes use 0.05-0.1); lora_dropout = 0 if it is off")
-    if lora_rank and not (profile.model.get("lora_targets") or train.get("lora_targets")):
-        notes.append(f"{LORA_READING_NOTES[1]} q and v, peft's default for Llama-style models (a simulation wraps "
-                     "what peft picks for the model)")
+    targets = lora_targets(profile, str(extras.get("model_type") or ""), shapes_only=bool(extras.get("shapes_only")))
+    if lora_rank and targets.note:
+        notes.append(f"{LORA_READING_NOTES[1]} {targets.note}")
+    if not train.get("max_target_len") and extras.get("target_note"):
+        notes.append(extras["target_note"])
     world = max(1, int(profile.world_size))
     launch = getattr(profile, "launch", None) or {}
     tp, pp, cp = (_positive_int("launch", key, launch.get(key) or 1) for key in PARALLEL_KEYS)
@@ -371,7 +380,8 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         optimizer=_choice("train", "optimizer", train.get("optimizer"), _OPTIMIZERS, "adamw"),
         momentum=float(train.get("momentum", 0.9) or 0.0),
         lora_rank=lora_rank,
-        lora_targets=lora_targets_of(profile),
+        lora_targets=targets.roles,
+        lora_target_names=targets.names,
         lora_dropout=float(lora_dropout or 0.0),
         quantization=_choice("train", "quantization", train.get("quantization"), _QUANT, "none"),
         attention=_choice("train", "attention", train.get("attention"), _ATTENTION, "sdpa"),

@@ -3,6 +3,7 @@ wraps (q_proj, query, c_attn, w1, ...), and the roles of the memory model they c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gpudoc.errors import ProfileError
@@ -26,6 +27,48 @@ TARGET_ALIASES = {
 }
 # PEFT's default for Llama-family models when no target_modules are given.
 DEFAULT_LORA_TARGETS = ("q", "v")
+# What peft wraps when a LoraConfig names no target_modules, per config.json model_type (peft's
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, 0.21), for the families gpudoc reads. A family
+# missing here has no default in peft: its jobs name their targets (peft refuses otherwise).
+PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "opt",
+                     "gptj", "gpt_neo", "stablelm", "bart"), ("q_proj", "v_proj")),
+    "phi": ("q_proj", "v_proj", "fc1", "fc2"),
+    **dict.fromkeys(("gpt2", "gpt_bigcode"), ("c_attn",)),
+    **dict.fromkeys(("gpt_neox", "bloom", "falcon"), ("query_key_value",)),
+    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "electra"), ("query", "value")),
+    **dict.fromkeys(("t5", "mt5"), ("q", "v")),
+}
+
+
+@dataclass(frozen=True)
+class LoraTargets:
+    """What the adapters wrap: the memory model's ``roles``, the layer ``names`` a simulation hands
+    peft (None: peft's own choice, for a factory's model of unknown family), and the ``note`` saying
+    how an unset ``lora_targets`` was read (None when the profile names them)."""
+
+    roles: tuple[str, ...]
+    names: tuple[str, ...] | None
+    note: str | None = None
+
+
+def lora_targets(profile: Any, model_type: str, *, shapes_only: bool = False) -> LoraTargets:
+    """The one reading of the adapters' targets both the formula and the simulation use: the
+    profile's ``lora_targets``, else peft's default for ``model_type`` (the config.json's, or the
+    family a shapes-only profile is simulated as), else q and v, said."""
+    roles = lora_targets_of(profile)
+    if profile.train.get("lora_targets") or profile.model.get("lora_targets"):
+        return LoraTargets(roles, tuple(target_names(roles)))
+    default = PEFT_DEFAULT_TARGETS.get(model_type)
+    if default is None:
+        if not model_type:  # a factory's model: its layer names are its own code's
+            return LoraTargets(roles, None, "q and v assumed by the formula, and a simulation wraps what peft picks "
+                                            "for the factory's model; name them in [train] lora_targets")
+        return LoraTargets(roles, tuple(target_names(roles)), f"peft has no default for {model_type}: q and v "
+                                                              "assumed; name the job's targets in [train] lora_targets")
+    covered = lora_targets_of_names(default)
+    family = f"{model_type}, as a profile of shapes is read" if shapes_only else model_type
+    return LoraTargets(covered, default, f"peft's default for {family}: {', '.join(default)}")
 
 
 def lora_targets_of(profile: Any) -> tuple[str, ...]:
@@ -33,6 +76,11 @@ def lora_targets_of(profile: Any) -> tuple[str, ...]:
     raw = profile.train.get("lora_targets") or profile.model.get("lora_targets")  # [model]: its older place
     if not raw:
         return DEFAULT_LORA_TARGETS
+    return lora_targets_of_names(raw)
+
+
+def lora_targets_of_names(raw: Any) -> tuple[str, ...]:
+    """The roles layer names cover (a list, or one comma-separated text)."""
     if isinstance(raw, str):
         raw = [part.strip() for part in raw.split(",")]
     roles: list[str] = []

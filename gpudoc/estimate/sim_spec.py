@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoc.estimate.hf_config import read_hf_config
+from gpudoc.estimate.defaults import shapes_family
+from gpudoc.estimate.hf_config import read_hf_config, with_dropout
 from gpudoc.estimate.inputs import ModelShape, TrainSetup, n_blocks
-from gpudoc.estimate.lora_targets import target_names
 
 
-def unsupported_reason(profile: Any, setup: TrainSetup) -> str | None:
+def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None = None) -> str | None:
     """Why this job cannot be simulated on meta tensors, or None when it can."""
     if setup.quantization != "none":
         return (f"quantization = \"{setup.quantization}\": bitsandbytes/torchao 4- and 8-bit kernels have no "
@@ -32,31 +32,59 @@ def unsupported_reason(profile: Any, setup: TrainSetup) -> str | None:
     if setup.gradient_checkpointing == "selective" and not profile.model.get("factory"):
         return ("selective checkpointing: the policy is the job's own code (transformers has no switch for it; "
                 "a [model] factory that takes gradient_checkpointing applies it)")
+    if shape is not None and not (profile.model.get("factory") or profile.model.get("hf_config")):
+        return shapes_reason(shape, setup)
     return None
 
 
-def _config_from_shape(shape: ModelShape, setup: TrainSetup) -> dict:
-    """A config.json for a profile that gives only shapes: Llama for gated-MLP/RMSNorm decoders,
-    GPT-2 (with its dropout, the family's default) for GELU/LayerNorm ones, BERT for encoders, T5
-    (v1.1: gated GELU when the MLP is gated) for encoder-decoders."""
-    if shape.arch == "encoder-decoder":
+def shapes_reason(shape: ModelShape, setup: TrainSetup) -> str | None:
+    """Why a profile that gives only shapes cannot be simulated as what it says, or None: the class
+    it is built as (``defaults.shapes_family``) must hold the profile's attention layout and dropout."""
+    family = shapes_family(shape)
+    where = f"[model] gives shapes and no hf_config: the {family} class it is simulated as"
+    if family == "t5" and not shape.gated_mlp:
+        return f"{where} has RMSNorm blocks, not this plain-MLP encoder-decoder's LayerNorm"
+    if family in ("gpt2", "bert") and shape.gated_mlp:
+        return f"{where} has no gated MLP"
+    if family in ("gpt2", "bert", "t5") and shape.kv_heads != shape.heads:
+        return f"{where} has no grouped K/V heads (kv_heads = {shape.kv_heads} of {shape.heads})"
+    if family in ("gpt2", "bert") and shape.attention_width != shape.hidden:
+        return f"{where} has no head_dim of its own (heads x head_dim = hidden)"
+    if family == "llama" and setup.dropout > 0:
+        return f"{where} has no dropout on its residual stream ([train] dropout = {setup.dropout:g})"
+    return None
+
+
+def _config_from_shape(shape: ModelShape, setup: TrainSetup) -> tuple[dict, str]:
+    """A config.json of the profile's shapes, of the class ``shapes_family`` names, with the setup's
+    dropout; and the note that says what was simulated."""
+    p = setup.dropout
+    family = shapes_family(shape)
+    said = f"no config.json: simulated as a {family} model of the profile's shapes"
+    if family == "t5":
         plain, cross = n_blocks(shape)
         return {"model_type": "t5", "d_model": shape.hidden, "d_ff": shape.ffn, "d_kv": shape.head_dim,
                 "num_layers": plain, "num_decoder_layers": cross, "num_heads": shape.heads,
-                "vocab_size": shape.vocab, "feed_forward_proj": "gated-gelu" if shape.gated_mlp else "relu",
-                "tie_word_embeddings": shape.tied_embeddings, "decoder_start_token_id": 0}
-    if shape.arch == "encoder":
+                "vocab_size": shape.vocab, "feed_forward_proj": "gated-gelu", "dropout_rate": p,
+                "tie_word_embeddings": shape.tied_embeddings, "decoder_start_token_id": 0}, \
+            f"{said} (gated GELU, dropout {p:g})"
+    if family == "bert":
         return {"model_type": "bert", "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
                 "num_attention_heads": shape.heads, "intermediate_size": shape.ffn, "vocab_size": shape.vocab,
-                "max_position_embeddings": max(512, setup.seq_len)}
-    if shape.gated_mlp or shape.norm == "rmsnorm":
-        return {"model_type": "llama", "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
-                "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads,
-                "intermediate_size": shape.ffn, "vocab_size": shape.vocab,
-                "tie_word_embeddings": shape.tied_embeddings, "max_position_embeddings": max(2048, setup.seq_len)}
+                "max_position_embeddings": max(512, setup.seq_len), "hidden_act": "gelu",
+                "hidden_dropout_prob": p, "attention_probs_dropout_prob": p}, f"{said} (GELU, dropout {p:g})"
+    if family == "llama":
+        config = {"model_type": "llama", "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
+                  "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads,
+                  "head_dim": shape.head_dim, "intermediate_size": shape.ffn, "vocab_size": shape.vocab,
+                  "tie_word_embeddings": shape.tied_embeddings, "max_position_embeddings": max(2048, setup.seq_len)}
+        return config, f"{said} (RMSNorm, SwiGLU, {shape.kv_heads} K/V heads of {shape.heads}, no dropout)"
+    # An MLP activation the profile cannot name is read as the formula reads it: one fused GELU
+    # (GPT-2's own default, gelu_new, is a composed tanh GELU that keeps three more tensors).
     return {"model_type": "gpt2", "n_embd": shape.hidden, "n_layer": shape.layers, "n_head": shape.heads,
             "n_inner": shape.ffn, "vocab_size": shape.vocab, "n_positions": max(1024, setup.seq_len),
-            "tie_word_embeddings": True}
+            "activation_function": "gelu", "resid_pdrop": p, "embd_pdrop": p, "attn_pdrop": p,
+            "tie_word_embeddings": shape.tied_embeddings}, f"{said} (LayerNorm, a fused GELU, dropout {p:g})"
 
 
 def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, sizes: list[int]) -> tuple[dict, list[str]]:
@@ -78,15 +106,17 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
     if target:
         spec["target_len"] = int(target)
     if setup.lora_rank:
-        explicit = profile.model.get("lora_targets") or profile.train.get("lora_targets")
+        names = setup.lora_target_names
         spec["lora"] = {"rank": setup.lora_rank, "dropout": setup.lora_dropout,
-                        "target_names": target_names(setup.lora_targets) if explicit else None}
+                        "target_names": list(names) if names is not None else None}
     factory = profile.model.get("factory")
     if factory:
         spec["factory"] = str(factory)
     elif profile.model.get("hf_config"):
         spec["hf_config"] = read_hf_config(profile, str(profile.model["hf_config"]))
+        if profile.train.get("dropout") is not None:  # the profile's, as the formula reads it
+            spec["hf_config"] = with_dropout(spec["hf_config"], setup.dropout)
     elif shape is not None:
-        spec["hf_config"] = _config_from_shape(shape, setup)
-        notes.append(f"no config.json: simulated as a {spec['hf_config']['model_type']} model of the profile's shapes")
+        spec["hf_config"], said = _config_from_shape(shape, setup)
+        notes.append(said)
     return spec, notes

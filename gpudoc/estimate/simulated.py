@@ -89,7 +89,7 @@ def simulated_estimate(profile: Any, options: SimulateOptions, *, gpu_total_byte
         shape_error, extras, shape_notes = exc, {}, []
     setup = train_setup(profile, notes, extras)
     try:
-        reason = unsupported_reason(profile, setup)
+        reason = unsupported_reason(profile, setup, shape)
         if reason:
             raise SimulationUnavailable(reason)
         return _simulate(profile, options, shape, setup, notes + shape_notes, gpu_total_bytes)

@@ -63,7 +63,7 @@ def test_lora_dropout_is_assumed_on_and_the_targets_said(tmp_path):
     lora = {"lora_rank": 16, "precision": "bf16-true"}
     silent = estimate(_profile(tmp_path, LLAMA_SHAPE, lora))
     _note(silent.notes, "lora_dropout not set")
-    _note(silent.notes, "lora_targets not set: q and v")
+    _note(silent.notes, "lora_targets not set: peft's default for llama, as a profile of shapes is read: q_proj, v_proj")
     off = estimate(_profile(tmp_path, LLAMA_SHAPE, {**lora, "lora_dropout": 0.0}))
     # Each adapter's dropout keeps a mask and a copy of its input: more than the LoRA-free reading.
     assert silent.breakdown["activations"] > off.breakdown["activations"]

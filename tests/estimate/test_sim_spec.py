@@ -1,0 +1,134 @@
+"""What the simulation is told: a profile of shapes alone is built as what it says (its dropout, its
+attention layout, the formula's reading of what it cannot name) or not simulated, with the reason;
+the adapters' targets are the formula's, named once."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoc.commands.estimate import estimate_command
+from gpudoc.estimate.inputs import model_shape, train_setup
+from gpudoc.estimate.sim_spec import simulation_spec, unsupported_reason
+from gpudoc.profiles.model import Profile
+from tests.conftest import captured_workspace
+
+GPT2_SHAPE = {"hidden": 64, "layers": 2, "heads": 4, "ffn": 256, "vocab": 512, "tied_embeddings": True}
+LLAMA_SHAPE = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 32, "ffn": 176, "vocab": 512}
+TRAIN = {"micro_batch_size": 2, "max_seq_len": 128, "precision": "bf16"}
+
+
+def _profile(tmp_path: Path, model: dict, train: dict | None = None) -> Profile:
+    path = tmp_path / "gpudoc.toml"
+    path.write_text("")
+    return Profile(name="p", path=path, chain=(path,), model=model, train={**TRAIN, **(train or {})})
+
+
+def _read(profile: Profile) -> tuple[dict, list[str], str | None, list[str]]:
+    """The spec, its notes, the reason it cannot run (None) and the formula's notes, for ``profile``."""
+    shape, notes, extras = model_shape(profile)
+    setup = train_setup(profile, notes, extras)
+    spec, said = simulation_spec(profile, shape, setup, [setup.micro_batch_size])
+    return spec, said, unsupported_reason(profile, setup, shape), notes
+
+
+def test_a_plain_mlp_decoder_of_shapes_is_simulated_with_the_profiles_dropout_and_a_fused_gelu(tmp_path):
+    spec, said, reason, _ = _read(_profile(tmp_path, GPT2_SHAPE, {"dropout": 0.0}))
+    config = spec["hf_config"]
+    assert reason is None and config["model_type"] == "gpt2"
+    assert config["activation_function"] == "gelu"  # never gelu_new, GPT-2's composed default
+    assert config["resid_pdrop"] == config["embd_pdrop"] == config["attn_pdrop"] == 0.0
+    assert said == ["no config.json: simulated as a gpt2 model of the profile's shapes (LayerNorm, a fused GELU, "
+                    "dropout 0)"]
+    # Silent about dropout: the family default the formula reads, the same in both.
+    silent = _read(_profile(tmp_path, GPT2_SHAPE))
+    assert silent[0]["hf_config"]["resid_pdrop"] == 0.1 and "dropout 0.1" in silent[1][0]
+
+
+def test_a_gated_decoder_of_shapes_keeps_its_kv_heads_and_head_dim(tmp_path):
+    spec, _, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE))
+    config = spec["hf_config"]
+    assert reason is None and config["model_type"] == "llama"
+    assert (config["num_key_value_heads"], config["head_dim"], config["intermediate_size"]) == (2, 32, 176)
+
+
+@pytest.mark.parametrize("model, train, why", [
+    ({**GPT2_SHAPE, "kv_heads": 2}, {}, "the gpt2 class it is simulated as has no grouped K/V heads (kv_heads = 2 of 4)"),
+    ({**GPT2_SHAPE, "head_dim": 32}, {}, "the gpt2 class it is simulated as has no head_dim of its own"),
+    (LLAMA_SHAPE, {"dropout": 0.1}, "the llama class it is simulated as has no dropout on its residual stream "
+                                    "([train] dropout = 0.1)"),
+    ({**LLAMA_SHAPE, "arch": "encoder"}, {}, "the bert class it is simulated as has no gated MLP"),
+    ({**GPT2_SHAPE, "arch": "encoder-decoder"}, {}, "the t5 class it is simulated as has RMSNorm blocks"),
+])
+def test_what_a_shapes_only_profile_says_that_no_class_holds_is_the_formulas_with_the_reason(tmp_path, model,
+                                                                                              train, why):
+    reason = _read(_profile(tmp_path, model, train))[2]
+    assert reason is not None and reason.startswith("[model] gives shapes and no hf_config: ") and why in reason
+
+
+def test_a_config_json_model_is_simulated_with_the_profiles_dropout(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+                                                      "vocab_size": 512, "resid_pdrop": 0.1}))
+    told = _read(_profile(tmp_path, {"hf_config": "config.json"}, {"dropout": 0.0}))[0]["hf_config"]
+    assert told["resid_pdrop"] == told["embd_pdrop"] == told["attn_pdrop"] == 0.0
+    own = _read(_profile(tmp_path, {"hf_config": "config.json"}))[0]["hf_config"]
+    assert own["resid_pdrop"] == 0.1 and "attn_pdrop" not in own  # the config's own, untouched
+
+
+@pytest.mark.parametrize("model_type, roles, names", [
+    ("gpt2", ("q", "k", "v"), ["c_attn"]),
+    ("phi", ("q", "v", "up", "down"), ["q_proj", "v_proj", "fc1", "fc2"]),
+    ("llama", ("q", "v"), ["q_proj", "v_proj"]),
+])
+def test_unset_lora_targets_are_pefts_default_for_the_family_in_both_paths(tmp_path, model_type, roles, names):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "hidden_size": 64, "n_embd": 64,
+                                                      "num_hidden_layers": 2, "n_layer": 2, "num_attention_heads": 4,
+                                                      "n_head": 4, "vocab_size": 512}))
+    profile = _profile(tmp_path, {"hf_config": "config.json"}, {"lora_rank": 8})
+    spec, _, _, notes = _read(profile)
+    extras = model_shape(profile)[2]
+    assert train_setup(profile, [], extras).lora_targets == roles  # what the formula counts
+    assert spec["lora"]["target_names"] == names  # what the simulation hands peft
+    assert f"[train] lora_targets not set: peft's default for {model_type}: {', '.join(names)}" in notes
+
+
+def test_named_lora_targets_reach_the_simulation_and_say_nothing(tmp_path):
+    spec, _, _, notes = _read(_profile(tmp_path, LLAMA_SHAPE, {"lora_rank": 8, "lora_targets": ["q_proj", "o_proj"]}))
+    assert {"q_proj", "o_proj"} <= set(spec["lora"]["target_names"]) and "v_proj" not in spec["lora"]["target_names"]
+    assert not any("lora_targets not set" in n for n in notes)
+
+
+def test_an_encoder_decoder_without_a_target_length_says_its_reading(tmp_path):
+    t5 = {"arch": "encoder-decoder", "hidden": 64, "layers": 4, "heads": 4, "ffn": 176, "vocab": 512}
+    notes = _read(_profile(tmp_path, t5, {"lora_rank": 8}))[3]
+    assert [n for n in notes if "max_target_len" in n] == [
+        "[train] max_target_len not set: the decoder's targets are taken as long as the inputs (max_seq_len); "
+        "set it to the job's target length"]
+    told = _read(_profile(tmp_path, t5, {"lora_rank": 8, "max_target_len": 32}))
+    assert told[0]["target_len"] == 32 and not any("max_target_len" in n for n in told[3])
+
+
+# --- through `gpudoc estimate --simulate --json`, real torch on a tiny model -------------------------
+
+def _simulated(directory: Path, train: str) -> dict:
+    pytest.importorskip("transformers")
+    directory.mkdir()
+    model = "\n".join(f"{k} = {json.dumps(v)}" for k, v in GPT2_SHAPE.items()).replace("True", "true")
+    (directory / "gpudoc.toml").write_text(f"[train]\nmicro_batch_size = 2\nmax_seq_len = 128\nprecision = \"bf16\"\n"
+                                           f"{train}\n[model]\n{model}\n")
+    ws = captured_workspace(directory)
+    estimate_command(ws, as_json=True, simulate=True, python=sys.executable)
+    return json.loads(ws.console.out.getvalue())
+
+
+def test_the_profiles_dropout_reaches_the_simulated_step(tmp_path):
+    off, silent = _simulated(tmp_path / "off", "dropout = 0.0"), _simulated(tmp_path / "silent", "")
+    assert off["source"] == silent["source"] == "simulation", (off["notes"], silent["notes"])
+    # The silent profile trains with the family's 0.1 (as the formula reads it): one 1-byte mask per
+    # dropout (the embeddings' and two per block), what CUDA's native_dropout keeps and nothing else.
+    tokens, masks = 2 * 128, 1 + 2 * GPT2_SHAPE["layers"]
+    assert silent["breakdown"]["activations"] - off["breakdown"]["activations"] == masks * tokens * GPT2_SHAPE["hidden"]
+    assert any("dropout 0.1" in n for n in silent["notes"]) and any("dropout 0)" in n for n in off["notes"])
