@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gpudoc.bind import shell
 from gpudoc.bind.argchanges import arg_changes
-from gpudoc.bind.args import ARG_PRESETS, ArgContext, ArgEdits, PresetResult
+from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
 from gpudoc.bind.conflicts import (
     deepspeed_batch_contradiction,
     launch_contradictions,
@@ -131,6 +131,8 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     UsageError for a missing file or an unknown ``{placeholder}``; InputError for a file that
     does not parse or cannot be edited safely.
     """
+    # Here, not at the top: the frameworks' modules read configs through this package.
+    from gpudoc.frameworks.registry import arg_preset_names, write_args
     from gpudoc.profiles.schema import ENUMS
 
     cwd = Path(cwd)
@@ -175,7 +177,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     def run_file_preset(st: FileState, preset: str, hf_mode: bool) -> None:
         if st.fmt == "sh":
             raise ProfileError(f"[bind.files] {st.label}: a shell script takes an argument preset "
-                               f"({', '.join(sorted(ARG_PRESETS))}), not '{preset}'")
+                               f"({', '.join(arg_preset_names())}), not '{preset}'")
         if (st.path.resolve(), preset) in ran:
             return
         ran.add((st.path.resolve(), preset))
@@ -193,12 +195,13 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     # 1. Arguments.
     arg_preset = bind.get("args")
     if arg_preset:
-        if arg_preset not in ARG_PRESETS:
-            raise ProfileError(f"[bind] args = '{arg_preset}': unknown preset; one of "
-                               f"{', '.join(sorted(ARG_PRESETS))}")
         only = bind.get("args_knobs")  # the knobs that live on the command line; the rest are in files
         arg_knobs = knobs if only is None else {k: v for k, v in knobs.items() if k in only}
-        res = ARG_PRESETS[arg_preset](args_ed, arg_knobs, ArgContext(world, parts.launcher))
+        written = write_args(arg_preset, args_ed, arg_knobs, ArgContext(world, parts.launcher))
+        if written is None:
+            raise ProfileError(f"[bind] args = '{arg_preset}': unknown preset; one of "
+                               f"{', '.join(arg_preset_names())}")
+        res = written
         results.append((arg_preset, res))
         overridden |= res.overrides
         for ds in res.deepspeed_files:
@@ -307,13 +310,15 @@ def _file_spec(path_text: str, spec: Any) -> tuple[str | None, dict[str, Any]]:
 
 def _shell_file(st: FileState, preset: str | None, mapping: Mapping[str, Any], knobs: Mapping[str, Any],
                 world: int) -> PresetResult:
-    if preset and preset not in ARG_PRESETS:
+    from gpudoc.frameworks.registry import arg_preset_names, write_args
+
+    if preset and preset not in arg_preset_names():
         raise ProfileError(f"[bind.files] {st.label}: unknown argument preset '{preset}'; one of "
-                           f"{', '.join(sorted(ARG_PRESETS))}")
+                           f"{', '.join(arg_preset_names())}")
     words = shell.main_command(shell.tokenize(st.text, st.label))
     parts = parse_command([w.value for w in words])
     ed = ArgEdits([w.value for w in words[parts.args_start:]])
-    res = ARG_PRESETS[preset](ed, knobs, ArgContext(world, parts.launcher)) if preset else PresetResult()
+    res = (write_args(preset, ed, knobs, ArgContext(world, parts.launcher)) if preset else None) or PresetResult()
     for knob, flag in mapping.items():
         if knob in knobs:
             if isinstance(knobs[knob], bool):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoc.bind.args import nanogpt_settings
 from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get, num
 
 
@@ -290,6 +289,9 @@ def nemo_read(data: Any) -> dict[str, Any]:
 
 # -- nanoGPT Python config ------------------------------------------------------------------------
 def nanogpt_write(data: Any, ctx: FileContext) -> FileResult:
+    # Here, not at the top: the framework's module reads jobs through this package.
+    from gpudoc.frameworks.nanogpt import settings as nanogpt_settings
+
     res = FileResult()
     for key, value, knob in nanogpt_settings(ctx.knobs, ctx.world_size, res):
         res.set((key,), value, knob)

@@ -41,10 +41,10 @@ _SLACK_S = 2.0
 
 def framework_of(profile: Profile) -> str | None:
     """The framework whose checkpoints the job writes, when gpudoc knows it."""
-    from gpudoc.job.checkpoints import FRAMEWORKS
+    from gpudoc.frameworks.registry import resumes
 
     framework = profile.job.framework if profile.job is not None else profile.bind.get("args")
-    return str(framework) if framework in FRAMEWORKS else None
+    return str(framework) if isinstance(framework, str) and resumes(framework) else None
 
 
 def record_written(record: RunRecord, profile: Profile, cwd: Path) -> None:

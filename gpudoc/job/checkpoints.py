@@ -1,18 +1,8 @@
 """Find the newest complete checkpoint of a job, and the framework's own switch to resume from it.
 
-Where each framework writes, and what makes one complete (a save killed halfway must never be
-resumed from):
-
-- HF Trainer: ``checkpoint-N`` directories under ``--output_dir`` (or the ``output_dir`` of the config
-  file given as the first argument, as LLaMA-Factory takes it); complete when ``trainer_state.json``
-  reads and a model weights file is there. Resumed with ``--resume_from_checkpoint PATH`` (the
-  Trainer's own argument, which the HF example scripts pass to ``Trainer.train``).
-- Lightning: ``.ckpt`` files under the Trainer's ``default_root_dir`` (``checkpoints/``, or
-  ``lightning_logs/version_*/checkpoints/`` with a logger) or a ``ModelCheckpoint`` ``dirpath`` in the
-  config; complete when the file is a whole zip archive (``torch.save``'s format: a truncated file has
-  no end record). Resumed with LightningCLI's ``--ckpt_path PATH``.
-- torchtune: ``recipe_state.pt`` in its ``output_dir`` (``recipe_state/`` in newer versions), complete
-  as above. Resumed with the override ``resume_from_checkpoint=True``.
+Where each framework writes, what makes one complete (a save killed halfway must never be resumed
+from) and its switch to resume are the framework's own (``gpudoc.frameworks``: ``checkpoints`` and
+``resume_switch``); this module holds what they share.
 
 Only checkpoints written since ``since`` (the chain's first launch) count: an older one may belong
 to another experiment in the same folder. Nothing here imports torch or writes.
@@ -25,9 +15,7 @@ link leading out of the output folder. Which run wrote it is the resume's questi
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,11 +24,6 @@ from typing import Any
 
 from gpudoc.trust import Untrusted, owner_name, untrusted
 
-FRAMEWORKS = ("hf-trainer", "lightning", "torchtune")
-HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
-              "adapter_model.safetensors", "adapter_model.bin")
-_HF_DIR = re.compile(r"^checkpoint-(\d+)$")
-_STEP = re.compile(r"step=(\d+)")
 # A file's modification time may be stamped a little before the run's recorded start (whole seconds).
 _SLACK_S = 2.0
 # The entries of one checkpoint the trust check looks at (a sharded DeepSpeed save holds a few
@@ -57,11 +40,10 @@ class Checkpoint:
 
     def switch(self) -> tuple[str, ...]:
         """The tokens that resume from it, in the framework's own words."""
-        if self.framework == "hf-trainer":
-            return ("--resume_from_checkpoint", self.path)
-        if self.framework == "lightning":
-            return ("--ckpt_path", self.path)
-        return ("resume_from_checkpoint=True",)
+        from gpudoc.frameworks import registry
+
+        adapter = registry.get(self.framework)
+        return adapter.resume_switch(self.path) if adapter is not None else ()
 
     # Not part of what is recorded as resumed from: where it was found, to check and to stamp it.
     proof: Path | None = field(default=None, compare=False)  # the file whose writing completed the save
@@ -142,17 +124,13 @@ def written_checkpoints(framework: str | None, command: Sequence[str], cwd: Path
                         since: float | None = None) -> list[Checkpoint]:
     """Every complete checkpoint the job's command says it writes, written since ``since``, the
     newest first."""
+    from gpudoc.frameworks import registry
     from gpudoc.job.argv import parse_command
 
-    args = parse_command(list(command)).script_args
-    cwd = Path(cwd)
-    if framework == "hf-trainer":
-        return _hf(args, cwd, since)
-    if framework == "lightning":
-        return _lightning(args, cwd, since)
-    if framework == "torchtune":
-        return _torchtune(args, cwd, since)
-    return []
+    adapter = registry.get(framework) if framework else None
+    if adapter is None:
+        return []
+    return adapter.checkpoints(parse_command(list(command)).script_args, Path(cwd), since)
 
 
 def resume_command(command: Sequence[str], switch: Sequence[str]) -> list[str]:
@@ -165,79 +143,9 @@ def resume_command(command: Sequence[str], switch: Sequence[str]) -> list[str]:
     return [*kept, switch[0]]
 
 
-# -- each framework ------------------------------------------------------------------------------
+# -- what the frameworks' layouts share (``gpudoc.frameworks``: each one's ``checkpoints``) --------
 
-def _hf(args: list[str], cwd: Path, since: float | None) -> list[Checkpoint]:
-    out = _flag(args, "--output_dir")
-    first = args[1:2] if args[:1] in (["train"], ["sft"]) else args[:1]  # `llamafactory-cli train CONFIG`
-    if out is None and first and first[0].endswith((".yaml", ".yml", ".json")):
-        out = _config_value(cwd / first[0], ("output_dir",))
-    if out is None:
-        return []
-    found = []
-    for directory in _children(cwd / out):
-        match = _HF_DIR.match(directory.name)
-        state = directory / "trainer_state.json"
-        if not match or not state.is_file() or not any((directory / name).is_file() for name in HF_WEIGHTS):
-            continue
-        try:
-            step = int(json.loads(state.read_text(encoding="utf-8"))["global_step"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a trainer state cut short: not complete
-        if _recent(state, since):
-            found.append((step, directory))
-    return [Checkpoint("hf-trainer", _shown(directory, cwd), step, proof=directory / "trainer_state.json",
-                       within=cwd / out, holds=(directory,))
-            for step, directory in sorted(found, reverse=True)]
-
-
-def _lightning(args: list[str], cwd: Path, since: float | None) -> list[Checkpoint]:
-    config = _flag(args, "--config") or _flag(args, "-c")
-    data = _load(cwd / config) if config else None
-    root_name = _flag(args, "--trainer.default_root_dir") or _get(data, ("trainer", "default_root_dir"))
-    root = cwd / str(root_name) if root_name else cwd
-    folders = [(root, root / "checkpoints"),
-               *((root, f) for f in sorted((root / "lightning_logs").glob("version_*/checkpoints")))]
-    for callback in _get(data, ("trainer", "callbacks")) or ():
-        dirpath = _get(callback, ("init_args", "dirpath")) or _get(callback, ("dirpath",))
-        if dirpath:
-            folders.append((cwd / str(dirpath), cwd / str(dirpath)))
-    found = []
-    for within, folder in folders:
-        for file in _children(folder):
-            if file.suffix == ".ckpt" and _whole(file) and _recent(file, since):
-                match = _STEP.search(file.name)
-                found.append((file.stat().st_mtime, int(match.group(1)) if match else -1, str(file), within))
-    return [Checkpoint("lightning", _shown(Path(file), cwd), step if step >= 0 else None, proof=Path(file),
-                       within=within, holds=(Path(file),))
-            for _mtime, step, file, within in sorted(found, key=lambda f: f[:3], reverse=True)]
-
-
-def _torchtune(args: list[str], cwd: Path, since: float | None) -> list[Checkpoint]:
-    out = None
-    for tok in args:
-        key, eq, value = tok.lstrip("+").partition("=")
-        if eq and key == "output_dir":
-            out = value
-    config = _flag(args, "--config")
-    if out is None and config:
-        out = _config_value(cwd / config, ("output_dir",))
-    if out is None:
-        return []
-    folder = cwd / out
-    for state in (folder / "recipe_state" / "recipe_state.pt", folder / "recipe_state.pt"):
-        if state.is_file() and _whole(state) and _recent(state, since):
-            epochs = {int(m.group(1)): d for d in _children(folder) if (m := re.match(r"^epoch_(\d+)$", d.name))}
-            # The recipe reads its state and the newest epoch's weights (its checkpointer's files).
-            newest = (epochs[max(epochs)],) if epochs else ()
-            return [Checkpoint("torchtune", _shown(state, cwd), max(epochs) if epochs else None, unit="epoch",
-                               proof=state, within=folder, holds=(state, *newest))]
-    return []
-
-
-# -- reading ------------------------------------------------------------------------------------
-
-def _flag(args: list[str], name: str) -> str | None:
+def flag(args: list[str], name: str) -> str | None:
     value = None
     for i, tok in enumerate(args):
         if tok == name and i + 1 < len(args):
@@ -264,7 +172,7 @@ def _set_flag(argv: list[str], flag: str, value: str) -> list[str]:
     return out if found else [*out, flag, value]
 
 
-def _load(path: Path) -> Any:
+def load(path: Path) -> Any:
     """A config's data, or None: the job complains about a config it cannot read itself."""
     from gpudoc.bind import jsonedit, yamledit
     from gpudoc.errors import GpudocError
@@ -278,12 +186,12 @@ def _load(path: Path) -> Any:
         return None
 
 
-def _config_value(path: Path, key: tuple[str, ...]) -> str | None:
-    value = _get(_load(path), key)
+def config_value(path: Path, key: tuple[str, ...]) -> str | None:
+    value = dig(load(path), key)
     return str(value) if value else None
 
 
-def _get(data: Any, key: tuple[str, ...]) -> Any:
+def dig(data: Any, key: tuple[str, ...]) -> Any:
     for part in key:
         if not isinstance(data, Mapping):
             return None
@@ -291,28 +199,28 @@ def _get(data: Any, key: tuple[str, ...]) -> Any:
     return data
 
 
-def _children(folder: Path) -> list[Path]:
+def children(folder: Path) -> list[Path]:
     try:
         return list(folder.iterdir())
     except OSError:
         return []
 
 
-def _whole(file: Path) -> bool:
+def whole(file: Path) -> bool:
     try:
         return zipfile.is_zipfile(file)
     except OSError:
         return False
 
 
-def _recent(path: Path, since: float | None) -> bool:
+def recent(path: Path, since: float | None) -> bool:
     try:
         return since is None or path.stat().st_mtime >= since - _SLACK_S
     except OSError:
         return False
 
 
-def _shown(path: Path, cwd: Path) -> str:
+def shown(path: Path, cwd: Path) -> str:
     try:
         return str(path.relative_to(cwd))
     except ValueError:

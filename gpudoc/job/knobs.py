@@ -100,6 +100,9 @@ class JobReading:
 
     def bindings(self, knobs: Iterable[str]) -> dict[str, Any]:
         """The ``[bind]`` table that writes ``knobs`` where each lives (and nowhere else)."""
+        from gpudoc.frameworks.registry import takes_own_flags
+
+        own_flags = takes_own_flags(self.framework)
         args_knobs: list[str] = []
         files: dict[str, Any] = {}
         overrides: dict[str, str] = {}
@@ -109,12 +112,12 @@ class JobReading:
             if (place is None or place.kind == "default") and self.home is not None:
                 files[self.home] = self.file_presets[self.home]
             elif place is not None and place.kind == "argv" and place.name.startswith("-") \
-                    and self.framework not in ARG_FRAMEWORKS:
+                    and not own_flags:
                 flags[knob] = place.name  # a flag of the script's own parser (seen by the probe)
             elif place is None or place.kind == "default" or (place.kind == "argv" and place.name.startswith("-")):
                 args_knobs.append(knob)
             elif place.kind == "argv":
-                if self.framework in ARG_FRAMEWORKS:
+                if own_flags:
                     args_knobs.append(knob)  # torchtune's own override keys: its preset knows them
                 else:
                     overrides[knob] = place.name
@@ -130,7 +133,7 @@ class JobReading:
                     spec[knob] = place.name
         bind: dict[str, Any] = {"env": False}
         if args_knobs:
-            if self.framework not in ARG_FRAMEWORKS:
+            if not own_flags:
                 raise ProfileError(f"the command has no place for {', '.join(args_knobs)} "
                                    f"({self.framework or 'an unknown script'}): write a profile that binds it "
                                    "(`gpudoc profile new NAME --from-run`)")
@@ -159,17 +162,12 @@ def is_count(knob: str, value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-# Frameworks whose flags an argument preset of gpudoc.bind writes (Hydra's keys are the job's own, as
-# are the ``key=value`` overrides LLaMA-Factory's CLI takes after its YAML).
-ARG_FRAMEWORKS = ("hf-trainer", "lightning", "torchtune", "nanogpt")
-
-
 def read_job(command: Sequence[str], cwd: Path) -> JobReading:
     """Read the job's knobs, world and bindings from its command line and the files it names."""
-    from gpudoc.job import frameworks
+    from gpudoc.frameworks import registry
 
     job = parse_command(list(command))
-    reading = frameworks.read(job, Path(cwd))
+    reading = registry.read(job, Path(cwd))
     reading.launch.update(world(job).as_launch())
     reading.command = tuple(command)
     return reading

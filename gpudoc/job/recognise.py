@@ -1,10 +1,10 @@
-"""What the job's own source says about its framework: the names it imports, never one flag.
+"""The job's own source, for a framework to ask what it names: the names it imports, never one flag.
 
 A flag such as ``--output_dir`` or ``--learning_rate`` is every training script's; a hand-written
 argparse loop that has one is no HF Trainer job, and taking the Trainer's defaults for it would put
 numbers in the reading the job never runs with. The script's source (and the modules of the job's
 own tree it imports, as Python resolves them from the script's folder and the working directory) is
-parsed, never run, and asked one question per framework.
+parsed, never run; each framework (``gpudoc.frameworks``) asks it its own question.
 """
 
 from __future__ import annotations
@@ -17,27 +17,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpudoc.job.argv import JobCommand
 
-# The HF Trainer's own entry names: a job that names one builds its arguments or its Trainer from
-# transformers (TRL's trainers and configs are Trainer and TrainingArguments subclasses).
-_HF_PACKAGES = ("transformers", "trl")
-_HF_NAMES = ("HfArgumentParser", "TrlParser")
-_HF_SUFFIXES = ("Trainer", "TrainingArguments")
-_TRL_SUFFIXES = ("Config",)  # SFTConfig, DPOConfig, GRPOConfig: TrainingArguments subclasses
-
 # A job's own tree is a few files deep from its script; a bound keeps a vendored monorepo cheap.
 _MAX_DEPTH = 3
 _MAX_FILES = 40
 _MAX_BYTES = 1 << 20
-
-
-def uses_hf_trainer(job: JobCommand, cwd: Path) -> bool | None:
-    """True when the script (or a module of the job's own tree it imports) names the Trainer, its
-    arguments or their parser from transformers/TRL; False when its source was read and does not;
-    None when there is no source to read (a module that is not here, a pipe, no script)."""
-    trees = list(job_sources(job, cwd))
-    if not trees:
-        return None
-    return any(_names_hf(node) for tree in trees for node in ast.walk(tree))
 
 
 def source_mentions(job: JobCommand, cwd: Path, *texts: str) -> bool | None:
@@ -131,21 +114,6 @@ def _local_imports(tree: ast.Module, path: Path, roots: list[Path]) -> Iterator[
                 sub = _module_file([*parts, alias.name], search)
                 if sub is not None:
                     yield sub
-
-
-def _hf_name(package: str, name: str) -> bool:
-    if name in _HF_NAMES or name.endswith(_HF_SUFFIXES):
-        return True
-    return package == "trl" and name.endswith(_TRL_SUFFIXES)
-
-
-def _names_hf(node: ast.AST) -> bool:
-    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-        package = node.module.split(".")[0]
-        return package in _HF_PACKAGES and any(_hf_name(package, alias.name) for alias in node.names)
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return node.value.id in _HF_PACKAGES and _hf_name(node.value.id, node.attr)
-    return False
 
 
 def argparse_defaults(job: JobCommand, cwd: Path) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Values as jobs spell them: flags, ``key=value`` overrides and config files, read leniently.
 
-The framework readers (``gpudoc.job.frameworks``) share these: a config file that cannot be read
+The framework readers (``gpudoc.frameworks``) share these: a config file that cannot be read
 is a note on the reading, never an error (the job will say so itself), and a value that does not
 parse is no value at all.
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudoc.bind.args import LIGHTNING_PRECISION, ArgEdits
+from gpudoc.bind.args import ArgEdits
 from gpudoc.bind.filecontext import count, num
 from gpudoc.bind.values import as_bool_text
 from gpudoc.job.knobs import JobReading, is_count
@@ -20,8 +20,11 @@ from gpudoc.job.knobs import JobReading, is_count
 if TYPE_CHECKING:
     from gpudoc.job.argv import JobCommand
 
-_LIGHTNING_FROM = {v: k for k, v in LIGHTNING_PRECISION.items()} | {
-    "32": "fp32", "16": "fp16", "bf16": "bf16", "16-mixed": "fp16", "bf16-mixed": "bf16", "64": "fp32"}
+# Precision as the frameworks spell it (Lightning's "bf16-mixed", "16-true", "32"; torch dtypes).
+_PRECISION_WORDS = {"32-true": "fp32", "16-mixed": "fp16", "bf16-mixed": "bf16", "bf16-true": "bf16-true",
+                    "16-true": "fp16-true", "32": "fp32", "16": "fp16", "bf16": "bf16", "64": "fp32",
+                    "bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "no": "fp32", "fp32": "fp32",
+                    "fp16": "fp16"}
 
 # Where a job's own config (Hydra's, a Lightning YAML) keeps each knob: leaf names, best first.
 GENERIC_KEYS: dict[str, tuple[str, ...]] = {
@@ -147,8 +150,7 @@ def typed(text: str) -> Any:
 
 def precision_of(value: Any) -> str | None:
     text = str(value).strip().lower()
-    return _LIGHTNING_FROM.get(text) or {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "no": "fp32",
-                                         "fp32": "fp32", "fp16": "fp16"}.get(text)
+    return _PRECISION_WORDS.get(text)
 
 
 def knob_value(knob: str, value: Any) -> Any:

@@ -114,11 +114,12 @@ def _check_arg_preset(preset: Any, fail: Callable[..., None]) -> None:
     """``[bind] args`` names a preset the binder has (its table is the one list of them)."""
     if not isinstance(preset, str):
         return  # absent; a wrong type was reported with the other types
-    from gpudoc.bind.args import ARG_PRESETS  # only with a [bind] table: `check` stays light
+    from gpudoc.frameworks.registry import arg_preset_names  # only with a [bind] table: `check` stays light
 
-    if preset not in ARG_PRESETS:
-        fail("bind", "args", f"unknown preset '{preset}'{did_you_mean(preset, ARG_PRESETS)}; "
-                             f"one of {', '.join(sorted(ARG_PRESETS))}")
+    known = arg_preset_names()
+    if preset not in known:
+        fail("bind", "args", f"unknown preset '{preset}'{did_you_mean(preset, known)}; "
+                             f"one of {', '.join(known)}")
 
 
 def _check_number(table: str, key: str, value: Any, fail: Callable[[str | None, str, str], None]) -> None:

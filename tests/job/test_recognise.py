@@ -3,9 +3,9 @@ same generic flags, and a Trainer reached through the job's own package (as LLaV
 
 from __future__ import annotations
 
+from gpudoc.frameworks.hf_trainer import uses_hf_trainer
 from gpudoc.job.argv import parse_command
 from gpudoc.job.knobs import read_job
-from gpudoc.job.recognise import uses_hf_trainer
 from tests.job.scripts import ARGPARSE_LOOP, write_hf_script
 
 GENERIC = ["--output_dir", "out", "--learning_rate", "3e-4", "--max_steps", "10", "--num_train_epochs", "1"]

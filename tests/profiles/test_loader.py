@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoc.bind.args import ARG_PRESETS
 from gpudoc.errors import ProfileError
 from gpudoc.estimate import estimate
+from gpudoc.frameworks.registry import arg_preset_names
 from gpudoc.profiles import load_profile, shipped_profiles_dir
 from gpudoc.profiles.loader import list_profile_names, resolve_profile_path
 from gpudoc.profiles.model import EMPTY
@@ -453,7 +453,7 @@ def test_an_empty_extends_is_an_error_naming_the_key(isolated_home):
 def test_an_unknown_args_preset_is_refused_at_load_with_a_did_you_mean(isolated_home):
     path = write(isolated_home / "p.toml", '[train]\nmicro_batch_size = 2\n[bind]\nenv = true\nargs = "hf-trainr"\n')
     expect_error(path, f"{path}:5", "bind.args", "unknown preset 'hf-trainr'", "did you mean 'hf-trainer'",
-                 *ARG_PRESETS)
+                 *arg_preset_names())
     done = gpudoc_cli("check", "-p", str(path), cwd=isolated_home)
     assert done.returncode == 2 and "bind.args" in done.stderr
 

@@ -1,0 +1,63 @@
+"""axolotl: ``axolotl train cfg.yml`` / ``accelerate launch -m axolotl.cli.train cfg.yml``; the YAML is the job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpudoc.bind.filecontext import MISSING, get
+from gpudoc.frameworks import base, trainer_yaml
+from gpudoc.frameworks.base import Recognition
+from gpudoc.job.argv import JobCommand
+from gpudoc.job.knobs import JobReading
+
+name = "axolotl"
+arg_names: tuple[str, ...] = ()
+_PROGRAMS = ("axolotl",)
+
+
+def recognise(job: JobCommand, cwd: Path) -> Recognition | None:
+    config = trainer_yaml.config_of(job, cwd, name, _PROGRAMS)
+    return Recognition(True, f"{config}, axolotl's config") if config is not None else None
+
+
+def defaults(version: str | None) -> Mapping[str, Any]:
+    # axolotl's config schema
+    return {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "gradient_checkpointing": False}
+
+
+def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
+    found = trainer_yaml.open_config(job, cwd, r, name, _PROGRAMS, defaults(None))
+    if found is None:
+        return
+    config, data = found
+    auto = _auto_precision(r, config, data)
+    trainer_yaml.read_layers(job, cwd, r, name, config, data)
+    if auto:
+        r.knobs.pop("precision", None)  # axolotl sets bf16 or fp16 itself, over accelerate's
+    args = job.script_args
+    after = args[args.index(config) + 1:]
+    if any(tok.startswith("-") for tok in after):
+        r.notes.append(f"axolotl: the options after {config} ({' '.join(after)}) were not read; the knobs are "
+                       f"{config}'s")
+
+
+def _auto_precision(r: JobReading, config: str, data: Mapping[str, Any]) -> bool:
+    """axolotl trains in fp32 unless ``bf16``/``fp16`` say otherwise; ``bf16: auto`` picks bf16 where
+    the GPU has it, else fp16, at launch: mixed either way, so there is no precision to read or change."""
+    bf16, fp16 = get(data, ("bf16",)), get(data, ("fp16",))
+    if bf16 is MISSING and fp16 is MISSING:
+        r.set("precision", "fp32", "default", name)
+        return False
+    if isinstance(bf16, str) and bf16.strip().lower() == "auto" and fp16 is not True:
+        r.notes.append(f"axolotl: {config} says bf16: auto (bf16 where the GPU has it, else fp16, decided at "
+                       "launch): precision is left as the file says")
+        return True
+    return False
+
+
+edit_args = base.no_edit_args
+step_limit = base.no_step_limit
+resume_switch = base.no_resume_switch
+checkpoints = base.no_checkpoints

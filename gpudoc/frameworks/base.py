@@ -1,0 +1,96 @@
+"""What gpudoc knows of one training framework, behind one interface.
+
+Each framework is a module of ``gpudoc.frameworks`` that implements ``Framework`` (pre-commit's
+``lang_base.Language`` is the model: a module per language, a registry of modules). A module says
+how to recognise a job that is its own (by what the script imports or the program it runs, never by
+one flag every training script has), reads the job's sources in the order the framework applies
+them, writes knobs back in its own override syntax, and knows its step limit, its resume switch and
+where its checkpoints are. ``gpudoc.frameworks.registry`` holds the modules in the order they are
+asked; it is the one place a framework's name is looked up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
+    from gpudoc.job.argv import JobCommand
+    from gpudoc.job.checkpoints import Checkpoint
+    from gpudoc.job.knobs import JobReading
+
+
+@dataclass(frozen=True)
+class Recognition:
+    """Why a job is a framework's. ``sure``: evidence of the framework itself (its program, what the
+    script imports, its own config layout or flags); not sure: a shape other jobs share too (a
+    ``key=value`` token), taken only when no framework is sure."""
+
+    sure: bool
+    why: str
+
+
+@runtime_checkable
+class Framework(Protocol):
+    """One framework's knowledge. A member a framework has no use for answers "none": ``()``,
+    ``None`` or ``[]``, never a guess."""
+
+    # The one spelling of the framework in a reading, a run record and a profile's ``[bind] args``.
+    name: str
+    # The ``[bind] args`` names whose flags ``edit_args`` writes (a profile may name the launcher or
+    # the library instead of the framework: "accelerate", "transformers"); () when it takes no flags
+    # of its own gpudoc writes (its knobs live in files or in the job's own ``key=value`` keys).
+    arg_names: tuple[str, ...]
+
+    def recognise(self, job: JobCommand, cwd: Path) -> Recognition | None:
+        """Whether the job is this framework's, and why; None when nothing says so."""
+        ...
+
+    def read(self, job: JobCommand, cwd: Path, reading: JobReading) -> None:
+        """Its sources, in the order the framework applies them (a later one wins), into ``reading``."""
+        ...
+
+    def defaults(self, version: str | None) -> Mapping[str, Any]:
+        """The knobs' values when no source sets them, for the installed ``version`` (None: unknown)."""
+        ...
+
+    def edit_args(self, ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult | None:
+        """Write ``knobs`` in its override syntax into the script's arguments; None: it has none."""
+        ...
+
+    def step_limit(self, args: list[str], steps: int) -> list[str] | None:
+        """The script's arguments with the framework's own switch that stops training after
+        ``steps`` optimizer steps set (one already there replaced); None: it has no such switch."""
+        ...
+
+    def resume_switch(self, path: str) -> tuple[str, ...]:
+        """The tokens that resume from the checkpoint at ``path``; () when it cannot resume."""
+        ...
+
+    def checkpoints(self, args: list[str], cwd: Path, since: float | None) -> list[Checkpoint]:
+        """The complete checkpoints the job's arguments say it writes, newest first."""
+        ...
+
+
+# The "none" answers, for a framework module to take as its own member (``checkpoints = no_checkpoints``).
+def no_defaults(version: str | None) -> Mapping[str, Any]:
+    return {}
+
+
+def no_edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult | None:
+    return None
+
+
+def no_step_limit(args: list[str], steps: int) -> list[str] | None:
+    return None
+
+
+def no_resume_switch(path: str) -> tuple[str, ...]:
+    return ()
+
+
+def no_checkpoints(args: list[str], cwd: Path, since: float | None) -> list[Checkpoint]:
+    return []

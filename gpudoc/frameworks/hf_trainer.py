@@ -1,0 +1,256 @@
+"""HF Trainer (transformers' ``Trainer`` and TRL's trainers, which subclass it).
+
+Recognised by what the script imports (``Trainer``, ``TrainingArguments``, ``HfArgumentParser``,
+TRL's configs), by a flag only the Trainer's arguments name, or by a config file given first (as
+``HfArgumentParser`` and LLaMA-Factory's CLI take one). Its sources, in the order it applies them:
+its defaults, ``accelerate launch --config_file``'s config, the config file given first, a
+``--deepspeed`` JSON, then its flags. Checkpoints: ``checkpoint-N`` under ``--output_dir``, resumed
+with ``--resume_from_checkpoint``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag
+from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
+from gpudoc.bind.values import is_neutral
+from gpudoc.errors import InputError
+from gpudoc.frameworks import accelerate, hydra
+from gpudoc.frameworks.base import Recognition
+from gpudoc.frameworks.presetfiles import first_config
+from gpudoc.job import checkpoints as ckpt
+from gpudoc.job import recognise as source
+from gpudoc.job.argv import JobCommand
+from gpudoc.job.knobs import JobReading
+from gpudoc.job.sources import bool_flag, dangling_flag, flag_value, knob_value, load_config
+
+name = "hf-trainer"
+# LLaMA-Factory's CLI with flags and a script under accelerate take the Trainer's flags too.
+arg_names: tuple[str, ...] = ("hf-trainer", "accelerate", "transformers", "llama-factory")
+
+SEQ_FLAGS = ("--max_seq_length", "--model_max_length", "--cutoff_len", "--max_seq_len")
+LORA_FLAGS = ("--lora_r", "--lora_rank")
+_DEFAULTS = {"micro_batch_size": 8, "gradient_accumulation_steps": 1, "gradient_checkpointing": False,
+             "precision": "fp32"}
+# Flags the Trainer's arguments name and a hand-written loop seldom copies. Every training script's
+# own (--output_dir, --learning_rate, --max_steps, --num_train_epochs) say nothing of the framework.
+_MARKERS = ("--per_device_train_batch_size", "--gradient_accumulation_steps", "--model_name_or_path",
+            "--deepspeed", "--gradient_checkpointing", "--activation_checkpointing")
+_KNOB_FLAGS = (("micro_batch_size", ("--per_device_train_batch_size",)),
+               ("gradient_accumulation_steps", ("--gradient_accumulation_steps",)),
+               ("gradient_checkpointing", ("--activation_checkpointing", "--gradient_checkpointing")),
+               ("max_seq_len", SEQ_FLAGS), ("lora_rank", LORA_FLAGS))
+
+# The Trainer's own entry names: a job that names one builds its arguments or its Trainer from
+# transformers (TRL's trainers and configs are Trainer and TrainingArguments subclasses).
+_PACKAGES = ("transformers", "trl")
+_NAMES = ("HfArgumentParser", "TrlParser")
+_SUFFIXES = ("Trainer", "TrainingArguments")
+_TRL_SUFFIXES = ("Config",)  # SFTConfig, DPOConfig, GRPOConfig: TrainingArguments subclasses
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+            "adapter_model.safetensors", "adapter_model.bin")
+_DIR = re.compile(r"^checkpoint-(\d+)$")
+
+
+# -- recognising ---------------------------------------------------------------------------------
+def recognise(job: JobCommand, cwd: Path) -> Recognition | None:
+    args = job.script_args
+    flag = next((a.split("=", 1)[0] for a in args if a.split("=", 1)[0] in _MARKERS), None)
+    if flag is not None:
+        return Recognition(True, f"{flag}, a flag of the Trainer's arguments")
+    config = first_config(args, cwd)
+    if config is not None:
+        return Recognition(True, f"{config}, a config file given first, as HfArgumentParser takes one")
+    if uses_hf_trainer(job, cwd) and not hydra.declared(job, cwd):
+        return Recognition(True, "the script imports transformers' Trainer or its arguments")
+    return None
+
+
+def uses_hf_trainer(job: JobCommand, cwd: Path) -> bool | None:
+    """True when the script (or a module of the job's own tree it imports) names the Trainer, its
+    arguments or their parser from transformers/TRL; False when its source was read and does not;
+    None when there is no source to read (a module that is not here, a pipe, no script)."""
+    trees = list(source.job_sources(job, cwd))
+    if not trees:
+        return None
+    return any(_names_hf(node) for tree in trees for node in ast.walk(tree))
+
+
+def _hf_name(package: str, name: str) -> bool:
+    if name in _NAMES or name.endswith(_SUFFIXES):
+        return True
+    return package == "trl" and name.endswith(_TRL_SUFFIXES)
+
+
+def _names_hf(node: ast.AST) -> bool:
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        package = node.module.split(".")[0]
+        return package in _PACKAGES and any(_hf_name(package, alias.name) for alias in node.names)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.value.id in _PACKAGES and _hf_name(node.value.id, node.attr)
+    return False
+
+
+# -- reading ---------------------------------------------------------------------------------------
+def defaults(version: str | None) -> Mapping[str, Any]:
+    return dict(_DEFAULTS)
+
+
+def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
+    """The Trainer's defaults are the job's only when its source names the Trainer
+    (``uses_hf_trainer``); otherwise a knob no flag sets is unknown."""
+    args = job.script_args
+    trainer = uses_hf_trainer(job, cwd)
+    r.framework = name
+    if trainer:
+        for knob, value in defaults(None).items():
+            r.set(knob, value, "default", name)
+    else:
+        said = "its source could not be read" if trainer is None else \
+            "its source does not name transformers' Trainer, TrainingArguments or HfArgumentParser"
+        r.notes.append(f"{job.script or 'the script'}: read as HF Trainer flags, but {said}: the Trainer's "
+                       "defaults are not assumed; a knob neither a flag nor the script's own argparse default "
+                       "sets is unknown")
+        _own_defaults(job, cwd, r)
+    accelerate.accelerate_config(job, cwd, r, trainer=True)
+    config = first_config(args, cwd)
+    if config is not None:
+        data = load_config(cwd / config, config, r)
+        preset = detect_preset(data, Path(config).suffix.lower()) if data is not None else None
+        if preset is not None and data is not None:
+            for knob, value in FILE_PRESETS[preset].read(data).items():
+                r.set(knob, value, "file", "", config)
+            r.file_presets[config] = preset
+    ds = flag_value(args, ("--deepspeed",))
+    if ds is not None and (cwd / ds[1]).is_file():
+        data = load_config(cwd / ds[1], ds[1], r)
+        if data is not None:
+            for knob, value in FILE_PRESETS["deepspeed"].read(data).items():
+                r.set(knob, value, "file", "", ds[1])
+            r.file_presets[ds[1]] = ""  # the hf-trainer preset follows --deepspeed itself
+    flag = dangling_flag(args, ("--per_device_train_batch_size", "--gradient_accumulation_steps",
+                                *SEQ_FLAGS, *LORA_FLAGS))
+    if flag is not None:  # not the Trainer's default: its parser stops the job on it
+        raise InputError(f"{flag}: no value after it (the Trainer's parser refuses the command too)", key=flag)
+    for flag, knob in (("--per_device_train_batch_size", "micro_batch_size"),
+                       ("--gradient_accumulation_steps", "gradient_accumulation_steps")):
+        hit = flag_value(args, (flag,))
+        if hit is not None:
+            r.set(knob, knob_value(knob, hit[1]), "argv", flag)
+    # transformers 5 reads --activation_checkpointing; --gradient_checkpointing is its old alias.
+    for flag in ("--gradient_checkpointing", "--activation_checkpointing"):
+        on = bool_flag(args, flag)
+        if on is not None:
+            r.set("gradient_checkpointing", on, "argv", flag)
+    bf16, fp16 = bool_flag(args, "--bf16"), bool_flag(args, "--fp16")
+    if bf16 or fp16:
+        r.set("precision", "bf16" if bf16 else "fp16", "argv", "--bf16" if bf16 else "--fp16")
+    for knob, flags in (("max_seq_len", SEQ_FLAGS), ("lora_rank", LORA_FLAGS)):
+        hit = flag_value(args, flags)
+        if hit is not None:
+            r.set(knob, knob_value(knob, hit[1]), "argv", hit[0])
+
+
+def _own_defaults(job: JobCommand, cwd: Path, r: JobReading) -> None:
+    """A hand-written script with the Trainer's flags: the defaults its own parser declares for
+    them (its place is the script's flag, which the parser takes when gpudoc adds it)."""
+    own = source.argparse_defaults(job, cwd)
+    script = job.script or "script"
+    for knob, flags in _KNOB_FLAGS:
+        flag = next((f for f in flags if f in own), None)
+        if flag is not None:
+            r.set(knob, knob_value(knob, own[flag]), "default", script)
+    if "--bf16" in own or "--fp16" in own:
+        precision = "bf16" if own.get("--bf16") else "fp16" if own.get("--fp16") else "fp32"
+        r.set("precision", precision, "default", script)
+
+
+# -- writing ---------------------------------------------------------------------------------------
+def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:
+    res = PresetResult()
+    if "micro_batch_size" in knobs:
+        ed.set_value(("--per_device_train_batch_size",), str(knobs["micro_batch_size"]))
+        res.expressed.add("micro_batch_size")
+    if "gradient_accumulation_steps" in knobs:
+        ed.set_value(("--gradient_accumulation_steps",), str(knobs["gradient_accumulation_steps"]))
+        res.expressed.add("gradient_accumulation_steps")
+    gc = knobs.get("gradient_checkpointing")
+    if gc is not None:
+        if isinstance(gc, bool):
+            # transformers 5 ignores its old --gradient_checkpointing once --activation_checkpointing is given.
+            flag = "--activation_checkpointing" if ed.has(("--activation_checkpointing",)) else "--gradient_checkpointing"
+            ed.set_bool((flag,), gc)
+            res.expressed.add("gradient_checkpointing")
+        else:
+            res.cannot["gradient_checkpointing"] = f"{name}: --gradient_checkpointing is on/off; '{gc}' has no flag"
+    prec = knobs.get("precision")
+    if prec is not None:
+        if prec == "bf16":
+            ed.set_bool(("--bf16",), True)
+            ed.remove(("--fp16",))
+        elif prec == "fp16":
+            ed.set_bool(("--fp16",), True)
+            ed.remove(("--bf16",))
+        elif prec == "fp32":
+            ed.remove(("--bf16",))
+            ed.remove(("--fp16",))
+        if prec in ("bf16", "fp16", "fp32"):
+            res.expressed.add("precision")
+        else:
+            res.cannot["precision"] = (f"{name}: --bf16/--fp16 are mixed precision with fp32 master weights; "
+                                       f"'{prec}' needs the model loaded in that dtype by the script")
+    ds = ed.find(("--deepspeed",))
+    for occ in ds:
+        if occ.value and not occ.value.startswith("-"):
+            res.deepspeed_files.append(occ.value)
+    for knob in ("zero_stage", "offload_optimizer", "offload_params"):
+        if knob in knobs and not ds and not is_neutral(knob, knobs[knob]):
+            res.cannot[knob] = (f"{name}: {knob} reaches the Trainer only through the DeepSpeed JSON named by "
+                                f"--deepspeed, and the command has no --deepspeed")
+    optional_flag(ed, knobs, res, name, "max_seq_len", SEQ_FLAGS)
+    optional_flag(ed, knobs, res, name, "lora_rank", LORA_FLAGS)
+    return res
+
+
+def step_limit(args: list[str], steps: int) -> list[str]:
+    ed = ArgEdits(list(args))
+    ed.set_value(("--max_steps",), str(steps))
+    return ed.result()
+
+
+# -- resuming --------------------------------------------------------------------------------------
+def resume_switch(path: str) -> tuple[str, ...]:
+    return ("--resume_from_checkpoint", path)
+
+
+def checkpoints(args: list[str], cwd: Path, since: float | None) -> list[ckpt.Checkpoint]:
+    """``checkpoint-N`` directories under ``--output_dir`` (or the ``output_dir`` of the config file
+    given first, as LLaMA-Factory takes it); complete when ``trainer_state.json`` reads and a model
+    weights file is there."""
+    out = ckpt.flag(args, "--output_dir")
+    first = args[1:2] if args[:1] in (["train"], ["sft"]) else args[:1]  # `llamafactory-cli train CONFIG`
+    if out is None and first and first[0].endswith((".yaml", ".yml", ".json")):
+        out = ckpt.config_value(cwd / first[0], ("output_dir",))
+    if out is None:
+        return []
+    found = []
+    for directory in ckpt.children(cwd / out):
+        match = _DIR.match(directory.name)
+        state = directory / "trainer_state.json"
+        if not match or not state.is_file() or not any((directory / weights).is_file() for weights in _WEIGHTS):
+            continue
+        try:
+            step = int(json.loads(state.read_text(encoding="utf-8"))["global_step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a trainer state cut short: not complete
+        if ckpt.recent(state, since):
+            found.append((step, directory))
+    return [ckpt.Checkpoint(name, ckpt.shown(directory, cwd), step, proof=directory / "trainer_state.json",
+                            within=cwd / out, holds=(directory,))
+            for step, directory in sorted(found, reverse=True)]

@@ -1,0 +1,235 @@
+"""Lightning through LightningCLI: which commands are its, and what its ``--config`` files and ``--section.key`` flags say.
+
+jsonargparse applies ``--config`` files and flags in command-line order, a later one winning. A
+``--config`` before the subcommand (``train.py --config cfg.yaml fit``) is the top-level parser's: its
+keys sit under the subcommand's name (``fit.data.batch_size``). A script built with ``run=False``
+has no subcommand at all (``train.py --config cfg.yaml``). Checkpoints: ``.ckpt`` files, resumed with
+``--ckpt_path``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag
+from gpudoc.bind.filecontext import MISSING, get
+from gpudoc.bind.values import is_neutral
+from gpudoc.frameworks.base import Recognition
+from gpudoc.job import checkpoints as ckpt
+from gpudoc.job.argv import JobCommand
+from gpudoc.job.knobs import JobReading
+from gpudoc.job.sources import knob_value, load_config, script_tree
+
+name = "lightning"
+arg_names: tuple[str, ...] = ("lightning",)
+# The Trainer's precision, as Lightning 2 spells each.
+PRECISION = {"fp32": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "bf16-true": "bf16-true",
+             "fp16-true": "16-true"}
+_STEP = re.compile(r"step=(\d+)")
+
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+_KEYS = {
+    "micro_batch_size": ("data.batch_size", "data.init_args.batch_size"),
+    "gradient_accumulation_steps": ("trainer.accumulate_grad_batches",),
+    "precision": ("trainer.precision",),
+    "gradient_checkpointing": ("model.gradient_checkpointing", "model.init_args.gradient_checkpointing",
+                               "model.activation_checkpointing"),
+    "max_seq_len": ("data.max_seq_len", "data.max_length", "data.seq_len", "data.block_size",
+                    "data.init_args.max_seq_len", "model.max_seq_len"),
+    "lora_rank": ("model.lora_rank", "model.lora_r", "model.init_args.lora_rank"),
+}
+# The top-level keys of LightningCLI's parser: jsonargparse refuses a config holding any other, so a
+# YAML made of these alone (with a section of its own) is a LightningCLI config.
+_TOP = frozenset({"seed_everything", "trainer", "model", "data", "optimizer", "lr_scheduler", "ckpt_path",
+                  "weights_only"})
+
+
+def recognise(job: JobCommand, cwd: Path) -> Recognition | None:
+    if is_lightning_cli(job, job.script_args, cwd):
+        return Recognition(True, "LightningCLI's --section.key flags, subcommand, script or config")
+    return None
+
+
+def is_lightning_cli(job: JobCommand, args: list[str], cwd: Path) -> bool:
+    """LightningCLI's ``--section.key`` flags or a subcommand first say so at once. A ``--config``
+    alone (``train.py --config cfg.yaml``, ``train.py --config cfg.yaml fit``) is LightningCLI's only
+    with evidence: the script imports LightningCLI, or the YAML is LightningCLI's own shape. A plain
+    script's ``--config some.yaml`` stays what it was."""
+    if any(a.startswith(("--trainer.", "--data.", "--model.")) for a in args) or (
+            args and args[0] in SUBCOMMANDS):
+        return True
+    configs = [value for _, name, value in _tokens(args) if name in ("--config", "-c")]
+    if not configs:
+        return False
+    tree = script_tree(job, cwd)
+    if tree is not None and any(_names_lightning_cli(node) for node in ast.walk(tree)):
+        return True
+    sub = _subcommand(args)
+    for config in configs:
+        if (cwd / config).is_file() and config.endswith((".yaml", ".yml", ".json")):
+            data = load_config(cwd / config, config, JobReading())
+            if data is not None and _shaped(data.get(sub[1]) if sub and sub[1] in data else data):
+                return True
+    return False
+
+
+def _names_lightning_cli(node: ast.AST) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return any(alias.name == "LightningCLI" for alias in node.names)
+    return (isinstance(node, ast.Attribute) and node.attr == "LightningCLI") or (
+        isinstance(node, ast.Name) and node.id == "LightningCLI")
+
+
+def _shaped(data: Any) -> bool:
+    if not isinstance(data, Mapping) or not set(data) <= _TOP:
+        return False
+    sections = [data.get(s) for s in ("model", "data")]
+    return isinstance(data.get("trainer"), Mapping) or any(
+        isinstance(s, Mapping) and ("class_path" in s or "init_args" in s) for s in sections)
+
+
+def _tokens(args: list[str]) -> list[tuple[int, str, str]]:
+    """(index, name, value) per option or positional, as jsonargparse reads them: ``--flag value``
+    and ``--flag=value`` are one option; a positional's name and value are the token itself."""
+    out = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        name, eq, value = tok.partition("=")
+        if not tok.startswith("-"):
+            out.append((i, tok, tok))
+            i += 1
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        out.append((i, name, value))
+        i += 1 if eq else 2
+    return out
+
+
+def _subcommand(args: list[str]) -> tuple[int, str] | None:
+    """The subcommand (``fit``, ...) and its index: the first positional argument."""
+    for i, name, _value in _tokens(args):
+        if not name.startswith("-"):
+            return (i, name) if name in SUBCOMMANDS else None
+    return None
+
+
+def defaults(version: str | None) -> Mapping[str, Any]:
+    return {"gradient_accumulation_steps": 1, "precision": "fp32"}
+
+
+def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
+    args = job.script_args
+    r.framework = name
+    for knob, value in defaults(None).items():
+        r.set(knob, value, "default", name)
+    sub = _subcommand(args)
+    # jsonargparse applies --config files and flags in the order given; a --config before the
+    # subcommand is the top-level parser's, whose keys sit under the subcommand's name (fit.data...).
+    for i, option, value in _tokens(args):
+        if option in ("--config", "-c"):
+            data = load_config(cwd / value, value, r) if (cwd / value).is_file() else None
+            prefix = f"{sub[1]}." if sub is not None and i < sub[0] else ""
+            for knob, keys in _KEYS.items():
+                for key in keys:
+                    found = get(data, tuple((prefix + key).split("."))) if data is not None else MISSING
+                    typed = knob_value(knob, found) if found is not MISSING else None
+                    if typed is not None:
+                        r.set(knob, typed, "file", prefix + key, value)
+                        break
+        elif option.startswith("--"):
+            for knob, keys in _KEYS.items():
+                if option[2:] in keys:
+                    r.set(knob, knob_value(knob, value), "argv", option)
+
+
+# -- writing ---------------------------------------------------------------------------------------
+def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:
+    res = PresetResult()
+    if "micro_batch_size" in knobs:
+        batch_flags = ("--data.batch_size", "--data.init_args.batch_size")
+        present = [f for f in batch_flags if ed.has((f,))] or [batch_flags[0]]
+        ed.set_value((present[0],), str(knobs["micro_batch_size"]))
+        res.expressed.add("micro_batch_size")
+    if "gradient_accumulation_steps" in knobs:
+        ed.set_value(("--trainer.accumulate_grad_batches",), str(knobs["gradient_accumulation_steps"]))
+        res.expressed.add("gradient_accumulation_steps")
+    if "precision" in knobs:
+        ed.set_value(("--trainer.precision",), PRECISION[knobs["precision"]])
+        res.expressed.add("precision")
+    gc = knobs.get("gradient_checkpointing")
+    if gc is not None:
+        flags: tuple[str, ...] = ("--model.gradient_checkpointing", "--model.init_args.gradient_checkpointing",
+                                  "--model.activation_checkpointing")
+        present = [f for f in flags if ed.has((f,))]
+        if present:
+            ed.set_value((present[0],), str(gc).lower())
+            res.expressed.add("gradient_checkpointing")
+        elif is_neutral("gradient_checkpointing", gc):
+            res.expressed.add("gradient_checkpointing")
+        else:
+            res.cannot["gradient_checkpointing"] = (f"{name}: the Trainer has no checkpointing flag; the command has "
+                                                    f"none of {', '.join(flags)}")
+    zero = int(knobs.get("zero_stage", 0) or 0)
+    off_opt = bool(knobs.get("offload_optimizer", False))
+    off_par = bool(knobs.get("offload_params", False))
+    strategy = ed.find(("--trainer.strategy",))
+    if zero > 0:
+        if off_par and zero < 3:
+            res.cannot["offload_params"] = f"{name}: parameter offload needs zero_stage = 3 (deepspeed_stage_3_offload)"
+        value = f"deepspeed_stage_{zero}" + ("_offload" if (off_opt or off_par) and zero >= 2 else "")
+        if off_opt and zero < 2:
+            res.cannot["offload_optimizer"] = f"{name}: optimizer offload needs zero_stage >= 2"
+        ed.set_value(("--trainer.strategy",), value)
+        res.expressed.update(k for k in ("zero_stage", "offload_optimizer", "offload_params") if k in knobs and k not in res.cannot)
+    else:
+        if strategy and any((o.value or "").startswith("deepspeed") for o in strategy):
+            ed.set_value(("--trainer.strategy",), "ddp")
+        res.unsupported(knobs, ("zero_stage", "offload_optimizer", "offload_params"),
+                        lambda knob: f"{name}: CPU offload goes through a DeepSpeed strategy; set zero_stage >= 2")
+    optional_flag(ed, knobs, res, name, "max_seq_len",
+                  ("--data.max_seq_len", "--data.max_length", "--data.seq_len", "--data.block_size",
+                    "--data.init_args.max_seq_len", "--model.max_seq_len"))
+    optional_flag(ed, knobs, res, name, "lora_rank", ("--model.lora_rank", "--model.lora_r",
+                                                      "--model.init_args.lora_rank"))
+    return res
+
+
+def step_limit(args: list[str], steps: int) -> list[str]:
+    ed = ArgEdits(list(args))
+    ed.set_value(("--trainer.max_steps",), str(steps))
+    return ed.result()
+
+
+def resume_switch(path: str) -> tuple[str, ...]:
+    return ("--ckpt_path", path)
+
+
+def checkpoints(args: list[str], cwd: Path, since: float | None) -> list[ckpt.Checkpoint]:
+    """``.ckpt`` files under the Trainer's ``default_root_dir`` (``checkpoints/``, or
+    ``lightning_logs/version_*/checkpoints/`` with a logger) or a ``ModelCheckpoint`` ``dirpath`` in
+    the config; complete when the file is a whole zip archive (``torch.save``'s format)."""
+    config = ckpt.flag(args, "--config") or ckpt.flag(args, "-c")
+    data = ckpt.load(cwd / config) if config else None
+    root_name = ckpt.flag(args, "--trainer.default_root_dir") or ckpt.dig(data, ("trainer", "default_root_dir"))
+    root = cwd / str(root_name) if root_name else cwd
+    folders = [(root, root / "checkpoints"),
+               *((root, f) for f in sorted((root / "lightning_logs").glob("version_*/checkpoints")))]
+    for callback in ckpt.dig(data, ("trainer", "callbacks")) or ():
+        dirpath = ckpt.dig(callback, ("init_args", "dirpath")) or ckpt.dig(callback, ("dirpath",))
+        if dirpath:
+            folders.append((cwd / str(dirpath), cwd / str(dirpath)))
+    found = []
+    for within, folder in folders:
+        for file in ckpt.children(folder):
+            if file.suffix == ".ckpt" and ckpt.whole(file) and ckpt.recent(file, since):
+                match = _STEP.search(file.name)
+                found.append((file.stat().st_mtime, int(match.group(1)) if match else -1, str(file), within))
+    return [ckpt.Checkpoint(name, ckpt.shown(Path(file), cwd), step if step >= 0 else None, proof=Path(file),
+                       within=within, holds=(Path(file),))
+            for _mtime, step, file, within in sorted(found, key=lambda f: f[:3], reverse=True)]

@@ -1,0 +1,121 @@
+"""nanoGPT: ``train.py [config/x.py ...] [--key=value ...]`` through its ``configurator.py``.
+
+The configurator ``exec()``s config ``.py`` files, then takes ``--key=value`` (never ``--key value``,
+which it would read as a config file), in command-line order. ``gradient_accumulation_steps`` is
+the total over all ranks: ``train.py`` divides it by the world size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
+from gpudoc.bind.filecontext import count, num
+from gpudoc.frameworks import base
+from gpudoc.frameworks.base import Recognition
+from gpudoc.job import recognise as source
+from gpudoc.job.argv import JobCommand
+from gpudoc.job.knobs import JobReading
+from gpudoc.job.sources import load_config, to_int, typed
+
+name = "nanogpt"
+arg_names: tuple[str, ...] = ("nanogpt",)
+DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+_FROM_DTYPE = {v: k for k, v in DTYPE.items()}
+_KEYS = {"batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
+         "block_size": "max_seq_len", "dtype": "precision"}
+
+
+def recognise(job: JobCommand, cwd: Path) -> Recognition | None:
+    """A config ``.py`` given to the script, or ``--key=value`` flags, with a script whose source
+    runs the configurator. ``--key=value`` is every argparse script's spelling too: without the
+    source to say configurator, flags alone are not nanoGPT's."""
+    args = job.script_args
+    mentions = source.source_mentions(job, cwd, "configurator", "exec(")
+    if mentions is False:
+        return None
+    if any(a.endswith(".py") and not a.startswith("-") for a in args):
+        return Recognition(True, "a config .py given to the script, as nanoGPT's configurator.py takes one")
+    if mentions and any(a.startswith("--") and "=" in a for a in args):
+        return Recognition(True, "--key=value flags to a script that runs nanoGPT's configurator.py")
+    return None
+
+
+def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
+    r.framework = name
+    world = max(1, int(r.launch.get("nproc_per_node") or to_int(job.options.get("--nproc_per_node")) or 1))
+    for tok in job.script_args:  # configurator.py: config files, then --key=value, in order
+        if tok.endswith(".py") and not tok.startswith("-"):
+            data = load_config(cwd / tok, tok, r) if (cwd / tok).is_file() else None
+            for key, knob in _KEYS.items():
+                if data is not None and key in data:
+                    _set(r, knob, data[key], ("file", key, tok), world)
+                    r.file_presets[tok] = name
+        elif tok.startswith("--") and "=" in tok:
+            key, _, value = tok[2:].partition("=")
+            if key in _KEYS:
+                _set(r, _KEYS[key], typed(value) if key != "dtype" else value, ("argv", f"--{key}", None), world)
+
+
+def _set(r: JobReading, knob: str, value: Any, where: tuple[str, str, str | None], world: int) -> None:
+    kind, key, path = where
+    if knob == "precision":
+        r.set(knob, _FROM_DTYPE.get(str(value)), kind, key, path)
+    elif knob == "gradient_accumulation_steps" and num(value) is not None:
+        # nanoGPT's value is the total over all ranks; train.py divides it by the world size.
+        r.set(knob, max(1, int(value) // world), kind, key, path)
+    else:
+        r.set(knob, count(value), kind, key, path)
+
+
+def accum(knobs: Mapping[str, Any], world_size: int) -> int:
+    """nanoGPT's gradient_accumulation_steps is the total over all ranks (train.py divides it)."""
+    return int(knobs["gradient_accumulation_steps"]) * max(1, world_size)
+
+
+def settings(knobs: Mapping[str, Any], world_size: int, res: PresetResult) -> list[tuple[str, Any, str]]:
+    """nanoGPT's config keys for the knobs, as (key, value, knob), whether they go on the command
+    line (``--key=value``) or into a config ``.py``; what nanoGPT cannot take goes into ``res``."""
+    out: list[tuple[str, Any, str]] = []
+    if "micro_batch_size" in knobs:
+        out.append(("batch_size", int(knobs["micro_batch_size"]), "micro_batch_size"))
+    if "gradient_accumulation_steps" in knobs:
+        total = accum(knobs, world_size)
+        out.append(("gradient_accumulation_steps", total, "gradient_accumulation_steps"))
+        if world_size > 1:
+            res.notes.append(f"nanoGPT divides gradient_accumulation_steps by the world size: passed "
+                             f"{knobs['gradient_accumulation_steps']} x {world_size} = {total}")
+    if "max_seq_len" in knobs:
+        out.append(("block_size", int(knobs["max_seq_len"]), "max_seq_len"))
+    prec = knobs.get("precision")
+    if prec is not None:
+        if prec in DTYPE:
+            out.append(("dtype", DTYPE[prec], "precision"))
+        else:
+            res.cannot["precision"] = f"nanogpt: dtype is autocast (mixed) only; '{prec}' has no setting"
+    res.unsupported(knobs, ("gradient_checkpointing", "zero_stage", "offload_optimizer", "offload_params", "lora_rank"),
+                    lambda knob: f"nanogpt: train.py has no setting for {knob}")
+    return out
+
+
+def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:
+    res = PresetResult()
+    for key, value, knob in settings(knobs, ctx.world_size, res):
+        # nanoGPT's configurator accepts only ``--key=value``; ``--key value`` would be read as a config file.
+        ed.set_value((f"--{key}",), str(value), eq_only=True, append_form="eq")
+        res.expressed.add(knob)
+    return res
+
+
+def step_limit(args: list[str], steps: int) -> list[str]:
+    """``--max_iters=N`` (the configurator takes ``--key=value`` only)."""
+    ed = ArgEdits(list(args))
+    ed.set_value(("--max_iters",), str(steps), eq_only=True, append_form="eq")
+    return ed.result()
+
+
+defaults = base.no_defaults
+resume_switch = base.no_resume_switch
+checkpoints = base.no_checkpoints

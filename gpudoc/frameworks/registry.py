@@ -1,0 +1,93 @@
+"""The frameworks gpudoc knows, in the order a job is offered to them: the one place a name is looked up.
+
+A job is the first framework's that is sure of it (its program, what its script imports, its own
+config layout or flags); failing that, the first that recognises its shape at all (a ``key=value``
+token is Hydra's shape; ``accelerate launch --config_file`` says how it runs, not what). The order
+settles the cases two could claim: a native DeepSpeed script's bare ``--deepspeed`` before the
+Trainer's ``--deepspeed ds.json``, axolotl's and LLaMA-Factory's YAML before a YAML given to
+``HfArgumentParser``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpudoc.frameworks import (
+    accelerate,
+    axolotl,
+    deepspeed,
+    hf_trainer,
+    hydra,
+    lightning,
+    llamafactory,
+    nanogpt,
+    torchtune,
+)
+from gpudoc.frameworks.base import Framework, Recognition
+from gpudoc.job.argv import JobCommand
+from gpudoc.job.knobs import JobReading
+
+if TYPE_CHECKING:
+    from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
+
+
+def _adapter(module: Framework) -> Framework:
+    """Each module, checked against ``Framework`` one by one (a tuple of modules is not)."""
+    return module
+
+
+ADAPTERS: tuple[Framework, ...] = (
+    _adapter(torchtune), _adapter(lightning), _adapter(deepspeed), _adapter(axolotl), _adapter(llamafactory),
+    _adapter(hf_trainer), _adapter(hydra), _adapter(nanogpt), _adapter(accelerate))
+_BY_NAME: dict[str, Framework] = {adapter.name: adapter for adapter in ADAPTERS}
+
+
+def get(name: str | None) -> Framework | None:
+    return _BY_NAME.get(name) if name else None
+
+
+def pick(job: JobCommand, cwd: Path) -> tuple[Framework, Recognition] | None:
+    """The framework the job is, and why; None: no framework's."""
+    shape: tuple[Framework, Recognition] | None = None
+    for adapter in ADAPTERS:
+        found = adapter.recognise(job, cwd)
+        if found is not None and found.sure:
+            return adapter, found
+        if found is not None and shape is None:
+            shape = adapter, found
+    return shape
+
+
+def read(job: JobCommand, cwd: Path) -> JobReading:
+    """The job's knobs, from the sources its framework reads (nothing when none is recognised)."""
+    reading = JobReading()
+    picked = pick(job, cwd)
+    if picked is not None:
+        picked[0].read(job, cwd, reading)
+    return reading
+
+
+def write_args(name: str, ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult | None:
+    """``knobs`` written into the arguments ``ed`` holds by the framework whose flags a profile's
+    ``[bind] args = NAME`` names; None: no framework takes that name."""
+    adapter = next((a for a in ADAPTERS if name in a.arg_names), None)
+    return adapter.edit_args(ed, knobs, ctx) if adapter is not None else None
+
+
+def arg_preset_names() -> list[str]:
+    return sorted(n for a in ADAPTERS for n in a.arg_names)
+
+
+def takes_own_flags(name: str | None) -> bool:
+    """Whether a job read as ``name`` has its knobs' command-line places written by its own
+    argument preset (Hydra's keys, and LLaMA-Factory's ``key=value`` after its YAML, are the job's)."""
+    adapter = get(name)
+    return adapter is not None and adapter.name in adapter.arg_names
+
+
+def resumes(name: str | None) -> bool:
+    """Whether gpudoc knows where the framework ``name`` writes checkpoints and how it resumes."""
+    adapter = get(name)
+    return adapter is not None and adapter.resume_switch("") != ()

@@ -1,0 +1,146 @@
+"""torchtune: ``tune run RECIPE --config CFG key=value ...``.
+
+Sources: ``--config`` (a file here; one of torchtune's built-in configs is said, not read), then the
+overrides. Checkpoints: ``recipe_state.pt`` in its ``output_dir`` (``recipe_state/`` in newer
+versions), resumed with the override ``resume_from_checkpoint=True``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
+from gpudoc.bind.filecontext import MISSING, get
+from gpudoc.frameworks import base
+from gpudoc.frameworks.base import Recognition
+from gpudoc.job import checkpoints as ckpt
+from gpudoc.job.argv import JobCommand
+from gpudoc.job.knobs import JobReading
+from gpudoc.job.sources import flag_value, knob_value, load_config, override, typed
+
+name = "torchtune"
+arg_names: tuple[str, ...] = ("torchtune",)
+_KEYS = {"batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
+         "tokenizer.max_seq_len": "max_seq_len", "enable_activation_checkpointing": "gradient_checkpointing",
+         "dtype": "precision", "model.lora_rank": "lora_rank"}
+
+
+def recognise(job: JobCommand, cwd: Path) -> Recognition | None:
+    return Recognition(True, "the tune CLI") if job.launcher == "tune" else None
+
+
+def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
+    args = job.script_args
+    r.framework = name
+    config = flag_value(args, ("--config",))
+    in_bwd: tuple[Any, str] | None = None  # optimizer_in_bwd, and where it is said
+    if config is not None:
+        if (cwd / config[1]).is_file():
+            data = load_config(cwd / config[1], config[1], r)
+            for key, knob in _KEYS.items():
+                value = get(data, tuple(key.split("."))) if data is not None else MISSING
+                read = knob_value(knob, value) if value is not MISSING else None
+                if read is not None:
+                    r.set(knob, read, "file", key, config[1])
+            if data is not None and "optimizer_in_bwd" in data:
+                in_bwd = data["optimizer_in_bwd"], config[1]
+        else:
+            r.notes.append(f"torchtune: --config {config[1]} is one of torchtune's own configs (not a file "
+                           "here): only the command's overrides were read; `tune cp` it to bind its values")
+    for tok in args:
+        over = override(tok)
+        if over is not None and over[0] in _KEYS:
+            knob = _KEYS[over[0]]
+            r.set(knob, knob_value(knob, over[1]), "argv", over[0])
+        elif over is not None and over[0] == "optimizer_in_bwd":
+            in_bwd = typed(over[1]), "the command"
+    if in_bwd is not None and in_bwd[0] is True:
+        # torchtune's recipes raise "Gradient accumulation is not supported with optimizer in bwd":
+        # accumulation stays 1, so it is no knob gpudoc may change (the ladder changes only knobs the
+        # job declares; halving the batch then lowers the global batch, and says so).
+        accum = r.knobs.pop("gradient_accumulation_steps", None)
+        r.notes.append(f"torchtune: optimizer_in_bwd is on ({in_bwd[1]}): gradient accumulation stays at "
+                       f"{accum.value if accum is not None else 1} (torchtune's recipes refuse more), so gpudoc "
+                       "does not change gradient_accumulation_steps")
+
+
+def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:
+    res = PresetResult()
+    simple = {"micro_batch_size": "batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
+              "max_seq_len": "tokenizer.max_seq_len"}
+    for knob, key in simple.items():
+        if knob in knobs:
+            ed.set_kv(key, str(knobs[knob]))
+            res.expressed.add(knob)
+            res.overrides.add(knob)
+    gc = knobs.get("gradient_checkpointing")
+    if gc is not None:
+        if isinstance(gc, bool):
+            ed.set_kv("enable_activation_checkpointing", str(gc))
+            res.expressed.add("gradient_checkpointing")
+            res.overrides.add("gradient_checkpointing")
+        else:
+            res.cannot["gradient_checkpointing"] = f"{name}: enable_activation_checkpointing is True/False; '{gc}' has no override"
+    prec = knobs.get("precision")
+    if prec is not None:
+        if prec in ("bf16", "bf16-true", "fp32"):
+            ed.set_kv("dtype", "fp32" if prec == "fp32" else "bf16")
+            res.expressed.add("precision")
+            res.overrides.add("precision")
+            if prec == "bf16":
+                res.notes.append("torchtune's dtype=bf16 trains in pure bf16 (no fp32 master weights); "
+                                 "precision = \"bf16-true\" describes it exactly for `gpudoc estimate`")
+        else:
+            res.cannot["precision"] = f"{name}: dtype takes bf16 or fp32, not '{prec}'"
+    if "lora_rank" in knobs:
+        if knobs["lora_rank"]:
+            ed.set_kv("model.lora_rank", str(knobs["lora_rank"]))
+            res.overrides.add("lora_rank")
+        res.expressed.add("lora_rank")
+    if "offload_params" in knobs:
+        if knobs["offload_params"] or any(t.startswith("fsdp_cpu_offload=") for t in ed.tokens):
+            ed.set_kv("fsdp_cpu_offload", str(bool(knobs["offload_params"])))
+        res.expressed.add("offload_params")
+    reasons = {"zero_stage": "torchtune shards with FSDP, not DeepSpeed ZeRO",
+               "offload_optimizer": "torchtune has no optimizer-state CPU offload override"}
+    res.unsupported(knobs, reasons, lambda knob: f"{name}: {reasons[knob]}")
+    return res
+
+
+def step_limit(args: list[str], steps: int) -> list[str]:
+    """``max_steps_per_epoch=N``: the recipes' own limit (per epoch; the first epoch stops there)."""
+    ed = ArgEdits(list(args))
+    ed.set_kv("max_steps_per_epoch", str(steps))
+    return ed.result()
+
+
+def resume_switch(path: str) -> tuple[str, ...]:
+    return ("resume_from_checkpoint=True",)
+
+
+def checkpoints(args: list[str], cwd: Path, since: float | None) -> list[ckpt.Checkpoint]:
+    out = None
+    for tok in args:
+        key, eq, value = tok.lstrip("+").partition("=")
+        if eq and key == "output_dir":
+            out = value
+    config = ckpt.flag(args, "--config")
+    if out is None and config:
+        out = ckpt.config_value(cwd / config, ("output_dir",))
+    if out is None:
+        return []
+    folder = cwd / out
+    for state in (folder / "recipe_state" / "recipe_state.pt", folder / "recipe_state.pt"):
+        if state.is_file() and ckpt.whole(state) and ckpt.recent(state, since):
+            epochs = {int(m.group(1)): d for d in ckpt.children(folder) if (m := re.match(r"^epoch_(\d+)$", d.name))}
+            # The recipe reads its state and the newest epoch's weights (its checkpointer's files).
+            newest = (epochs[max(epochs)],) if epochs else ()
+            return [ckpt.Checkpoint(name, ckpt.shown(state, cwd), max(epochs) if epochs else None, unit="epoch",
+                                    proof=state, within=folder, holds=(state, *newest))]
+    return []
+
+
+defaults = base.no_defaults
