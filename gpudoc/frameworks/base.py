@@ -49,8 +49,8 @@ class Framework(Protocol):
         """Whether the job is this framework's, and why; None when nothing says so."""
         ...
 
-    def read(self, job: JobCommand, cwd: Path, reading: JobReading) -> None:
-        """Its sources, in the order the framework applies them (a later one wins), into ``reading``."""
+    def read(self, job: JobCommand, cwd: Path, r: JobReading) -> None:
+        """Its sources, in the order the framework applies them (a later one wins), into ``r``."""
         ...
 
     def defaults(self, version: str | None) -> Mapping[str, Any]:

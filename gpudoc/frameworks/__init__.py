@@ -1,0 +1,1 @@
+"""The training frameworks gpudoc reads and writes, one module each behind ``base.Framework``."""

@@ -1,0 +1,148 @@
+"""The frameworks' one interface: every registered framework answers each member, a job is
+recognised from what its script imports or the program it runs, and a flag every training script
+has never selects a framework."""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpudoc.frameworks import registry
+from gpudoc.frameworks.base import Framework
+from gpudoc.job.argv import parse_command
+from tests.job.scripts import ARGPARSE_LOOP, HF_TRAINER
+
+CONFIGS = Path(__file__).parents[1] / "fixtures" / "real" / "configs"
+_METHODS = [n for n, v in vars(Framework).items() if inspect.isfunction(v) and not n.startswith("_")]
+_ATTRIBUTES = [n for n in Framework.__annotations__ if not n.startswith("_")]
+
+
+def test_the_protocol_names_every_member_the_brief_asks_for():
+    assert set(_METHODS) == {"recognise", "read", "defaults", "edit_args", "step_limit", "resume_switch",
+                             "checkpoints"}
+    assert set(_ATTRIBUTES) == {"name", "arg_names"}
+
+
+@pytest.mark.parametrize("adapter", registry.ADAPTERS, ids=lambda a: a.name)
+def test_every_registered_framework_implements_each_member(adapter):
+    assert isinstance(adapter, Framework)
+    assert isinstance(adapter.name, str) and adapter.name
+    assert isinstance(adapter.arg_names, tuple) and all(isinstance(n, str) for n in adapter.arg_names)
+    for member in _METHODS:
+        own = inspect.signature(getattr(adapter, member))
+        declared = inspect.signature(getattr(Framework, member))
+        assert list(own.parameters) == [p for p in declared.parameters if p != "self"], (adapter.name, member)
+
+
+def test_names_are_unique_and_an_arg_name_belongs_to_one_framework():
+    names = [a.name for a in registry.ADAPTERS]
+    assert len(names) == len(set(names))
+    arg_names = [n for a in registry.ADAPTERS for n in a.arg_names]
+    assert len(arg_names) == len(set(arg_names))
+    assert registry.arg_preset_names() == sorted(arg_names)
+    # The frameworks whose own flags gpudoc writes: a job read as one is bound through [bind] args.
+    assert [a.name for a in registry.ADAPTERS if registry.takes_own_flags(a.name)] == \
+        ["torchtune", "lightning", "hf-trainer", "nanogpt"]
+
+
+def _write(cwd: Path, name: str, text: str) -> None:
+    path = cwd / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+LIGHTNING_SCRIPT = "from lightning.pytorch.cli import LightningCLI\n\nLightningCLI()\n"
+HYDRA_SCRIPT = ('import hydra\n\n\n@hydra.main(config_path="conf", config_name="config", version_base=None)\n'
+                'def main(cfg):\n    print(cfg)\n\n\nmain()\n')
+NANOGPT_SCRIPT = "batch_size = 12\nexec(open('configurator.py').read())\n"
+TRAINER_CONFIG = "trainer:\n  max_epochs: 1\nmodel:\n  hidden: 8\n"
+
+
+def _case(cwd: Path, case: str) -> list[str]:
+    """A small real job of each kind: its files in ``cwd``, and its command."""
+    if case == "hf-trainer":
+        _write(cwd, "run_clm.py", HF_TRAINER)
+        return ["torchrun", "--nproc_per_node=2", "run_clm.py", "--output_dir", "out"]
+    if case == "lightning":
+        _write(cwd, "train.py", LIGHTNING_SCRIPT)
+        _write(cwd, "cfg.yaml", TRAINER_CONFIG)
+        return ["python", "train.py", "--config", "cfg.yaml"]
+    if case == "hydra":
+        _write(cwd, "train.py", HYDRA_SCRIPT)
+        _write(cwd, "conf/config.yaml", "batch_size: 8\n")
+        return ["python", "train.py"]
+    if case == "torchtune":
+        shutil.copy(CONFIGS / "torchtune__recipes__configs__llama3_2__3B_full_single_device.yaml", cwd / "3B.yaml")
+        return ["tune", "run", "full_finetune_single_device", "--config", "3B.yaml"]
+    if case == "nanogpt":
+        _write(cwd, "train.py", NANOGPT_SCRIPT)
+        return ["torchrun", "--standalone", "--nproc_per_node=2", "train.py", "--batch_size=4"]
+    if case == "deepspeed":
+        shutil.copy(CONFIGS / "axolotl__deepspeed_configs__zero2.json", cwd / "ds.json")
+        _write(cwd, "train.py", ARGPARSE_LOOP)
+        return ["deepspeed", "train.py", "--deepspeed", "--deepspeed_config", "ds.json"]
+    if case == "axolotl":
+        shutil.copy(CONFIGS / "axolotl__examples__llama-3__fft-8b.yaml", cwd / "cfg.yml")
+        return ["accelerate", "launch", "-m", "axolotl.cli.train", "cfg.yml"]
+    if case == "llama-factory":
+        shutil.copy(CONFIGS / "LLaMA-Factory__examples__train_full__qwen3_full_sft.yaml", cwd / "sft.yaml")
+        return ["llamafactory-cli", "train", "sft.yaml"]
+    assert case == "accelerate"
+    shutil.copy(CONFIGS / "trl__examples__accelerate_configs__deepspeed_zero3.yaml", cwd / "acc.yaml")
+    _write(cwd, "loop.py", ARGPARSE_LOOP)
+    return ["accelerate", "launch", "--config_file", "acc.yaml", "loop.py"]
+
+
+@pytest.mark.parametrize("case", ["hf-trainer", "lightning", "hydra", "torchtune", "nanogpt", "deepspeed", "axolotl",
+                                  "llama-factory", "accelerate"])
+def test_each_framework_is_recognised_from_its_own_job(tmp_path, case):
+    command = _case(tmp_path, case)
+    picked = registry.pick(parse_command(command), tmp_path)
+    assert picked is not None and picked[0].name == case, picked
+    # Only accelerate's config alone is a shape rather than evidence of a framework.
+    assert picked[1].sure is (case != "accelerate")
+    assert registry.read(parse_command(command), tmp_path).framework == case
+
+
+GENERIC = [("--output_dir", "out"), ("--learning_rate", "3e-4"), ("--max_steps", "100"),
+           ("--num_train_epochs", "1")]
+
+
+@pytest.mark.parametrize("script", ["loop.py", "missing.py", "-m pkg.train"])
+@pytest.mark.parametrize("flag", GENERIC, ids=lambda f: f[0])
+def test_a_generic_flag_alone_never_selects_a_framework(tmp_path, script, flag):
+    """A hand-written loop, a script that is not here and a module gpudoc cannot find: a flag every
+    training script has says nothing of the framework, spelled ``--flag value`` or ``--flag=value``."""
+    _write(tmp_path, "loop.py", ARGPARSE_LOOP)
+    for spelled in ([flag[0], flag[1]], [f"{flag[0]}={flag[1]}"]):
+        command = ["python", *script.split(), *spelled]
+        assert registry.pick(parse_command(command), tmp_path) is None, command
+        assert registry.read(parse_command(command), tmp_path).knobs == {}
+
+
+STEP_LIMITS = {
+    "hf-trainer": (["--output_dir", "out", "--max_steps", "500"], ["--output_dir", "out", "--max_steps", "3"]),
+    "lightning": (["fit", "--config", "cfg.yaml"], ["fit", "--config", "cfg.yaml", "--trainer.max_steps", "3"]),
+    "torchtune": (["--config", "x.yaml", "max_steps_per_epoch=100"], ["--config", "x.yaml", "max_steps_per_epoch=3"]),
+    "nanogpt": (["config/train.py", "--max_iters=5000"], ["config/train.py", "--max_iters=3"]),
+    "llama-factory": (["train", "sft.yaml"], ["train", "sft.yaml", "max_steps=3"]),
+}
+
+
+@pytest.mark.parametrize("adapter", registry.ADAPTERS, ids=lambda a: a.name)
+def test_the_step_limit_is_the_frameworks_own_switch(adapter):
+    if adapter.name not in STEP_LIMITS:
+        assert adapter.step_limit(["--x", "1"], 3) is None
+        return
+    before, after = STEP_LIMITS[adapter.name]
+    assert adapter.step_limit(before, 3) == after
+    assert adapter.step_limit(after, 3) == after  # set once, never twice
+
+
+def test_resume_switches_are_the_frameworks_own():
+    switches = {a.name: a.resume_switch("ckpt") for a in registry.ADAPTERS if registry.resumes(a.name)}
+    assert switches == {"hf-trainer": ("--resume_from_checkpoint", "ckpt"), "lightning": ("--ckpt_path", "ckpt"),
+                        "torchtune": ("resume_from_checkpoint=True",)}
