@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
-from gpudoc.atomic import atomic_write_text
+from gpudoc.atomic import atomic_write_text, refuse_read_only
 from gpudoc.errors import ExitStatus, GpudocError, UsageError
 from gpudoc.profiles.json_schema import directive, schema_text
 from gpudoc.profiles.loader import list_profile_names, load_profile, search_dirs, shipped_profiles_dir
@@ -47,6 +48,8 @@ def new_profile(ws: Workspace, name: str, *, from_gpu: bool = False, snapshots: 
     target = ws.cwd / ".gpudoc" / "profiles" / f"{name}.toml"
     if target.exists() and not force:
         raise UsageError(f"{target} already exists (use --force to replace it; a backup is kept)")
+    if target.exists():
+        refuse_read_only(target)  # the user's "do not edit", --force or not
     gpu_lines = ["count = 1", "min_free_gib = 10"]
     extends = None
     comment = "# Fill in your GPUs: `gpudoc profile new NAME --from-gpu` reads them from the driver."
@@ -54,12 +57,29 @@ def new_profile(ws: Workspace, name: str, *, from_gpu: bool = False, snapshots: 
         extends, gpu_lines, comment = _from_gpu(ws, snapshots)
     text = _template(name, extends, gpu_lines, comment) if from_run is None else _from_run(ws, name, from_run)
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists():
-        from gpudoc.atomic import backup
-
-        backup(target)
+    kept = _keep_replaced(ws, target) if target.exists() else None
     atomic_write_text(target, text)
-    return show(ProfileNewResult(str(target), name), console, as_json=False)
+    return show(ProfileNewResult(str(target), name, kept=kept), console, as_json=False)
+
+
+def _keep_replaced(ws: Workspace, target: Path) -> str:
+    """Where the profile ``--force`` replaces is kept: its first backup (``atomic.backup``, which
+    never follows a link planted there) when it holds these bytes; else, the backup holding an
+    earlier profile, the run store's unlisted originals (pruned by [runs] keep)."""
+    from gpudoc.atomic import backup
+    from gpudoc.runs.edits import keep_original, unlisted_folder
+
+    kept: list[str] = []
+
+    def held(data: bytes) -> bool:
+        try:
+            kept.append(str(unlisted_folder(ws.store.home) / keep_original(ws.store, data, listed=False)))
+        except (GpudocError, OSError):
+            return False  # nowhere to keep them: backup() refuses, nothing is written
+        return True
+
+    saved = backup(target, held=held)
+    return kept[0] if kept else str(saved)
 
 
 def print_schema(ws: Workspace) -> int:

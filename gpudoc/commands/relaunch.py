@@ -249,7 +249,20 @@ def _apply_to_profile(plan: NextPlan, profile: Profile, record: RunRecord | None
         raise _cannot_write(exc, target) from None
     backup = path.with_name(path.name + ".gpudoc.bak")
     written = {"rung": chosen.rung, "path": str(path), "backup": str(backup) if backup.exists() else None}
-    return Applied(written, (), load_profile_file(path, cwd=cwd, say=ws.console.error), path)
+    return Applied(written, _prune_unlisted(ws, profile) if record is None else (),
+                   load_profile_file(path, cwd=cwd, say=ws.console.error), path)
+
+
+def _prune_unlisted(ws: Workspace, profile: Profile) -> tuple[str, ...]:
+    """An edit from a log keeps what its first backup does not hold where no run lists it: with no
+    run after it to prune them, those kept beyond [runs] keep go here (``prune_unlisted``)."""
+    from gpudoc.runs.retention import DEFAULT_KEEP, prune_unlisted
+
+    try:
+        said = prune_unlisted(ws.store, int(profile.runs.get("keep", DEFAULT_KEEP)))
+    except OSError:
+        return ()  # a read-only home: what is kept stays; the edit is what matters
+    return (said,) if said else ()
 
 
 def _apply_to_job(plan: NextPlan, record: RunRecord, ws: Workspace, *, rerun: bool) -> Applied:

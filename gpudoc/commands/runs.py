@@ -66,15 +66,20 @@ def _compared_with(store: RunStore, records: tuple[RunRecord, ...]) -> dict[str,
 def prune(ws: Workspace, *, keep: int | None = None, older_than_days: float | None = None, dry_run: bool = False,
           as_json: bool = False) -> int:
     """Remove the oldest runs beyond ``keep`` and/or older than ``older_than_days`` (never a live chain's)."""
-    from gpudoc.runs.retention import plan_prune, remove
+    from gpudoc.runs.edits import unlisted_folder
+    from gpudoc.runs.retention import plan_prune, plan_unlisted, remove, remove_unlisted
 
     if keep is None and older_than_days is None:
         raise UsageError("gpudoc runs prune: say what to keep: --keep N and/or --older-than DAYS")
     store = ws.store
     plan = plan_prune(store, keep=keep, older_than_days=older_than_days)
     removed = plan.remove if dry_run else remove(store, plan.remove)
+    # The file states kept before edits no record lists go by the same rule (retention.py).
+    unlisted = plan_unlisted(store, keep=keep, older_than_days=older_than_days)
+    gone = unlisted.remove if dry_run else remove_unlisted(store, unlisted.remove)
     result = PruneResult(runs_dir=str(store.root), removed=tuple(removed), kept_live=tuple(plan.kept_live),
-                         total=plan.total, dry_run=dry_run)
+                         total=plan.total, dry_run=dry_run,
+                         removed_unlisted=tuple(str(unlisted_folder(store.home) / name) for name in gone))
     return show(result, ws.console, as_json=as_json)
 
 

@@ -132,7 +132,7 @@ def apply_recorded(profile: Profile, suggestion: Suggestion, *, cwd: Path, store
         if record is not None:
             return False
         try:
-            keep_original(store, data)
+            keep_original(store, data, listed=False)
         except (GpudocError, OSError):
             return False
         return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpudoc.output import Console
+from gpudoc.output import Console, printable
 from gpudoc.render.text import text
 from gpudoc.results.profile import ProfileListResult, ProfileNewResult, ProfileShowResult
 
@@ -44,4 +44,6 @@ def _stem(path: str) -> str:
 @text.register
 def _profile_new(result: ProfileNewResult, console: Console) -> None:
     console.print(f"wrote {result.path}")
+    if result.kept is not None:
+        console.print(f"the profile it replaced is kept in {printable(result.kept)}")
     console.print(f"next: edit [train] and [model], then `gpudoc check -p {result.name}`")

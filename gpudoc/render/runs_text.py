@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -202,6 +203,10 @@ def _prune(result: PruneResult, console: Console) -> None:
     if result.kept_live:
         console.print(f"  kept {len(result.kept_live)} old run(s) of a chain still running: "
                       + ", ".join(result.kept_live[:3]) + (", ..." if len(result.kept_live) > 3 else ""))
+    if result.removed_unlisted:
+        console.print(f"{verb} {len(result.removed_unlisted)} file state(s) kept before edits no run lists "
+                      f"(fix --log --apply, profile new --force), from "
+                      f"{printable(os.path.dirname(result.removed_unlisted[0]))}")
 
 
 def _peak_share(record: RunRecord) -> str:

@@ -42,8 +42,9 @@ class ProfileNewResult:
     command: ClassVar[str] = "profile new"
     path: str
     name: str
+    kept: str | None = None  # --force: where the profile it replaced is kept
     exit_code: int = ExitStatus.OK
     status: str = "ok"
 
     def json_body(self) -> dict[str, Any]:
-        return {"path": self.path, "name": self.name}
+        return {"path": self.path, "name": self.name, "kept": self.kept}

@@ -105,12 +105,13 @@ class PruneResult:
     kept_live: tuple[str, ...]  # old enough to go, but of a running chain
     total: int  # runs before pruning
     dry_run: bool = False
+    removed_unlisted: tuple[str, ...] = ()  # file states kept before edits no run lists (their paths)
     exit_code: int = ExitStatus.OK
     status: str = "ok"
 
     def json_body(self) -> dict[str, Any]:
         return {"runs_dir": self.runs_dir, "removed": list(self.removed), "kept_live": list(self.kept_live),
-                "total": self.total, "dry_run": self.dry_run}
+                "total": self.total, "dry_run": self.dry_run, "removed_unlisted": list(self.removed_unlisted)}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ after a failed run in that run's ``applied_edits``. Each entry says what it chan
 (``changes``, ``diff``) and carries the fingerprints of the file's bytes before and after
 (``old_sha256``, ``new_sha256``; None for a file that did not exist). The bytes before each edit
 are kept in the store's ``originals/`` folder, named by their fingerprint, so the state before the
-first edit of a chain is there even after later edits and whatever ``.gpudoc.bak`` holds.
+first edit of a chain is there even after later edits and whatever ``.gpudoc.bak`` holds. An edit no
+run record lists (`fix --log --apply`, `profile new --force`) keeps the bytes its first backup does
+not hold in ``originals/unlisted/``, pruned by the records' own rule (``gpudoc.runs.retention``).
 
 A file's chain of edits runs back from its newest edit through each edit whose result the next
 one started from; a change by hand in between ends it (what the user wrote is theirs to keep).
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from gpudoc.runs.store import RunStore
 
 ORIGINALS = "originals"
+UNLISTED = "unlisted"  # inside ORIGINALS: the bytes before edits that no run record lists
 
 
 def fingerprint(data: bytes | None) -> str | None:
@@ -45,26 +48,38 @@ def read_bytes(path: Path) -> bytes | None:
         return None
 
 
-def keep_original(store: RunStore, data: bytes) -> str:
-    """Keep ``data`` (a file's bytes before an edit) in the store's ``originals/``; return its
-    fingerprint. Written atomically and privately (0600); a link planted at the name is replaced,
-    never followed."""
+def keep_original(store: RunStore, data: bytes, *, listed: bool = True) -> str:
+    """Keep ``data`` (a file's bytes before an edit) in the store's ``originals/`` (``listed``: a run
+    record lists the edit; else in ``unlisted_folder``, where its age counts from now); return its
+    fingerprint. Written atomically and privately (0600); a link planted at the name is replaced, never
+    followed."""
     digest = str(fingerprint(data))
     store.ensure()  # the store's .gitignore covers the originals too
     folder = store.home / ORIGINALS
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if folder.is_symlink() or not folder.is_dir():  # planted: the write would land wherever it points
-        raise OSError(errno.ENOTDIR, "not a folder of gpudoc's own (a link, or a file)", str(folder))
+    for level in (folder,) if listed else (folder, unlisted_folder(store.home)):
+        level.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if level.is_symlink() or not level.is_dir():  # planted: the write would land wherever it points
+            raise OSError(errno.ENOTDIR, "not a folder of gpudoc's own (a link, or a file)", str(level))
+        folder = level
     target = folder / digest
     if not (target.is_file() and not target.is_symlink() and fingerprint(target.read_bytes()) == digest):
         atomic_write_bytes(target, data, mode=0o600)
+    elif not listed:
+        os.utime(target, follow_symlinks=False)  # kept again: pruned by this keep's age, not the first's
     return digest
 
 
+def unlisted_folder(home: Path) -> Path:
+    """Where the bytes before an edit that no run record lists are kept."""
+    return Path(home) / ORIGINALS / UNLISTED
+
+
 def original(home: Path, digest: str, beside: Path) -> bytes | None:
-    """The bytes whose fingerprint is ``digest``: from ``originals/``, else the ``.gpudoc.bak``
-    beside the file when it holds them (content checked: a planted file or link proves nothing)."""
-    for candidate in (Path(home) / ORIGINALS / digest, beside.with_name(beside.name + ".gpudoc.bak")):
+    """The bytes whose fingerprint is ``digest``: from ``originals/`` (or ``originals/unlisted/``),
+    else the ``.gpudoc.bak`` beside the file when it holds them (content checked: a planted file or
+    link proves nothing)."""
+    for candidate in (Path(home) / ORIGINALS / digest, unlisted_folder(home) / digest,
+                      beside.with_name(beside.name + ".gpudoc.bak")):
         data = read_bytes(candidate) if candidate.is_file() else None
         if data is not None and fingerprint(data) == digest:
             return data

@@ -5,7 +5,9 @@ default ``DEFAULT_KEEP``) after each run, so a home never grows without bound. A
 whatever its age, while it is running (its gpudoc is alive) and so is every run of its retry
 chain (its parents): ``fix`` and ``--retry-oom`` read them. Only records this user wrote are
 ever removed, and a run directory is removed as a directory, never through a link. The bytes
-gpudoc kept before an edit (``originals/``) go with the last record that lists the edit.
+gpudoc kept before an edit (``originals/``) go with the last record that lists the edit; those
+kept for an edit no record lists (``originals/unlisted/``: `fix --log --apply`, `profile new
+--force`) go by the records' rule, each counted as a record started when it was kept.
 
 After a run, at most ``PRUNE_PER_RUN`` records go (the oldest), and the run says so: a home that
 grew to ten thousand records costs the next run a second, not minutes after its job ended; the
@@ -20,6 +22,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 
+from gpudoc.runs.edits import unlisted_folder
 from gpudoc.runs.record import RUNNING, RunRecord, live_status, parse_iso
 from gpudoc.runs.store import HISTORY_WINDOW, RunStore
 
@@ -87,8 +90,14 @@ def _live_chains(store: RunStore) -> set[str]:
 
 
 def prune_after_run(store: RunStore, keep: int) -> str | None:
-    """``[runs] keep`` after a run: the oldest ``PRUNE_PER_RUN`` records beyond it go; the line
-    that says what went (None when nothing did)."""
+    """``[runs] keep`` after a run: the oldest ``PRUNE_PER_RUN`` records beyond it go, and as many
+    unlisted originals (``prune_unlisted``); the lines that say what went (None when nothing did)."""
+    unlisted = prune_unlisted(store, keep)
+    said = [line for line in (_prune_records(store, keep), unlisted and f"gpudoc: {unlisted}") if line]
+    return "\n".join(said) or None
+
+
+def _prune_records(store: RunStore, keep: int) -> str | None:
     if len(store.ids()) <= keep:
         return None  # the usual case: one directory listing
     plan = plan_prune(store, keep=keep, at_most=PRUNE_PER_RUN)
@@ -98,6 +107,63 @@ def prune_after_run(store: RunStore, keep: int) -> str | None:
     what = "the oldest run record" if len(removed) == 1 else f"the {len(removed)} oldest run records"
     later = f" ({plan.later} more go after the next runs)" if plan.later else ""
     return f"gpudoc: removed {what} beyond [runs] keep = {keep}{later}"
+
+
+def prune_unlisted(store: RunStore, keep: int) -> str | None:
+    """``[runs] keep`` for the originals of edits no record lists: the oldest ``PRUNE_PER_RUN``
+    beyond the newest ``keep`` go; the line that says what went (None when nothing did)."""
+    plan = plan_unlisted(store, keep=keep, at_most=PRUNE_PER_RUN)
+    removed = remove_unlisted(store, plan.remove)
+    if not removed:
+        return None
+    later = f" ({plan.later} more go later)" if plan.later else ""
+    return (f"removed the {len(removed)} oldest file state(s) kept before edits no run lists "
+            f"(fix --log --apply, profile new --force) beyond [runs] keep = {keep}, from "
+            f"{unlisted_folder(store.home)}{later}")
+
+
+@dataclass
+class UnlistedPlan:
+    remove: list[str] = field(default_factory=list)  # fingerprints, oldest first
+    total: int = 0
+    later: int = 0
+
+
+def plan_unlisted(store: RunStore, *, keep: int | None = None, older_than_days: float | None = None,
+                  now: float | None = None, at_most: int | None = None) -> UnlistedPlan:
+    """``plan_prune``'s rule for the originals in ``originals/unlisted/``, by when each was kept."""
+    folder = unlisted_folder(store.home)
+    try:
+        if not all(stat.S_ISDIR(os.lstat(level).st_mode) for level in (folder.parent, folder)):
+            return UnlistedPlan()  # a link or a file planted in its place: nothing there is gpudoc's
+        kept = sorted((entry.stat(follow_symlinks=False).st_mtime, entry.name) for entry in os.scandir(folder)
+                      if entry.is_file(follow_symlinks=False))
+    except OSError:
+        return UnlistedPlan()  # none kept yet
+    plan = UnlistedPlan(total=len(kept))
+    candidates = kept[:max(0, len(kept) - keep)] if keep is not None else list(kept)
+    if older_than_days is not None:
+        cutoff = (time.time() if now is None else now) - older_than_days * 86400
+        candidates = [(at, name) for at, name in candidates if at < cutoff]
+    if at_most is not None and len(candidates) > at_most:
+        plan.later = len(candidates) - at_most
+        candidates = candidates[:at_most]
+    plan.remove = [name for _, name in candidates]
+    return plan
+
+
+def remove_unlisted(store: RunStore, names: list[str]) -> list[str]:
+    """Remove these unlisted originals (this user's files only); the names removed."""
+    folder, uid, removed = unlisted_folder(store.home), os.getuid(), []
+    for name in names:
+        try:
+            info = os.lstat(folder / name)
+            if stat.S_ISREG(info.st_mode) and info.st_uid == uid:
+                os.unlink(folder / name)
+                removed.append(name)
+        except OSError:
+            continue
+    return removed
 
 
 def remove(store: RunStore, run_ids: list[str]) -> list[str]:

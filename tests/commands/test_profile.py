@@ -88,3 +88,46 @@ def test_new_from_run_takes_the_run_id_it_is_given(tmp_path):
     assert f"\n# Read by gpudoc from run {older}: " in text and "micro_batch_size = 32 # file:cfg.py:batch_size" in text
     stray = gpudoc_cli("profile", "new", "other", older, cwd=tmp_path)
     assert stray.returncode == 2 and "a RUN_ID goes with --from-run" in stray.stderr
+
+
+def test_new_force_keeps_what_it_replaces_and_says_where(isolated_home):
+    """The first backup is kept and never written through a link planted in its place; a profile
+    changed by hand since that backup is kept in the run store's unlisted originals, named."""
+    import hashlib
+
+    target = isolated_home / ".gpudoc" / "profiles" / "box.toml"
+    backup = target.with_name("box.toml.gpudoc.bak")
+    assert gpudoc_cli("profile", "new", "box", cwd=isolated_home).returncode == 0
+    victim = isolated_home / "victim.txt"
+    victim.write_text("not gpudoc's\n")
+    backup.symlink_to(victim)  # planted where the backup goes
+    first = target.read_text() + "# mine, take 1\n"
+    target.write_text(first)
+    done = gpudoc_cli("profile", "new", "box", "--force", cwd=isolated_home)
+    assert done.returncode == 0, done.stderr
+    assert f"the profile it replaced is kept in {backup}" in done.stdout
+    assert not backup.is_symlink() and backup.read_text() == first and victim.read_text() == "not gpudoc's\n"
+    assert "# mine" not in target.read_text()
+
+    second = target.read_text() + "# mine, take 2\n"
+    target.write_text(second)
+    again = gpudoc_cli("profile", "new", "box", "--force", cwd=isolated_home)
+    assert again.returncode == 0, again.stderr
+    kept = isolated_home / ".gpudoc" / "originals" / "unlisted" / hashlib.sha256(second.encode()).hexdigest()
+    assert f"the profile it replaced is kept in {kept}" in again.stdout
+    assert kept.read_text() == second and backup.read_text() == first  # the first backup is kept
+
+
+def test_new_force_refuses_a_read_only_profile_in_one_line(isolated_home):
+    import os
+
+    assert gpudoc_cli("profile", "new", "box", cwd=isolated_home).returncode == 0
+    target = isolated_home / ".gpudoc" / "profiles" / "box.toml"
+    mine = target.read_text() + "# mine\n"
+    target.write_text(mine)
+    target.chmod(0o444)
+    refused = gpudoc_cli("profile", "new", "box", "--force", cwd=isolated_home)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert f"gpudoc: {target}: read-only (mode 0444): gpudoc will not edit it" in refused.stderr
+    assert target.read_text() == mine and os.stat(target).st_mode & 0o777 == 0o444
+    assert not target.with_name("box.toml.gpudoc.bak").exists()

@@ -245,7 +245,7 @@ def test_an_apply_never_overwrites_a_hand_edit_that_no_backup_holds(tmp_path):
     done = gpudoc_cli("fix", "--log", str(log), "--apply", cwd=tmp_path)
     assert done.returncode == 0 and "micro_batch_size = 8" in profile.read_text(), done.stderr
     assert older.read_text() == OOM_PROFILE.replace("16", "32")
-    kept = tmp_path / ".gpudoc" / "originals" / hashlib.sha256(hand.encode()).hexdigest()
+    kept = tmp_path / ".gpudoc" / "originals" / "unlisted" / hashlib.sha256(hand.encode()).hexdigest()
     assert kept.read_text() == hand
 
     profile.write_text(hand)  # by hand again, and now no store can keep anything (its place is a file)
@@ -254,6 +254,26 @@ def test_an_apply_never_overwrites_a_hand_edit_that_no_backup_holds(tmp_path):
                          env={"GPUDOC_HOME": str(tmp_path / "not-a-folder")})
     assert refused.returncode == 2 and "Traceback" not in refused.stderr and profile.read_text() == hand
     assert f"gpudoc: {profile}: changed since its backup {older} was made" in refused.stderr, refused.stderr
+
+
+def test_what_a_log_apply_keeps_is_pruned_by_runs_keep_and_said(tmp_path):
+    """`fix --log --apply` makes no run record: the hand edits it keeps (no backup holds them) go by
+    [runs] keep, counted like records, when the next such edit keeps one more."""
+    import hashlib
+
+    profile = tmp_path / "gpudoc.toml"
+    (tmp_path / "gpudoc.toml.gpudoc.bak").write_text(OOM_PROFILE.replace("16", "32"))  # an earlier chain's
+    log = _oom_log(tmp_path)
+    unlisted = tmp_path / ".gpudoc" / "originals" / "unlisted"
+    hands = [OOM_PROFILE + f"[runs]\nkeep = 1\n# tuned by hand, take {take}\n" for take in (1, 2)]
+    for hand in hands:
+        profile.write_text(hand)
+        done = gpudoc_cli("fix", "--log", str(log), "--apply", cwd=tmp_path)
+        assert done.returncode == 0 and "micro_batch_size = 8" in profile.read_text(), done.stderr
+    assert [p.name for p in unlisted.iterdir()] == [hashlib.sha256(hands[1].encode()).hexdigest()]
+    said = done.stdout + done.stderr
+    assert "removed the 1 oldest file state(s) kept before edits no run lists" in said, said
+    assert "beyond [runs] keep = 1" in said and str(unlisted) in said
 
 
 def test_a_read_only_profile_is_refused_in_one_line(tmp_path):

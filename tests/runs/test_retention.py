@@ -122,3 +122,84 @@ def test_originals_go_with_the_last_record_that_lists_them(tmp_path):
     assert remove(store, plan_prune(store, keep=1).remove) == [runs[0].id, runs[1].id]
     assert sorted(p.name for p in (store.home / ORIGINALS).iterdir()) == sorted([shared, new])
     assert old not in {p.name for p in (store.home / ORIGINALS).iterdir()}
+
+
+def _unlisted(store: RunStore, count: int, *, age_days: float = 0) -> list[str]:
+    """``count`` file states kept for edits no record lists (as `fix --log --apply` keeps them),
+    the first the oldest."""
+    from gpudoc.runs.edits import keep_original, unlisted_folder
+
+    digests = []
+    for i in range(count):
+        digest = keep_original(store, f"edited by hand {age_days} days ago, take {i}\n".encode(), listed=False)
+        stamp = time.time() - age_days * 86400 - (count - i)
+        os.utime(unlisted_folder(store.home) / digest, (stamp, stamp))
+        digests.append(digest)
+    return digests
+
+
+def test_the_states_kept_for_edits_no_record_lists_go_by_the_records_rule(tmp_path):
+    from gpudoc.runs.edits import original, unlisted_folder
+    from gpudoc.runs.retention import plan_unlisted, remove_unlisted
+
+    store = RunStore(tmp_path)
+    stale = _unlisted(store, 2, age_days=40)
+    fresh = _unlisted(store, 3)
+    assert original(store.home, fresh[0], tmp_path / "gpudoc.toml") is not None  # found where it is kept
+    assert plan_unlisted(store, keep=3).remove == stale
+    assert plan_unlisted(store, older_than_days=30).remove == stale
+    bounded = plan_unlisted(store, keep=0, at_most=3)
+    assert bounded.remove == [*stale, fresh[0]] and bounded.later == 2
+    assert remove_unlisted(store, bounded.remove) == bounded.remove
+    assert sorted(p.name for p in unlisted_folder(store.home).iterdir()) == sorted(fresh[1:])
+
+
+def test_a_run_prunes_them_bounded_and_says_so(tmp_path):
+    from gpudoc.runs.edits import unlisted_folder
+    from gpudoc.runs.retention import PRUNE_PER_RUN, prune_after_run
+
+    store = RunStore(tmp_path)
+    kept = _unlisted(store, PRUNE_PER_RUN + 7)
+    said = prune_after_run(store, 5)
+    assert said == (f"gpudoc: removed the {PRUNE_PER_RUN} oldest file state(s) kept before edits no run lists "
+                    f"(fix --log --apply, profile new --force) beyond [runs] keep = 5, from "
+                    f"{unlisted_folder(store.home)} (2 more go later)")
+    assert sorted(p.name for p in unlisted_folder(store.home).iterdir()) == sorted(kept[PRUNE_PER_RUN:])
+    assert prune_after_run(store, 5) is not None and prune_after_run(store, 5) is None  # the rest, then none
+
+
+def test_a_planted_link_in_place_of_their_folder_is_never_followed(tmp_path):
+    from gpudoc.runs.edits import ORIGINALS, UNLISTED
+    from gpudoc.runs.retention import plan_unlisted
+
+    store = RunStore(tmp_path / "home")
+    victim = tmp_path / "precious"
+    victim.mkdir()
+    (victim / "data").write_text("keep me")
+    store.ensure()
+    (store.home / ORIGINALS).mkdir()
+    (store.home / ORIGINALS / UNLISTED).symlink_to(victim, target_is_directory=True)
+    assert plan_unlisted(store, keep=0).remove == []
+    assert prune_runs_cli(store.home, "--older-than", "0").returncode == 0
+    assert (victim / "data").read_text() == "keep me"
+
+
+def prune_runs_cli(home, *args):
+    return gpudoc_cli("runs", "prune", *args, env={"GPUDOC_HOME": str(home)})
+
+
+def test_runs_prune_removes_them_with_the_records_and_says_so(tmp_path):
+    from gpudoc.runs.edits import unlisted_folder
+
+    store = RunStore(tmp_path)
+    old = _unlisted(store, 2, age_days=40)
+    young = _unlisted(store, 1)
+    dry = prune_runs_cli(tmp_path, "--older-than", "30", "--dry-run")
+    assert dry.returncode == 0 and "would remove 2 file state(s) kept before edits no run lists" in dry.stdout
+    assert len(list(unlisted_folder(tmp_path).iterdir())) == 3
+    done = prune_runs_cli(tmp_path, "--older-than", "30", "--json")
+    assert done.returncode == 0, done.stderr
+    import json
+
+    assert json.loads(done.stdout)["removed_unlisted"] == [str(unlisted_folder(tmp_path) / d) for d in old]
+    assert [p.name for p in unlisted_folder(tmp_path).iterdir()] == young
