@@ -58,3 +58,33 @@ def test_a_link_to_a_read_only_file_is_refused_by_its_targets_mode(tmp_path):
     refused = gpudoc_cli("restore", "--force", cwd=tmp_path)
     assert refused.returncode == 2 and f"{config}: read-only (mode 0444)" in refused.stderr, refused.stderr
     assert target.read_text() == CONFIG.replace("16", "8") and config.is_symlink()
+
+
+DS_PROFILE = ('[train]\nmicro_batch_size = 8\ngradient_accumulation_steps = 2\n\n[bind]\nenv = true\n\n'
+              '[bind.files]\n"ds_config.json" = "deepspeed"\n')
+DS_CONFIG = '{\n  "train_micro_batch_size_per_gpu": 16,\n  "gradient_accumulation_steps": 2\n}\n'
+
+
+def test_a_runs_edit_over_a_hand_edit_an_older_backup_does_not_hold_keeps_it_and_restore_returns_to_it(tmp_path):
+    """Chain 1 edits the bound config (its first backup holds the original); the user edits it by
+    hand; the next run's edit keeps those bytes in the run store before writing (the backup is
+    left as it was), and restoring that run puts the hand edit back, not the original."""
+    import hashlib
+
+    (tmp_path / "gpudoc.toml").write_text(DS_PROFILE)
+    config = tmp_path / "ds_config.json"
+    config.write_text(DS_CONFIG)
+    run = ("run", "--no-check", "--", "python", "-c", "pass")
+    assert gpudoc_cli(*run, cwd=tmp_path).returncode == 0
+    backup = tmp_path / "ds_config.json.gpudoc.bak"
+    assert backup.read_text() == DS_CONFIG and '"train_micro_batch_size_per_gpu": 8' in config.read_text()
+    hand = config.read_text().replace('"train_micro_batch_size_per_gpu": 8', '"train_micro_batch_size_per_gpu": 4')
+    config.write_text(hand)
+    done = gpudoc_cli(*run, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert '"train_micro_batch_size_per_gpu": 8' in config.read_text() and backup.read_text() == DS_CONFIG
+    kept = tmp_path / ".gpudoc" / "originals" / hashlib.sha256(hand.encode()).hexdigest()
+    assert kept.read_text() == hand
+    restored = gpudoc_cli("restore", cwd=tmp_path)
+    assert restored.returncode == 0, restored.stderr
+    assert config.read_text() == hand
