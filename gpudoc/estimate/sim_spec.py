@@ -12,9 +12,11 @@ from gpudoc.estimate.inputs import ModelShape, TrainSetup, n_blocks
 
 def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None = None) -> str | None:
     """Why this job cannot be simulated on meta tensors, or None when it can."""
-    if setup.quantization != "none":
-        return (f"quantization = \"{setup.quantization}\": bitsandbytes/torchao 4- and 8-bit kernels have no "
-                "meta implementation")
+    if setup.quantization not in ("none", "nf4"):
+        return (f"quantization = \"{setup.quantization}\": torchao's and bitsandbytes' 8-bit kernels have no meta "
+                "implementation (bitsandbytes' NF4 layers have a stand-in)")
+    if setup.quantization == "nf4" and profile.model.get("factory"):
+        return "quantization = \"nf4\" with a [model] factory: the factory's own code quantizes its model"
     if setup.sharding_stage > 0:
         return f"{'FSDP' if setup.fsdp and not setup.zero_stage else f'ZeRO-{setup.sharding_stage}'} sharding " \
                "across GPUs is not simulated"
@@ -100,6 +102,7 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
         "gradient_checkpointing": setup.gradient_checkpointing,
         "attention": setup.attention,
         "gradient_accumulation_steps": setup.gradient_accumulation_steps,
+        "quantization": setup.quantization,
         "arch": shape.arch if shape is not None else str(profile.model.get("arch") or "decoder"),
     }
     target = profile.train.get("max_target_len")

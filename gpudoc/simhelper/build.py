@@ -53,6 +53,8 @@ def build(spec: dict) -> Job:
     if type(model).__name__ == "OptimizedModule" or hasattr(model, "_orig_mod"):
         raise Unsupported("the model is torch.compile'd: compiled graphs save other tensors than eager mode")
     own_adapters = bool(spec.get("factory")) and any(not p.requires_grad for p in model.parameters())
+    if spec.get("quantization", "none") != "none":
+        _four_bit(model, spec, notes)
     if spec.get("lora"):
         if own_adapters:
             # The factory froze part of its model itself (its own adapters): wrapping it again in
@@ -183,6 +185,28 @@ def _lora(model: Any, lora: dict, notes: list[str]) -> Any:
     wrapped = sorted({n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if ".lora_A" in n})
     notes.append(f"LoRA rank {rank} on {', '.join(wrapped) or 'no layer'}")
     return model
+
+
+def _four_bit(model: Any, spec: dict, notes: list[str]) -> None:
+    """transformers' ``load_in_4bit`` and peft's ``prepare_model_for_kbit_training``: the linear layers
+    as bitsandbytes' NF4 ``Linear4bit`` (the stand-in of ``kbit``), every other weight in fp32 under
+    mixed precision, and an input that requires grad."""
+    if spec["quantization"] != "nf4" or spec.get("factory"):
+        raise Unsupported(f"quantization = \"{spec['quantization']}\"" + (
+            " with a [model] factory: the factory's own code quantizes" if spec.get("factory") else
+            ": only bitsandbytes' NF4 layers have a stand-in on meta (torchao's and 8-bit ones do not)"))
+    from .kbit import quantize_linears
+
+    compute = _DTYPES.get(spec["precision"], torch.float32)
+    count = quantize_linears(model, compute)
+    if spec["precision"] in _MIXED:
+        for param in model.parameters():
+            if param.dtype in (torch.float16, torch.bfloat16):
+                param.data = param.data.to(torch.float32)
+    if hasattr(model, "enable_input_require_grads"):
+        model.enable_input_require_grads()
+    notes.append(f"4-bit: {count} linear layers as bitsandbytes' NF4 Linear4bit (double quantization, "
+                 f"computing in {str(compute).replace('torch.', '')})")
 
 
 def _checkpointing(model: Any, spec: dict, notes: list[str]) -> None:

@@ -207,7 +207,7 @@ def test_a_failing_factory_falls_back_and_says_why(tmp_path):
 
 
 @pytest.mark.parametrize("train, why", [
-    ('quantization = "nf4"\nlora_rank = 8', "quantization"),
+    ('quantization = "int8"\nlora_rank = 8', "8-bit kernels"),
     ('zero_stage = 3\n[launch]\nnproc_per_node = 4', "ZeRO-3"),
     ('optimizer = "adamw_8bit"', "custom CUDA kernels"),
 ])
@@ -215,6 +215,22 @@ def test_what_meta_tensors_cannot_run_falls_back_with_the_reason(tmp_path, train
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     _, doc = _estimate(tmp_path, _profile(train))
     assert doc["source"] == "formula" and why in doc["notes"][0] and doc["notes"][0].startswith("simulation unavailable")
+
+
+def test_qlora_is_simulated_with_bitsandbytes_4bit_layers_on_meta(tmp_path):
+    wide = {**CONFIG, "hidden_size": 1024, "intermediate_size": 2752, "num_attention_heads": 8,
+            "num_key_value_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps(wide))
+    # No card: one helper run, no search for the largest micro batch.
+    _, doc = _estimate(tmp_path, '[train]\nmicro_batch_size = 2\nmax_seq_len = 256\nprecision = "bf16"\n'
+                                 'quantization = "nf4"\nlora_rank = 8\n[model]\nhf_config = "config.json"\n')
+    assert doc["source"] == "simulation", doc["notes"]
+    assert any(n.startswith("4-bit: 14 linear layers as bitsandbytes' NF4 Linear4bit") for n in doc["notes"])
+    h, f, kv = 1024, 2752, 512
+    linear = 2 * (2 * h * h + 2 * h * kv + 3 * h * f)
+    # Half a byte per quantized weight and its constants, the fp32 embeddings and head and the
+    # adapters beside them: far under the bf16 base's 2 bytes per weight.
+    assert linear / 2 < doc["breakdown"]["weights"] < linear / 2 * 1.05 + 2 * 512 * h * 4 + 2 * 1024**2
 
 
 def _fake_python(tmp_path, body: str):
