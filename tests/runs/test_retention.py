@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from gpudoc.runs.record import RunRecord
 from gpudoc.runs.retention import plan_prune, remove
@@ -47,12 +48,18 @@ def test_older_than_counts_days_from_the_start(tmp_path):
     assert fresh.id not in plan.remove
 
 
-def test_a_planted_link_is_never_followed(tmp_path):
+def _store_and_victim(tmp_path: Path) -> tuple[RunStore, Path]:
+    """A run store, and a folder of someone's data for a planted link to point at."""
     store = RunStore(tmp_path / "home")
     victim = tmp_path / "precious"
     victim.mkdir()
     (victim / "data").write_text("keep me")
     store.ensure()
+    return store, victim
+
+
+def test_a_planted_link_is_never_followed(tmp_path):
+    store, victim = _store_and_victim(tmp_path)
     (store.root / "20200101-000000000-abcdef").symlink_to(victim, target_is_directory=True)
     _run(store, 1)
     plan = plan_prune(store, keep=1)
@@ -172,11 +179,7 @@ def test_a_planted_link_in_place_of_their_folder_is_never_followed(tmp_path):
     from gpudoc.runs.edits import ORIGINALS, UNLISTED
     from gpudoc.runs.retention import plan_unlisted
 
-    store = RunStore(tmp_path / "home")
-    victim = tmp_path / "precious"
-    victim.mkdir()
-    (victim / "data").write_text("keep me")
-    store.ensure()
+    store, victim = _store_and_victim(tmp_path)
     (store.home / ORIGINALS).mkdir()
     (store.home / ORIGINALS / UNLISTED).symlink_to(victim, target_is_directory=True)
     assert plan_unlisted(store, keep=0).remove == []
