@@ -36,6 +36,7 @@ _SUBCOMMANDS = {
     "run": "gpudoc.cli.run.RunCommand",
     "fix": "gpudoc.cli.fix.FixCommand",
     "estimate": "gpudoc.cli.estimate.EstimateCommand",
+    "tune": "gpudoc.cli.tune.TuneCommand",
     "clean": "gpudoc.cli.clean.CleanCommand",
     "runs": "gpudoc.cli.runs.RunsCommand",
     "logs": "gpudoc.cli.logs.LogsCommand",
@@ -50,7 +51,7 @@ for _name, _target in _SUBCOMMANDS.items():
 
 def reject_unknown(words: tuple[str, ...] | list[str]) -> None:
     """A first word that is no command of gpudoc's is a usage error, also before a ``--help`` that
-    would otherwise print the top-level help and exit 0 (``gpudoc tune --help``)."""
+    would otherwise print the top-level help and exit 0 (``gpudoc autotune --help``)."""
     if words and not words[0].startswith("-") and words[0] not in _SUBCOMMANDS:
         from gpudoc.errors import UsageError
         from gpudoc.profiles.validate import did_you_mean

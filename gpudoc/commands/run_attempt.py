@@ -82,7 +82,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
         id=run_id, command=list(options.command), cwd=str(cwd), profile=_profile_doc(profile),
         env_set=dict(resolved.env_set), file_edits=edits, started_at=now_iso(), parent=parent,
         job_id=identity.job_id, node_rank=identity.node_rank,
-        launcher_pid=os.getpid(), user=_user(),
+        launcher_pid=os.getpid(), user=_user(), trial_of=options.trial_of,
     )
     record.argv = list(resolved.argv)
     record.resumed_from = dict(options.resume) if options.resume is not None else None

@@ -67,6 +67,8 @@ class RunOptions:
     # Not a switch: the relaunches --retry-oom has made so far; while some are left, a failed
     # attempt's summary sends the user nowhere (gpudoc relaunches by itself).
     attempt: int = 0
+    # Not a switch: the `gpudoc tune` whose trial this launch is (its record says so).
+    trial_of: str | None = None
 
     def to_argv(self) -> list[str]:
         """The same `gpudoc run` as arguments (after the program name), minus --tmux and --dry-run."""

@@ -65,6 +65,7 @@ class _Probe:
         # The parsers the job used, kept in memory until this process writes for training: a launcher
         # (torchrun parses its own arguments) must never create a rank's file.
         self.parsers: list[tuple[dict, Any]] = []  # (what the parser declares, weakref to its namespace)
+        self.stop_after = _int(os.environ.get("GPUDOC_PROBE_STOP_AFTER"))
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -225,6 +226,10 @@ class _Probe:
             self._resolved(sys._getframe())
         if self.history is not None:
             self.history.after_step(self.steps)
+        if self.stop_after and self.steps >= self.stop_after:  # `gpudoc tune`'s trial: its K steps are done
+            sys.stdout.flush()  # the probe's file is flushed at each line; os._exit, not SystemExit: no
+            sys.stderr.flush()  # save or tracker upload in the job's own `finally` runs for a trial
+            os._exit(0)
 
     def _resolved(self, frame: Any) -> None:
         """The frameworks' settings, from the frames of the training loop that reached ``frame``."""

@@ -35,6 +35,7 @@ _RENDERERS = {
     "gpudoc.results.profile": "gpudoc.render.profile_text",
     "gpudoc.results.fix": "gpudoc.render.fix_text",
     "gpudoc.results.restore": "gpudoc.render.restore_text",
+    "gpudoc.results.tune": "gpudoc.render.tune_text",
 }
 
 

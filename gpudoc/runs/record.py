@@ -55,6 +55,7 @@ class RunRecord:
     peak_memory_bytes: dict[str, int] = field(default_factory=dict)  # GPU index (str) -> bytes
     gpus: list[dict] = field(default_factory=list)  # {"index", "name", "total_bytes"}
     parent: str | None = None
+    trial_of: str | None = None  # the `gpudoc tune` this short trial run belongs to
     host: str = field(default_factory=lambda: os.uname().nodename)  # socket.gethostname(), without socket
     job_id: str | None = None
     # Which node of a multi-node job this was (Slurm's node id, torchrun's group/node rank), when

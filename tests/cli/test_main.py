@@ -28,9 +28,9 @@ def test_unknown_command_names_it():
     assert "did you mean" not in result.stderr
 
 
-@pytest.mark.parametrize("args", [("tune", "--help"), ("tune", "-h"), ("chek", "--help-all")])
+@pytest.mark.parametrize("args", [("autotune", "--help"), ("autotune", "-h"), ("chek", "--help-all")])
 def test_an_unknown_command_with_switches_is_still_unknown(args):
-    # `gpudoc tune --help` printed the top-level help and exited 0: a script probing for the
+    # `gpudoc autotune --help` printed the top-level help and exited 0: a script probing for the
     # command took it for there.
     result = gpudoc_cli(*args)
     assert (result.returncode, result.stdout) == (2, "")

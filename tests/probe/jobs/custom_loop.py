@@ -2,7 +2,8 @@
 gradient accumulation lives in its own code, on one process or under torchrun (gloo). ``--oom-at
 PHASE:STEP`` raises a real ``torch.OutOfMemoryError`` inside that phase of that optimizer step.
 ``--config FILE`` (YAML, read with PyYAML) sets ``batch`` and ``accum`` under ``train:``; the flags win.
-``--output_dir`` is only there because the seed jobs have one (it makes no job an HF Trainer's).
+``--output_dir`` is where it writes its progress after each optimizer step, as the seed jobs write
+theirs (the flag makes no job an HF Trainer's).
 ``--oom-above TOKENS``: from the second optimizer step on, a forward whose micro batch holds more
 tokens runs out of memory (memory that grew after the first step): a smaller micro batch fits."""
 
@@ -62,5 +63,8 @@ for i, x in enumerate(data):
         optimizer.zero_grad()
         step += 1
         print(f"step {step} loss {loss.item():.3f}", flush=True)
+        os.makedirs(args.output_dir, exist_ok=True)
+        with open(os.path.join(args.output_dir, "progress.txt"), "w") as f:
+            f.write(f"{step}\n")
         if step >= args.steps:
             break
