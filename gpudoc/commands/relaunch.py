@@ -24,6 +24,7 @@ from gpudoc.ladder.arrival import same_oom, without_unreached
 from gpudoc.ladder.evidence import Attempt, Evidence, same_breakdown
 from gpudoc.profiles.edit import apply_recorded, target_path
 from gpudoc.profiles.loader import load_profile_file
+from gpudoc.runs.edits import read_bytes
 from gpudoc.runs.record import changes as table_changes
 
 if TYPE_CHECKING:
@@ -243,26 +244,34 @@ def _apply_to_profile(plan: NextPlan, profile: Profile, record: RunRecord | None
             return Applied(None, (f"nothing written: {what}; relaunching with it as it is",), now, target)
         raise InputError(f"{what}: nothing written; run the job with it first, or name it with "
                          f"-p {target} to fix it anyway", file=str(target))
+    before = read_bytes(target)
     try:
         path = apply_recorded(profile, chosen, cwd=cwd, store=ws.store, record=record)
     except OSError as exc:
         raise _cannot_write(exc, target) from None
     backup = path.with_name(path.name + ".gpudoc.bak")
     written = {"rung": chosen.rung, "path": str(path), "backup": str(backup) if backup.exists() else None}
-    return Applied(written, _prune_unlisted(ws, profile) if record is None else (),
+    return Applied(written, _unlisted_notes(ws, profile, path, before) if record is None else (),
                    load_profile_file(path, cwd=cwd, say=ws.console.error), path)
 
 
-def _prune_unlisted(ws: Workspace, profile: Profile) -> tuple[str, ...]:
-    """An edit from a log keeps what its first backup does not hold where no run lists it: with no
-    run after it to prune them, those kept beyond [runs] keep go here (``prune_unlisted``)."""
+def _unlisted_notes(ws: Workspace, profile: Profile, path: Path, before: bytes | None) -> tuple[str, ...]:
+    """An edit from a log, which no run lists: where the profile as it was is kept when its first
+    backup holds an earlier state, and, with no run after it to prune them, the states so kept
+    beyond [runs] keep go here (``prune_unlisted``)."""
+    from gpudoc.runs.edits import fingerprint, unlisted_folder
     from gpudoc.runs.retention import DEFAULT_KEEP, prune_unlisted
 
+    notes = []
+    kept = unlisted_folder(ws.store.home) / str(fingerprint(before))
+    if before is not None and read_bytes(path.with_name(path.name + ".gpudoc.bak")) != before and kept.is_file():
+        notes.append(f"{path} as it was is kept in {kept} (its backup holds an earlier state); no run lists "
+                     "this edit, so `gpudoc restore` cannot undo it")
     try:
         said = prune_unlisted(ws.store, int(profile.runs.get("keep", DEFAULT_KEEP)))
     except OSError:
-        return ()  # a read-only home: what is kept stays; the edit is what matters
-    return (said,) if said else ()
+        said = None  # a read-only home: what is kept stays; the edit is what matters
+    return (*notes, *([said] if said else []))
 
 
 def _apply_to_job(plan: NextPlan, record: RunRecord, ws: Workspace, *, rerun: bool) -> Applied:

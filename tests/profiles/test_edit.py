@@ -270,8 +270,10 @@ def test_what_a_log_apply_keeps_is_pruned_by_runs_keep_and_said(tmp_path):
         profile.write_text(hand)
         done = gpudoc_cli("fix", "--log", str(log), "--apply", cwd=tmp_path)
         assert done.returncode == 0 and "micro_batch_size = 8" in profile.read_text(), done.stderr
-    assert [p.name for p in unlisted.iterdir()] == [hashlib.sha256(hands[1].encode()).hexdigest()]
+    kept = unlisted / hashlib.sha256(hands[1].encode()).hexdigest()
+    assert list(unlisted.iterdir()) == [kept]
     said = done.stdout + done.stderr
+    assert f"{profile} as it was is kept in {kept} (its backup holds an earlier state)" in said, said
     assert "removed the 1 oldest file state(s) kept before edits no run lists" in said, said
     assert "beyond [runs] keep = 1" in said and str(unlisted) in said
 
