@@ -80,6 +80,7 @@ class TrainSetup:
     lora_rank: int = 0
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_target_names: tuple[str, ...] | None = None  # what a simulation hands peft (None: peft's choice)
+    lora_modules: tuple[tuple[str, ...], ...] = ()  # the roles of each adapted layer (): one layer per role
     lora_dropout: float = 0.0
     quantization: str = "none"
     attention: str = "sdpa"
@@ -299,12 +300,11 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
                                   "states")
     else:
         extras["dropout"], extras["dropout_note"] = family_dropout(shape)
-    # Whose default LoRA targets apply: the config.json's family, or the one shapes are read as
-    # (none for a factory's model: its own code, whose layer names peft looks at itself).
-    extras["shapes_only"] = not hf_name
-    extras["model_type"] = "" if model.get("factory") else str(model.get("_model_type") or
-                                                                ("" if hf_name else shapes_family(shape)))
-    extras["target_note"] = TARGET_LEN_NOTE if arch == "encoder-decoder" else None
+    # Whose default LoRA targets apply (none for a factory's model: peft reads its layer names itself).
+    family = "" if model.get("factory") else model.get("_model_type") or ("" if hf_name else shapes_family(shape))
+    extras.update(shapes_only=not hf_name, model_type=str(family))
+    if arch == "encoder-decoder" and not profile.train.get("max_target_len"):
+        notes.append(TARGET_LEN_NOTE)
     return shape, notes, extras
 
 
@@ -343,8 +343,6 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
     targets = lora_targets(profile, str(extras.get("model_type") or ""), shapes_only=bool(extras.get("shapes_only")))
     if lora_rank and targets.note:
         notes.append(f"{LORA_READING_NOTES[1]} {targets.note}")
-    if not train.get("max_target_len") and extras.get("target_note"):
-        notes.append(extras["target_note"])
     world = max(1, int(profile.world_size))
     launch = getattr(profile, "launch", None) or {}
     tp, pp, cp = (_positive_int("launch", key, launch.get(key) or 1) for key in PARALLEL_KEYS)
@@ -381,7 +379,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         momentum=float(train.get("momentum", 0.9) or 0.0),
         lora_rank=lora_rank,
         lora_targets=targets.roles,
-        lora_target_names=targets.names,
+        lora_target_names=targets.names, lora_modules=targets.modules,
         lora_dropout=float(lora_dropout or 0.0),
         quantization=_choice("train", "quantization", train.get("quantization"), _QUANT, "none"),
         attention=_choice("train", "attention", train.get("attention"), _ATTENTION, "sdpa"),

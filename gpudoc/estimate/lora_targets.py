@@ -45,11 +45,13 @@ PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
 class LoraTargets:
     """What the adapters wrap: the memory model's ``roles``, the layer ``names`` a simulation hands
     peft (None: peft's own choice, for a factory's model of unknown family), and the ``note`` saying
-    how an unset ``lora_targets`` was read (None when the profile names them)."""
+    how an unset ``lora_targets`` was read (None when the profile names them). ``modules``: the roles
+    of each wrapped layer (a fused one, GPT-2's c_attn, covers several with one adapter and one dropout)."""
 
     roles: tuple[str, ...]
     names: tuple[str, ...] | None
     note: str | None = None
+    modules: tuple[tuple[str, ...], ...] = ()
 
 
 def lora_targets(profile: Any, model_type: str, *, shapes_only: bool = False) -> LoraTargets:
@@ -57,8 +59,9 @@ def lora_targets(profile: Any, model_type: str, *, shapes_only: bool = False) ->
     profile's ``lora_targets``, else peft's default for ``model_type`` (the config.json's, or the
     family a shapes-only profile is simulated as), else q and v, said."""
     roles = lora_targets_of(profile)
-    if profile.train.get("lora_targets") or profile.model.get("lora_targets"):
-        return LoraTargets(roles, tuple(target_names(roles)))
+    raw = profile.train.get("lora_targets") or profile.model.get("lora_targets")
+    if raw:
+        return LoraTargets(roles, tuple(target_names(roles)), modules=_modules(raw))
     default = PEFT_DEFAULT_TARGETS.get(model_type)
     if default is None:
         if not model_type:  # a factory's model: its layer names are its own code's
@@ -68,7 +71,7 @@ def lora_targets(profile: Any, model_type: str, *, shapes_only: bool = False) ->
                                                               "assumed; name the job's targets in [train] lora_targets")
     covered = lora_targets_of_names(default)
     family = f"{model_type}, as a profile of shapes is read" if shapes_only else model_type
-    return LoraTargets(covered, default, f"peft's default for {family}: {', '.join(default)}")
+    return LoraTargets(covered, default, f"peft's default for {family}: {', '.join(default)}", _modules(default))
 
 
 def lora_targets_of(profile: Any) -> tuple[str, ...]:
@@ -81,9 +84,19 @@ def lora_targets_of(profile: Any) -> tuple[str, ...]:
 
 def lora_targets_of_names(raw: Any) -> tuple[str, ...]:
     """The roles layer names cover (a list, or one comma-separated text)."""
+    return tuple(dict.fromkeys(role for module in _modules(raw) for role in module))
+
+
+# Names that stand for several layers, each wrapped on its own (the others name one layer).
+_GROUPS = ("mlp", "all-linear", "all_linear")
+
+
+def _modules(raw: Any) -> tuple[tuple[str, ...], ...]:
+    """The roles of each layer the names wrap: ``c_attn`` is one layer covering q, k and v; ``mlp``
+    is three."""
     if isinstance(raw, str):
         raw = [part.strip() for part in raw.split(",")]
-    roles: list[str] = []
+    modules: list[tuple[str, ...]] = []
     for name in raw:
         key = str(name).strip().lower()
         if key not in TARGET_ALIASES:
@@ -91,15 +104,14 @@ def lora_targets_of_names(raw: Any) -> tuple[str, ...]:
                 f"[train] lora_targets: unknown layer {name!r} (use q, k, v, o, gate, up, down, mlp, "
                 "output or all-linear)"
             )
-        for role in TARGET_ALIASES[key]:
-            if role not in roles:
-                roles.append(role)
-    return tuple(roles)
+        for module in ([(role,) for role in TARGET_ALIASES[key]] if key in _GROUPS else [TARGET_ALIASES[key]]):
+            if not any(set(module) & set(seen) for seen in modules):
+                modules.append(module)
+    return tuple(modules)
 
 
 def target_names(roles: tuple[str, ...]) -> list[str]:
     """Every layer name the roles go by (q -> q_proj, query, wq, c_attn, ...): what a simulation
     hands peft, whichever family's names the model uses."""
     wanted = set(roles)
-    return sorted(name for name, covers in TARGET_ALIASES.items()
-                  if wanted & set(covers) and name not in ("mlp", "all-linear", "all_linear"))
+    return sorted(name for name, covers in TARGET_ALIASES.items() if wanted & set(covers) and name not in _GROUPS)

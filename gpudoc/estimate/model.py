@@ -132,10 +132,11 @@ def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: floa
         total += terms.dropout_mask_bytes(tokens, h)
     if setup.lora_rank:
         mats = layer_matrix_shapes(shape)
-        for role in setup.lora_targets:
-            if role not in mats:
+        # One adapter per wrapped layer: a fused one (c_attn, query_key_value) has one A and one dropout.
+        for module in setup.lora_modules or tuple((role,) for role in setup.lora_targets):
+            if module[0] not in mats:
                 continue
-            fan_in = mats[role][0]
+            fan_in = mats[module[0]][0]
             total += tokens * setup.lora_rank * e  # A's output, saved by B
             if setup.lora_dropout > 0:
                 total += tokens * fan_in * (1 + e)  # each adapter's own dropout mask and output

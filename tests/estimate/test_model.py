@@ -265,3 +265,15 @@ def test_an_encoder_decoder_with_short_targets_saves_decoder_tokens_only():
     assert short["logits"] == pytest.approx(long["logits"] * 8 / 512)
     # The encoder's 24 blocks still see 512 tokens: a little over half of the activations remain.
     assert 0.4 * long["activations"] < short["activations"] < 0.65 * long["activations"]
+
+
+def test_a_fused_lora_target_is_one_adapter_with_one_dropout():
+    """GPT-2's c_attn (peft's default there) covers q, k and v with one adapter: one dropout mask and
+    copy of the input and one A output per block, where q_proj, k_proj and v_proj keep three."""
+    shape = ModelShape(layers=1, hidden=768, heads=12, kv_heads=12, ffn=3072, vocab=50257, params=1e8,
+                       gated_mlp=False, norm="layernorm")
+    setup = TrainSetup(micro_batch_size=1, seq_len=1024, precision="bf16-true", lora_rank=8, lora_dropout=0.1,
+                       lora_targets=("q", "k", "v"))
+    separate = layer_activation_bytes(shape, setup, tokens=1024.0, batch=1)[0]
+    fused = layer_activation_bytes(shape, replace(setup, lora_modules=(("q", "k", "v"),)), tokens=1024.0, batch=1)[0]
+    assert separate - fused == 2 * (1024 * 768 * (1 + 2) + 1024 * 8 * 2)

@@ -132,3 +132,14 @@ def test_the_profiles_dropout_reaches_the_simulated_step(tmp_path):
     tokens, masks = 2 * 128, 1 + 2 * GPT2_SHAPE["layers"]
     assert silent["breakdown"]["activations"] - off["breakdown"]["activations"] == masks * tokens * GPT2_SHAPE["hidden"]
     assert any("dropout 0.1" in n for n in silent["notes"]) and any("dropout 0)" in n for n in off["notes"])
+
+
+@pytest.mark.parametrize("named, modules", [
+    (["c_attn"], (("q", "k", "v"),)),
+    (["q_proj", "v_proj"], (("q",), ("v",))),
+    (["q_proj", "mlp"], (("q",), ("gate",), ("up",), ("down",))),
+])
+def test_each_named_layer_is_one_adapter_a_fused_one_too(tmp_path, named, modules):
+    _, extras = model_shape(_profile(tmp_path, GPT2_SHAPE))[1:]
+    setup = train_setup(_profile(tmp_path, GPT2_SHAPE, {"lora_rank": 8, "lora_targets": named}), [], extras)
+    assert setup.lora_modules == modules
