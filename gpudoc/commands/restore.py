@@ -3,9 +3,10 @@
 The files are those gpudoc edited in the run's chain (the run, its ``parent`` runs up to the first,
 and every relaunch below them): each goes back to its bytes before the first edit of its chain of
 edits (``gpudoc.runs.edits``). A file changed by hand since gpudoc's last edit is refused unless
-``--force``; a file the user made read-only since is refused even with ``--force`` (its mode is
-their word, which a forced restore would silently undo); all files are checked before any is
-written, and a failed write puts back the ones already written. A file gpudoc created is removed.
+``--force``, which keeps that change first (``_keep_hand_edits``); a file the user made read-only
+since is refused even with ``--force`` (its mode is their word, which a forced restore would
+silently undo); all files are checked before any is written, and a failed write puts back the
+ones already written. A file gpudoc created is removed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gpudoc.atomic import atomic_write_bytes, refuse_read_only
 from gpudoc.errors import ExitStatus, InputError
 from gpudoc.render.show import show
 from gpudoc.results.restore import RestoreResult
-from gpudoc.runs.edits import Edit, edit_chain, fingerprint, original, read_bytes, record_edits
+from gpudoc.runs.edits import Edit, edit_chain, fingerprint, original, read_bytes, record_edits, unlisted_folder
 from gpudoc.runs.record import RunRecord
 from gpudoc.runs.store import RunStore
 from gpudoc.workspace import Workspace
@@ -49,7 +50,8 @@ def restore(ws: Workspace, run_id: str | None = None, *, dry_run: bool = False, 
     if hand and not force:
         first = hand[0]
         raise InputError(f"{first.path}: changed since gpudoc's last edit (run {first.edits[-1].run_id}); "
-                         f"nothing was restored (--force restores it anyway, losing that change)",
+                         f"nothing was restored (--force restores it anyway, keeping that change in "
+                         f"{unlisted_folder(store.home)})",
                          file=str(first.path))
     for step in steps:
         if step.action != "unchanged" and step.path.is_symlink() and step.hand_edited:
@@ -60,14 +62,16 @@ def restore(ws: Workspace, run_id: str | None = None, *, dry_run: bool = False, 
             # Not even with --force: chmod u+w is the user's own way to say gpudoc may write it again.
             refuse_read_only(step.path, outcome="nothing was restored (--force does not override a file's mode)")
     removed_backups: list[str] = []
+    kept: dict[Path, str] = {}
     if not dry_run:
+        kept = _keep_hand_edits(store, steps)
         _write(steps)
         removed_backups = _drop_backups(steps)
     result = RestoreResult(
         run_id=record.id, chain=tuple(r.id for r in chain), dry_run=dry_run,
         files=tuple({"path": str(s.path), "action": s.action, "hand_edited": s.hand_edited,
                      "from_sha256": fingerprint(s.current), "to_sha256": fingerprint(s.target),
-                     "edits": [e.to_dict() for e in s.edits]} for s in steps),
+                     "edits": [e.to_dict() for e in s.edits], "kept": kept.get(s.path)} for s in steps),
         removed_backups=tuple(removed_backups), exit_code=ExitStatus.OK)
     return show(result, ws.console, as_json=as_json)
 
@@ -173,6 +177,25 @@ def _plan(store: RunStore, path: Path, edits: list[Edit]) -> _Step:
                              "nothing was restored", file=str(path))
     return _Step(path, edits, current, target, "restore" if target is not None else "remove",
                  hand_edited=now != last.new_sha256)
+
+
+def _keep_hand_edits(store: RunStore, steps: list[_Step]) -> dict[Path, str]:
+    """``--force`` overwrites a change by hand: its bytes are kept first, where no run lists them
+    (pruned by [runs] keep), so no restore overwrites bytes nothing holds; where they cannot be
+    kept, nothing is restored."""
+    from gpudoc.errors import GpudocError
+    from gpudoc.runs.edits import keep_original
+
+    kept = {}
+    for step in steps:
+        if step.hand_edited and step.action != "unchanged" and step.current is not None:
+            try:
+                kept[step.path] = str(unlisted_folder(store.home) / keep_original(store, step.current, listed=False))
+            except (GpudocError, OSError) as exc:
+                why = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise InputError(f"{step.path}: its change by hand cannot be kept ({why}); nothing was restored",
+                                 file=str(step.path)) from None
+    return kept
 
 
 def _write(steps: list[_Step]) -> None:

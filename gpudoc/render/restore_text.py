@@ -32,7 +32,10 @@ def _restore(result: RestoreResult, console: Console) -> None:
             verb = ("would be " if result.dry_run else "") + "removed (gpudoc created it)"
         else:
             verb = ("would go" if result.dry_run else "back") + " to its state before gpudoc's first edit"
-        hand = style(" (changed by hand since; --force)", "yellow") if doc["hand_edited"] else ""
+        hand = ""
+        if doc["hand_edited"]:
+            kept = f": that change is kept in {printable(doc['kept'])}" if doc.get("kept") else ""
+            hand = style(f" (changed by hand since; --force{kept})", "yellow")
         console.print(f"  {path}: {verb}{hand}")
         for edit in doc["edits"]:
             console.print(style(f"    undoes run {edit['run_id']}: {_changes(edit['changes'])}", "dim"))

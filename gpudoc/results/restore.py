@@ -11,7 +11,8 @@ from gpudoc.results.core import status_of
 @dataclass(frozen=True)
 class RestoreResult:
     """Each file of the chain: ``{"path", "action" (restore | remove | unchanged), "hand_edited",
-    "from_sha256", "to_sha256", "edits": [{"run_id", "old_sha256", "new_sha256", "changes"}]}``."""
+    "from_sha256", "to_sha256", "edits": [{"run_id", "old_sha256", "new_sha256", "changes"}],
+    "kept"}`` (``kept``: where a change by hand that ``--force`` overwrote is kept, else null)."""
 
     command: ClassVar[str] = "restore"
     run_id: str

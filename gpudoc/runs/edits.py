@@ -57,7 +57,10 @@ def keep_original(store: RunStore, data: bytes, *, listed: bool = True) -> str:
     store.ensure()  # the store's .gitignore covers the originals too
     folder = store.home / ORIGINALS
     for level in (folder,) if listed else (folder, unlisted_folder(store.home)):
-        level.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            level.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except FileExistsError:
+            pass  # a file in its place: said below
         if level.is_symlink() or not level.is_dir():  # planted: the write would land wherever it points
             raise OSError(errno.ENOTDIR, "not a folder of gpudoc's own (a link, or a file)", str(level))
         folder = level

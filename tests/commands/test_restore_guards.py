@@ -88,3 +88,32 @@ def test_a_runs_edit_over_a_hand_edit_an_older_backup_does_not_hold_keeps_it_and
     restored = gpudoc_cli("restore", cwd=tmp_path)
     assert restored.returncode == 0, restored.stderr
     assert config.read_text() == hand
+
+
+def test_a_forced_restore_keeps_the_change_by_hand_it_overwrites_and_says_where(tmp_path):
+    import hashlib
+    import json
+
+    _, profile = _edited(tmp_path)
+    hand = profile.read_text() + "# my own note\n"
+    profile.write_text(hand)
+    dry = gpudoc_cli("restore", "--force", "--dry-run", "--json", cwd=tmp_path)
+    assert dry.returncode == 0 and all(doc["kept"] is None for doc in json.loads(dry.stdout)["files"])
+    done = gpudoc_cli("restore", "--force", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    kept = tmp_path / ".gpudoc" / "originals" / "unlisted" / hashlib.sha256(hand.encode()).hexdigest()
+    assert kept.read_text() == hand and profile.read_text() == PROFILE
+    assert f"{profile}: back to its state before gpudoc's first edit (changed by hand since; --force: that " \
+           f"change is kept in {kept})" in done.stdout, done.stdout
+
+
+def test_a_forced_restore_that_cannot_keep_the_change_by_hand_restores_nothing(tmp_path):
+    config, profile = _edited(tmp_path)
+    hand = profile.read_text() + "# my own note\n"
+    profile.write_text(hand)
+    (tmp_path / ".gpudoc" / "originals" / "unlisted").write_text("")  # no folder can be made there
+    refused = gpudoc_cli("restore", "--force", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"{profile}: its change by hand cannot be kept ({tmp_path / '.gpudoc' / 'originals' / 'unlisted'}: not a " \
+           "folder of gpudoc's own (a link, or a file)); nothing was restored" in refused.stderr, refused.stderr
+    assert profile.read_text() == hand and config.read_text() == CONFIG.replace("16", "8")
