@@ -185,6 +185,13 @@ def test_a_planted_link_in_place_of_their_folder_is_never_followed(tmp_path):
     assert plan_unlisted(store, keep=0).remove == []
     assert prune_runs_cli(store.home, "--older-than", "0").returncode == 0
     assert (victim / "data").read_text() == "keep me"
+    # A link planted among them is no state gpudoc kept: neither it nor what it points at goes.
+    (store.home / ORIGINALS / UNLISTED).unlink()
+    _unlisted(store, 1, age_days=2)
+    (store.home / ORIGINALS / UNLISTED / "planted").symlink_to(victim / "data")
+    assert prune_runs_cli(store.home, "--older-than", "1").returncode == 0
+    assert [p.name for p in (store.home / ORIGINALS / UNLISTED).iterdir()] == ["planted"]
+    assert (victim / "data").read_text() == "keep me"
 
 
 def prune_runs_cli(home, *args):
