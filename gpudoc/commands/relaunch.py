@@ -289,7 +289,8 @@ def _apply_to_job(plan: NextPlan, record: RunRecord, ws: Workspace, *, rerun: bo
         return Applied(written, (), plan.profile)
     notes = []
     if plan.argv is not None or chosen.env:
-        notes.append(f"run next: {next_command(record, command, chosen.env)}  (or `gpudoc fix --rerun {record.id}`)")
+        rerun_too = "" if record.trial_of else f"  (or `gpudoc fix --rerun {record.id}`)"  # a tune's trial is no run to redo
+        notes.append(f"run next: {next_command(record, command, chosen.env)}{rerun_too}")
     done = _written_before(record, chosen.rung)
     if done and not plan.file_edits:
         # `fix --apply` twice on one failed run: the files hold the rung already, only not tried.

@@ -117,7 +117,7 @@ def tune(options: TuneOptions, ws: Workspace) -> int:
     capacity = capacity or _measured_capacity(found, records)
     applied, notes = None, _notes(found, records)
     if options.apply and found.best is not None and found.failed is None:
-        applied, said = _apply(found.best, micro, accum, profile, options.command, records, ws)
+        applied, said = apply_answer(found.best, micro, accum, profile, options.command, records, ws)
         notes += said
     status = ExitStatus.NEGATIVE if found.best is None or found.failed is not None else ExitStatus.OK
     from gpudoc.render.show import show
@@ -264,7 +264,7 @@ def _notes(found: Search, records: dict[str, RunRecord]) -> list[str]:
             f"stopped there" + (f" (`gpudoc logs {failed.run_id}`)" if failed.run_id else "")]
 
 
-def _apply(best: Trial, micro: int, accum: int, profile: Profile, command: list[str],
+def apply_answer(best: Trial, micro: int, accum: int, profile: Profile, command: list[str],
            records: dict[str, RunRecord], ws: Workspace) -> tuple[dict[str, Any] | None, list[str]]:
     """The answer written by the one relaunch owner, as `fix --apply` writes a rung: into the profile
     (its backup and `gpudoc restore` as for a rung), or for a job read from its command, the next
@@ -280,7 +280,8 @@ def _apply(best: Trial, micro: int, accum: int, profile: Profile, command: list[
     ladder = LadderResult(suggestions=[Suggestion(RUNG, changes, why="the largest micro batch the trials fit")])
     # The job as the user runs it (the trial ran a copy of its command, elsewhere): a command's
     # flags are planned on the user's own command line.
-    anchor = replace(records[str(best.run_id)], command=list(command), cwd=str(ws.cwd)) if profile.job else None
+    anchor = (replace(records[str(best.run_id)], command=list(command), cwd=str(ws.cwd), run_switches=[])
+              if profile.job else None)
     plan = plan_next(ladder, profile, anchor, ws.cwd)
     done = apply_next(plan, ladder, Diagnosis.ok(), profile, anchor, ws, since=None, rerun=False)
     return done.written, list(done.notes)

@@ -12,12 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from gpudoc.commands.tune import PROBE_STOP, STOPS, trial_command
+from gpudoc.commands.tune import PROBE_STOP, STOPS, apply_answer, trial_command
+from gpudoc.profiles.from_job import with_command
+from gpudoc.results.tune import FITS, Trial
+from gpudoc.runs.record import RunRecord
 from gpudoc.runs.store import RunStore
-from tests.conftest import gpudoc_cli, shared_once
+from tests.conftest import captured_workspace, gpudoc_cli, shared_once
 from tests.render.test_envelope_contract import assert_envelope
 
 JOB = Path(__file__).resolve().parents[1] / "probe" / "jobs" / "custom_loop.py"
+FRAMEWORKS = Path(__file__).with_name("jobs") / "frameworks"
 PROFILE = """[run]
 oom_grace_s = 0
 
@@ -47,7 +51,7 @@ def _tune(tmp_path_factory, nproc: int, *switches: str) -> dict:
         (project / "gpudoc.toml").write_text(PROFILE)
         before = _files(project)
         done = gpudoc_cli("tune", "-p", "gpudoc.toml", *switches, "--json", "--", "torchrun", "--nproc_per_node",
-                          str(nproc), "train.py", "--oom-above", "40", "--steps", "100", cwd=project,
+                          str(nproc), "--monitor-interval=0.1", "train.py", "--oom-above", "40", "--steps", "100", cwd=project,
                           env={"OMP_NUM_THREADS": "1"}, timeout=600)
         (where / "done.json").write_text(json.dumps({"rc": done.returncode, "stdout": done.stdout,
                                                      "stderr": done.stderr, "before": before,
@@ -156,3 +160,44 @@ def test_a_trial_sets_the_frameworks_step_limit_and_only_the_switches_its_parser
     own = trial_command(["python", "loop.py", "--batch", "4"], PROBE_STOP, 3, "/tmp/o", {"--output_dir", "--batch"})
     assert own == ["python", "loop.py", "--batch", "4", "--output_dir=/tmp/o"]
     assert trial_command(["python", "loop.py"], PROBE_STOP, 3, "/tmp/o", set()) == ["python", "loop.py"]
+
+
+def test_apply_for_a_job_read_from_its_command_hands_back_the_next_command_line(isolated_home):
+    # The HF Trainer's flags on the command line: nothing to write, the next command is the answer,
+    # planned by the one relaunch owner on the user's own command (never the trial's, with its limit).
+    command = ["torchrun", "--nproc_per_node", "2", "train.py", "--per_device_train_batch_size", "8",
+               "--gradient_accumulation_steps", "2", "--output_dir", "out"]
+    ws = captured_workspace(isolated_home)
+    profile = with_command(ws.load_profile(None), command, ws.cwd, ws.environ)
+    trial = RunRecord(id="20260101-000000000-aaaaaa", command=[*command, "--max_steps=3"], cwd="/tmp/gone",
+                      run_switches=["--no-check"], trial_of="20260101-000000000-bbbbbb")
+    written, said = apply_answer(Trial(4, 4, FITS, trial.id), 8, 2, profile, command, {trial.id: trial}, ws)
+    assert written is not None and written["rung"] == "tune-micro-batch" and written["files"] == []
+    assert written["command"] == [*command[:5], "4", "--gradient_accumulation_steps", "4", "--output_dir", "out"]
+    assert said == ["run next: gpudoc run -- torchrun --nproc_per_node 2 train.py --per_device_train_batch_size 4 "
+                    "--gradient_accumulation_steps 4 --output_dir out"]
+    assert sorted(p.name for p in isolated_home.iterdir()) == []  # nothing written
+    assert apply_answer(Trial(8, 2, FITS, trial.id), 8, 2, profile, command, {trial.id: trial}, ws) == (
+        None, ["nothing written: the job already runs micro batch 8 x accumulation 2"])
+
+
+@pytest.mark.slow
+def test_an_hf_trainer_trial_stops_at_its_max_steps_with_saving_and_trackers_off(isolated_home):
+    # It asks for 100 steps, a checkpoint at every step into out/ and the default trackers; one trial
+    # (--min 4 --max 4) runs 3 steps, saves nothing, and leaves the project as it was.
+    for job in ("hf_trainer.py", "oom.py"):
+        shutil.copy(FRAMEWORKS / job, isolated_home / job)
+    before = _files(isolated_home)
+    done = gpudoc_cli("tune", "--min", "4", "--max", "4", "--json", "--", "python", "hf_trainer.py", "--output_dir",
+                      "out", "--max_steps", "100", "--save_strategy", "steps", "--save_steps", "1", "--use_cpu",
+                      "--disable_tqdm", "True", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps",
+                      "2", cwd=isolated_home, env={"OOM_ABOVE": "4", "OMP_NUM_THREADS": "1"}, timeout=300)
+    doc = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (doc["best"]["micro_batch_size"], doc["best"]["gradient_accumulation_steps"]) == (4, 4)
+    [record] = RunStore(isolated_home / ".gpudoc").records()
+    assert record.steps["count"] == 3 and record.status == "ok"
+    argv = record.argv
+    assert argv[argv.index("--max_steps") + 1] == "3" and argv[argv.index("--save_strategy") + 1] == "no"
+    assert "--report_to=none" in argv and argv[argv.index("--per_device_train_batch_size") + 1] == "4"
+    assert _files(isolated_home) == before and not (isolated_home / "out").exists()
