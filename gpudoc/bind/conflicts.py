@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from gpudoc.bind.args import KNOWN_FLAGS, ArgEdits, PresetResult
 from gpudoc.bind.filecontext import get, num
-from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
+from gpudoc.bind.filepresets import detect_preset
 from gpudoc.bind.values import LADDER_KNOBS, format_value, is_neutral
 from gpudoc.errors import ProfileError
 
@@ -90,9 +90,11 @@ def unbound_file_conflicts(st: FileState, knobs: Mapping[str, Any], bound: set[s
     preset = preset or detect_preset(st.data, st.path.suffix.lower())
     if preset is None:
         return []
+    from gpudoc.frameworks.registry import file_preset  # the frameworks' modules read through bind
+
     carried = set(bound) | (set() if preset == "deepspeed" else set(overridden))
     out = []
-    for knob, value in FILE_PRESETS[preset].read(st.data).items():
+    for knob, value in file_preset(preset).read(st.data).items():
         if knob in knobs and knob not in carried and value != knobs[knob]:
             out.append(f"{st.label} hard-codes {knob} = {format_value(value)} but {by} "
                        f"{format_value(knobs[knob])} and does not bind it into that file")

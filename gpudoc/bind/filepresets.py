@@ -1,4 +1,5 @@
-"""File presets: where each knob lives in the config files frameworks read.
+"""File presets: where each knob lives in the config files frameworks read (each framework's
+``file_preset``, ``gpudoc.frameworks``; the registry finds one by name).
 
 Each preset has ``write`` (knobs -> key-path assignments, plus what it could not express) and
 ``read`` (file -> the knob values it hard-codes, for the consistency check when a knob is set in
@@ -10,23 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from gpudoc.bind.deepspeed import deepspeed_read, deepspeed_write
 from gpudoc.bind.filecontext import FileContext, FileResult, get
 from gpudoc.bind.targets import fit
-from gpudoc.bind.trainer_configs import (
-    accelerate_read,
-    accelerate_write,
-    axolotl_read,
-    axolotl_write,
-    llama_factory_read,
-    llama_factory_write,
-    nanogpt_read,
-    nanogpt_write,
-    nemo_read,
-    nemo_write,
-    torchtune_read,
-    torchtune_write,
-)
 
 
 @dataclass(frozen=True)
@@ -45,20 +31,6 @@ class FilePreset:
                                                           knob=knob), knob)
             for path, value, knob in res.assignments]
         return res
-
-
-FILE_PRESETS = {
-    p.name: p
-    for p in (
-        FilePreset("deepspeed", deepspeed_write, deepspeed_read),
-        FilePreset("axolotl", axolotl_write, axolotl_read),
-        FilePreset("llama-factory", llama_factory_write, llama_factory_read),
-        FilePreset("torchtune", torchtune_write, torchtune_read),
-        FilePreset("accelerate", accelerate_write, accelerate_read),
-        FilePreset("nemo", nemo_write, nemo_read),
-        FilePreset("nanogpt", nanogpt_write, nanogpt_read),
-    )
-}
 
 
 def detect_preset(data: Any, suffix: str) -> str | None:

@@ -21,7 +21,7 @@ from gpudoc.bind.conflicts import (
     whose,
 )
 from gpudoc.bind.filecontext import MISSING, FileContext, FileResult
-from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
+from gpudoc.bind.filepresets import detect_preset
 from gpudoc.bind.filestate import FileEdit, FileState, unified_diff
 from gpudoc.bind.overrides import apply_flags, apply_overrides
 from gpudoc.bind.targets import Target, check_files_table, fit, targets
@@ -132,7 +132,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     does not parse or cannot be edited safely.
     """
     # Here, not at the top: the frameworks' modules read configs through this package.
-    from gpudoc.frameworks.registry import arg_preset_names, write_args
+    from gpudoc.frameworks.registry import arg_preset_names, file_preset, file_preset_names, write_args
     from gpudoc.profiles.schema import ENUMS
 
     cwd = Path(cwd)
@@ -182,7 +182,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
             return
         ran.add((st.path.resolve(), preset))
         ctx = FileContext(st.label, knobs, world, hf_mode or st.path.resolve() in hf_named)
-        res: FileResult = FILE_PRESETS[preset].write(st.data, ctx)
+        res: FileResult = file_preset(preset).write(st.data, ctx)
         for path, value, knob in res.assignments:
             st.assign(path, value, knob=knob)
         bound_in_file.setdefault(st.path.resolve(), set()).update(res.expressed)
@@ -226,9 +226,9 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
                 run_file_preset(state(ds), "deepspeed", True)
             continue
         if preset:
-            if preset not in FILE_PRESETS:
+            if preset not in file_preset_names():
                 raise ProfileError(f"[bind.files] {path_text}: unknown preset '{preset}'; one of "
-                                   f"{', '.join(sorted(FILE_PRESETS))}")
+                                   f"{', '.join(file_preset_names())}")
             run_file_preset(st, preset, hf_mode=False)
         label = f"{where}: [bind.files.\"{path_text}\"]"
         for knob, spec_of_knob in mapping.items():

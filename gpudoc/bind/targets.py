@@ -104,10 +104,9 @@ def _check_file_preset(label: str, path_text: str, preset: Any) -> None:
     if preset is None:
         return
     # Here, not at the top: the presets' modules load only for a profile with [bind.files].
-    from gpudoc.bind.filepresets import FILE_PRESETS
-    from gpudoc.frameworks.registry import arg_preset_names
+    from gpudoc.frameworks.registry import arg_preset_names, file_preset_names
 
-    known = arg_preset_names() if path_text.endswith((".sh", ".bash")) else list(FILE_PRESETS)
+    known = arg_preset_names() if path_text.endswith((".sh", ".bash")) else file_preset_names()
     if not isinstance(preset, str) or preset not in known:
         close = difflib.get_close_matches(str(preset), list(known), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from gpudoc.bind.filecontext import count, get, num
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get, num
+from gpudoc.bind.filepresets import FilePreset
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.presetfiles import follow_deepspeed, read_preset_file
@@ -58,3 +60,65 @@ edit_args = base.no_edit_args
 step_limit = base.no_step_limit
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+
+
+# -- its config file ---------------------------------------------------------------------------------
+_MIXED = {"fp32": "no", "fp16": "fp16", "bf16": "bf16"}
+
+
+def write_file(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+    is_ds = str(get(data, ("distributed_type",))).upper() == "DEEPSPEED"
+    is_fsdp = str(get(data, ("distributed_type",))).upper() == "FSDP"
+    prec = k.get("precision")
+    if prec is not None:
+        if prec in _MIXED:
+            res.set(("mixed_precision",), _MIXED[prec], "precision")
+        else:
+            res.cannot["precision"] = f"accelerate ({ctx.name}): mixed_precision has no '{prec}'"
+    if is_ds:
+        ds = ("deepspeed_config",)
+        if get(data, (*ds, "deepspeed_config_file")) not in (MISSING, None, ""):
+            res.follow.append((str(get(data, (*ds, "deepspeed_config_file"))), "deepspeed", True))
+        else:
+            if "gradient_accumulation_steps" in k:
+                res.set((*ds, "gradient_accumulation_steps"), int(k["gradient_accumulation_steps"]),
+                        "gradient_accumulation_steps")
+            if "zero_stage" in k:
+                res.set((*ds, "zero_stage"), int(k["zero_stage"]), "zero_stage")
+            for knob, key in (("offload_optimizer", "offload_optimizer_device"),
+                              ("offload_params", "offload_param_device")):
+                if knob in k:
+                    res.set((*ds, key), "cpu" if k[knob] else "none", knob)
+    elif is_fsdp and "offload_params" in k:
+        res.set(("fsdp_config", "fsdp_offload_params"), bool(k["offload_params"]), "offload_params")
+    processes = num(get(data, ("num_processes",)))
+    machines = num(get(data, ("num_machines",))) or 1
+    if processes is not None and processes != ctx.world_size:
+        res.conflicts.append(f"{ctx.name}: num_processes = {processes} (all machines: {machines}) but the profile's "
+                             f"world size is {ctx.world_size}")
+    return res
+
+
+def read_file(data: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    mixed = get(data, ("mixed_precision",))
+    if mixed in ("no", "fp16", "bf16"):
+        out["precision"] = {"no": "fp32"}.get(mixed, mixed)
+    if str(get(data, ("distributed_type",))).upper() == "DEEPSPEED":
+        ds = get(data, ("deepspeed_config",))
+        stage = count(get(ds, ("zero_stage",)))
+        if stage is not None:
+            out["zero_stage"] = stage
+        accum = count(get(ds, ("gradient_accumulation_steps",)))
+        if accum is not None:
+            out["gradient_accumulation_steps"] = accum
+        for knob, key in (("offload_optimizer", "offload_optimizer_device"), ("offload_params", "offload_param_device")):
+            v = get(ds, (key,))
+            if isinstance(v, str):
+                out[knob] = v.lower() != "none"
+    return out
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file)

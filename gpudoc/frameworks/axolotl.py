@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import MISSING, get
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get
+from gpudoc.bind.filepresets import FilePreset
+from gpudoc.bind.trainer_configs import follows_deepspeed, lora_key, precision_bools, read_simple
 from gpudoc.frameworks import base, trainer_yaml
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job.argv import JobCommand
@@ -61,3 +63,36 @@ edit_args = base.no_edit_args
 step_limit = base.no_step_limit
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+
+
+# -- its config file ---------------------------------------------------------------------------------
+def write_file(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+    for knob, key in (("micro_batch_size", "micro_batch_size"),
+                      ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+                      ("max_seq_len", "sequence_len")):
+        if knob in k:
+            res.set((key,), int(k[knob]), knob)
+    gc = k.get("gradient_checkpointing")
+    if gc is not None:
+        if isinstance(gc, bool):
+            if gc or get(data, ("gradient_checkpointing",)) is not MISSING:
+                res.set(("gradient_checkpointing",), gc, "gradient_checkpointing")
+            res.expressed.add("gradient_checkpointing")
+        else:
+            res.cannot["gradient_checkpointing"] = f"axolotl: gradient_checkpointing is true/false, not '{gc}'"
+    precision_bools(res, data, ctx, "axolotl")
+    lora_key(res, data, ctx, "lora_r")
+    follows_deepspeed(res, data, ctx, "axolotl")
+    return res
+
+
+def read_file(data: Any) -> dict[str, Any]:
+    return read_simple(data, {"micro_batch_size": "micro_batch_size",
+                               "gradient_accumulation_steps": "gradient_accumulation_steps",
+                               "max_seq_len": "sequence_len", "lora_rank": "lora_r"},
+                        bools={"gradient_checkpointing": "gradient_checkpointing"})
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file)

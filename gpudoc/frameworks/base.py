@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
+    from gpudoc.bind.filepresets import FilePreset
     from gpudoc.job.argv import JobCommand
     from gpudoc.job.checkpoints import Checkpoint
     from gpudoc.job.knobs import JobReading
@@ -44,6 +45,9 @@ class Framework(Protocol):
     # the library instead of the framework: "accelerate", "transformers"); () when it takes no flags
     # of its own gpudoc writes (its knobs live in files or in the job's own ``key=value`` keys).
     arg_names: tuple[str, ...]
+    # Where each knob lives in its own config file, read and written by the same preset (a profile's
+    # ``[bind.files."F"] = NAME``); None: it has no config layout of its own.
+    file_preset: FilePreset | None
 
     def recognise(self, job: JobCommand, cwd: Path) -> Recognition | None:
         """Whether the job is this framework's, and why; None when nothing says so."""

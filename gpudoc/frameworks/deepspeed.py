@@ -7,7 +7,11 @@ Batch, accumulation, precision and ZeRO stage are the JSON's, and edits go there
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get, is_auto, num
+from gpudoc.bind.filepresets import FilePreset
+from gpudoc.bind.values import is_neutral
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.presetfiles import read_preset_file
@@ -39,3 +43,93 @@ edit_args = base.no_edit_args
 step_limit = base.no_step_limit
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+
+
+# -- its JSON (also the one the HF Trainer's --deepspeed and a YAML trainer's deepspeed: name) ---
+def write_file(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+
+    def hf_field(path: tuple[str, ...], value: Any, knob: str) -> None:
+        current = get(data, path)
+        if ctx.hf_mode and is_auto(current):
+            res.expressed.add(knob)
+            res.notes.append(f"{ctx.name}: left {'.'.join(path)} = \"auto\": the Trainer fills it from its "
+                             f"own flag, which carries {knob} = {value}")
+        else:
+            res.set(path, value, knob)
+
+    if "micro_batch_size" in k:
+        hf_field(("train_micro_batch_size_per_gpu",), int(k["micro_batch_size"]), "micro_batch_size")
+    if "gradient_accumulation_steps" in k:
+        hf_field(("gradient_accumulation_steps",), int(k["gradient_accumulation_steps"]), "gradient_accumulation_steps")
+    if "zero_stage" in k:
+        if get(data, ("zero_optimization",)) is MISSING and is_neutral("zero_stage", k["zero_stage"]):
+            res.expressed.add("zero_stage")
+        else:
+            res.set(("zero_optimization", "stage"), int(k["zero_stage"]), "zero_stage")
+    for knob, section, legacy in (("offload_optimizer", "offload_optimizer", "cpu_offload"),
+                                  ("offload_params", "offload_param", "cpu_offload_params")):
+        if knob not in k:
+            continue
+        on = bool(k[knob])
+        if get(data, ("zero_optimization", legacy)) is not MISSING:
+            res.set(("zero_optimization", legacy), on, knob)
+        elif get(data, ("zero_optimization", section)) is not MISSING or on:
+            res.set(("zero_optimization", section, "device"), "cpu" if on else "none", knob)
+        else:
+            res.expressed.add(knob)
+    prec = k.get("precision")
+    if prec is not None:
+        if prec in ("bf16-true", "fp16-true"):
+            res.cannot["precision"] = (f"deepspeed ({ctx.name}): bf16/fp16 modes keep fp32 master weights; "
+                                       f"'{prec}' has no setting")
+        else:
+            want = {"bf16": prec == "bf16", "fp16": prec == "fp16"}
+            for section, on in want.items():
+                current = get(data, (section, "enabled"))
+                if current is MISSING and not on:
+                    continue
+                if ctx.hf_mode and is_auto(current):
+                    res.notes.append(f"{ctx.name}: left {section}.enabled = \"auto\": the Trainer sets it from "
+                                     f"--bf16/--fp16 (precision = {prec})")
+                    continue
+                res.set((section, "enabled"), on, "precision")
+            res.expressed.add("precision")
+    # train_batch_size against micro x accumulation x world size is checked on the file as it will
+    # be written, with the launch's other contradictions (conflicts.deepspeed_batch_contradiction).
+    stage = k.get("zero_stage", get(data, ("zero_optimization", "stage")))
+    stage_number = num(stage)
+    if k.get("offload_params") and stage_number is not None and stage_number < 3:
+        res.conflicts.append(f"{ctx.name}: offload_params needs ZeRO stage 3, the stage is {stage}")
+    return res
+
+
+def read_file(data: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for knob, path in (("micro_batch_size", ("train_micro_batch_size_per_gpu",)),
+                       ("gradient_accumulation_steps", ("gradient_accumulation_steps",)),
+                       ("zero_stage", ("zero_optimization", "stage"))):
+        v = count(get(data, path))
+        if v is not None:
+            out[knob] = v
+    for knob, section, legacy in (("offload_optimizer", "offload_optimizer", "cpu_offload"),
+                                  ("offload_params", "offload_param", "cpu_offload_params")):
+        legacy_v = get(data, ("zero_optimization", legacy))
+        device = get(data, ("zero_optimization", section, "device"))
+        if isinstance(legacy_v, bool):
+            out[knob] = legacy_v
+        elif isinstance(device, str) and not is_auto(device):
+            out[knob] = device.lower() in ("cpu", "nvme")
+        elif legacy_v is MISSING and get(data, ("zero_optimization", section)) is MISSING \
+                and out.get("zero_stage", 0) >= (2 if knob == "offload_optimizer" else 3):
+            # No offload section under a stage that can offload: DeepSpeed's default, no offload
+            # (so the offload rungs apply to any ZeRO-2/ZeRO-3 JSON).
+            out[knob] = False
+    bf, fp = get(data, ("bf16", "enabled")), get(data, ("fp16", "enabled"))
+    if (isinstance(bf, bool) and isinstance(fp, bool)) or (bf is True or fp is True):
+        out["precision"] = "bf16" if bf is True else "fp16" if fp is True else "fp32"
+    return out
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file)

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag
-from gpudoc.bind.filepresets import FILE_PRESETS, detect_preset
+from gpudoc.bind.filepresets import FilePreset, detect_preset
 from gpudoc.bind.values import is_neutral
 from gpudoc.errors import InputError
-from gpudoc.frameworks import accelerate, hydra
+from gpudoc.frameworks import accelerate, deepspeed, hydra
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.presetfiles import first_config
 from gpudoc.job import checkpoints as ckpt
@@ -32,6 +32,7 @@ from gpudoc.job.sources import bool_flag, dangling_flag, flag_value, knob_value,
 
 name = "hf-trainer"
 # LLaMA-Factory's CLI with flags and a script under accelerate take the Trainer's flags too.
+file_preset: FilePreset | None = None
 arg_names: tuple[str, ...] = ("hf-trainer", "accelerate", "transformers", "llama-factory")
 
 SEQ_FLAGS = ("--max_seq_length", "--model_max_length", "--cutoff_len", "--max_seq_len")
@@ -124,14 +125,16 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
         data = load_config(cwd / config, config, r)
         preset = detect_preset(data, Path(config).suffix.lower()) if data is not None else None
         if preset is not None and data is not None:
-            for knob, value in FILE_PRESETS[preset].read(data).items():
+            from gpudoc.frameworks.registry import file_preset  # it holds this module
+
+            for knob, value in file_preset(preset).read(data).items():
                 r.set(knob, value, "file", "", config)
             r.file_presets[config] = preset
     ds = flag_value(args, ("--deepspeed",))
     if ds is not None and (cwd / ds[1]).is_file():
         data = load_config(cwd / ds[1], ds[1], r)
         if data is not None:
-            for knob, value in FILE_PRESETS["deepspeed"].read(data).items():
+            for knob, value in deepspeed.read_file(data).items():
                 r.set(knob, value, "file", "", ds[1])
             r.file_presets[ds[1]] = ""  # the hf-trainer preset follows --deepspeed itself
     flag = dangling_flag(args, ("--per_device_train_batch_size", "--gradient_accumulation_steps",

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoc.bind.filepresets import FilePreset
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job.argv import JobCommand
@@ -28,6 +29,7 @@ from gpudoc.job.sources import (
 )
 
 name = "hydra"
+file_preset: FilePreset | None = None
 arg_names: tuple[str, ...] = ()  # the keys are the job's own: `[bind] overrides`
 _OPTIONS = ("--config-path", "--config-name", "-cp", "-cn")
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag
 from gpudoc.bind.filecontext import MISSING, get
+from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.values import is_neutral
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job import checkpoints as ckpt
@@ -25,6 +26,7 @@ from gpudoc.job.knobs import JobReading
 from gpudoc.job.sources import knob_value, load_config, script_tree
 
 name = "lightning"
+file_preset: FilePreset | None = None
 arg_names: tuple[str, ...] = ("lightning",)
 # The Trainer's precision, as Lightning 2 spells each.
 PRECISION = {"fp32": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "bf16-true": "bf16-true",

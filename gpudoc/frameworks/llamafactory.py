@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from gpudoc.bind.args import ArgEdits
-from gpudoc.bind.filepresets import FILE_PRESETS
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get
+from gpudoc.bind.filepresets import FilePreset
+from gpudoc.bind.trainer_configs import follows_deepspeed, lora_key, precision_bools, read_simple
 from gpudoc.frameworks import base, trainer_yaml
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job.argv import JobCommand
@@ -48,7 +50,7 @@ def _overrides(r: JobReading, data: Mapping[str, Any], after: list[str]) -> None
     lives there, written back in place (``[bind] overrides``) when the key holds the knob's own value.
     One that holds it another way (``disable_gradient_checkpointing=``, ``bf16=``) stays as written."""
     given = [o for o in (override(tok) for tok in after) if o is not None]
-    read = FILE_PRESETS[name].read
+    read = read_file
     merged = read({**data, **{key: typed(value) for key, value in given}})
     for key, value in given:
         for knob, said in read({key: typed(value)}).items():
@@ -70,3 +72,39 @@ def step_limit(args: list[str], steps: int) -> list[str]:
 edit_args = base.no_edit_args
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+
+
+# -- its config file ---------------------------------------------------------------------------------
+def write_file(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+    for knob, key in (("micro_batch_size", "per_device_train_batch_size"),
+                      ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+                      ("max_seq_len", "cutoff_len")):
+        if knob in k:
+            res.set((key,), int(k[knob]), knob)
+    gc = k.get("gradient_checkpointing")
+    if gc is not None:
+        # LLaMA-Factory checkpoints by default; the file can only switch it off.
+        if isinstance(gc, bool):
+            if not gc or get(data, ("disable_gradient_checkpointing",)) is not MISSING:
+                res.set(("disable_gradient_checkpointing",), not gc, "gradient_checkpointing")
+            res.expressed.add("gradient_checkpointing")
+        else:
+            res.cannot["gradient_checkpointing"] = f"llama-factory: no setting for gradient_checkpointing = '{gc}'"
+    precision_bools(res, data, ctx, "llama-factory", true_key="pure_bf16")
+    lora_key(res, data, ctx, "lora_rank")
+    follows_deepspeed(res, data, ctx, "llama-factory")
+    return res
+
+
+def read_file(data: Any) -> dict[str, Any]:
+    out = read_simple(data, {"micro_batch_size": "per_device_train_batch_size",
+                              "gradient_accumulation_steps": "gradient_accumulation_steps",
+                              "max_seq_len": "cutoff_len", "lora_rank": "lora_rank"})
+    if isinstance(get(data, ("disable_gradient_checkpointing",)), bool):
+        out["gradient_checkpointing"] = not get(data, ("disable_gradient_checkpointing",))
+    return out
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file)

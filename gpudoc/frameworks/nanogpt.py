@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
-from gpudoc.bind.filecontext import count, num
+from gpudoc.bind.filecontext import FileContext, FileResult, count, num
+from gpudoc.bind.filepresets import FilePreset
+from gpudoc.bind.trainer_configs import read_simple
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job import recognise as source
@@ -119,3 +121,18 @@ def step_limit(args: list[str], steps: int) -> list[str]:
 defaults = base.no_defaults
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+
+
+# -- its config file ---------------------------------------------------------------------------------
+def write_file(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    for key, value, knob in settings(ctx.knobs, ctx.world_size, res):
+        res.set((key,), value, knob)
+    return res
+
+
+def read_file(data: Any) -> dict[str, Any]:
+    return read_simple(data, {"micro_batch_size": "batch_size", "max_seq_len": "block_size"})
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filepresets import FILE_PRESETS
 from gpudoc.job.knobs import JobReading
 from gpudoc.job.sources import load_config
 
@@ -42,7 +41,9 @@ def read_preset_file(r: JobReading, cwd: Path, label: str, preset: str, *,
 
 def set_from(r: JobReading, label: str, preset: str, data: Any, *,
              only: tuple[str, ...] | None = None, skip: tuple[str, ...] = ()) -> None:
-    for knob, value in FILE_PRESETS[preset].read(data).items():
+    from gpudoc.frameworks.registry import file_preset  # it holds the modules that use this one
+
+    for knob, value in file_preset(preset).read(data).items():
         if (only is None or knob in only) and knob not in skip:
             r.set(knob, value, "file", "", label)
     r.file_presets[label] = preset

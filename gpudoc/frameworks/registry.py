@@ -23,6 +23,7 @@ from gpudoc.frameworks import (
     lightning,
     llamafactory,
     nanogpt,
+    nemo,
     torchtune,
 )
 from gpudoc.frameworks.base import Framework, Recognition
@@ -31,6 +32,7 @@ from gpudoc.job.knobs import JobReading
 
 if TYPE_CHECKING:
     from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
+    from gpudoc.bind.filepresets import FilePreset
 
 
 def _adapter(module: Framework) -> Framework:
@@ -40,7 +42,7 @@ def _adapter(module: Framework) -> Framework:
 
 ADAPTERS: tuple[Framework, ...] = (
     _adapter(torchtune), _adapter(lightning), _adapter(deepspeed), _adapter(axolotl), _adapter(llamafactory),
-    _adapter(hf_trainer), _adapter(hydra), _adapter(nanogpt), _adapter(accelerate))
+    _adapter(hf_trainer), _adapter(hydra), _adapter(nanogpt), _adapter(accelerate), _adapter(nemo))
 _BY_NAME: dict[str, Framework] = {adapter.name: adapter for adapter in ADAPTERS}
 
 
@@ -74,6 +76,19 @@ def write_args(name: str, ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContex
     ``[bind] args = NAME`` names; None: no framework takes that name."""
     adapter = next((a for a in ADAPTERS if name in a.arg_names), None)
     return adapter.edit_args(ed, knobs, ctx) if adapter is not None else None
+
+
+def file_preset(name: str) -> FilePreset:
+    """The config-file preset a profile's ``[bind.files."F"] = NAME`` (or a reading) names; KeyError
+    for a name no framework's preset has (``file_preset_names`` lists them)."""
+    adapter = get(name)
+    if adapter is None or adapter.file_preset is None:
+        raise KeyError(name)
+    return adapter.file_preset
+
+
+def file_preset_names() -> list[str]:
+    return sorted(a.name for a in ADAPTERS if a.file_preset is not None)
 
 
 def arg_preset_names() -> list[str]:

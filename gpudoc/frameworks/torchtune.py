@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
-from gpudoc.bind.filecontext import MISSING, get
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get
+from gpudoc.bind.filepresets import FilePreset
+from gpudoc.bind.trainer_configs import read_simple
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job import checkpoints as ckpt
@@ -144,3 +146,71 @@ def checkpoints(args: list[str], cwd: Path, since: float | None) -> list[ckpt.Ch
 
 
 defaults = base.no_defaults
+
+
+# -- its config file ---------------------------------------------------------------------------------
+def write_file(data: Any, ctx: FileContext) -> FileResult:
+    res = FileResult()
+    k = ctx.knobs
+    for knob, path in (("micro_batch_size", ("batch_size",)),
+                       ("gradient_accumulation_steps", ("gradient_accumulation_steps",)),
+                       ("max_seq_len", ("tokenizer", "max_seq_len"))):
+        if knob == "gradient_accumulation_steps" and int(k.get(knob) or 1) > 1 and \
+                get(data, ("optimizer_in_bwd",)) is True:
+            # The optimizer steps inside backward, per parameter: torchtune's recipes raise
+            # "Gradient accumulation is not supported with optimizer in bwd" at startup.
+            res.cannot[knob] = (f"torchtune ({ctx.name}): optimizer_in_bwd: True allows no gradient accumulation, "
+                                f"and the profile asks for {k[knob]}; set optimizer_in_bwd: False in it, or keep "
+                                "gradient_accumulation_steps = 1")
+        elif knob in k:
+            res.set(path, int(k[knob]), knob)
+    gc = k.get("gradient_checkpointing")
+    if gc is not None:
+        if isinstance(gc, bool):
+            res.set(("enable_activation_checkpointing",), gc, "gradient_checkpointing")
+        else:
+            res.cannot["gradient_checkpointing"] = f"torchtune: enable_activation_checkpointing is True/False, not '{gc}'"
+    prec = k.get("precision")
+    if prec is not None:
+        if prec in ("bf16", "bf16-true", "fp32"):
+            res.set(("dtype",), "fp32" if prec == "fp32" else "bf16", "precision")
+        else:
+            res.cannot["precision"] = f"torchtune: dtype takes bf16 or fp32, not '{prec}'"
+    if "lora_rank" in k:
+        if get(data, ("model", "lora_rank")) is not MISSING:
+            _lora_nested(res, data, ctx)
+        elif k["lora_rank"]:
+            res.cannot["lora_rank"] = f"torchtune ({ctx.name}): the model has no lora_rank (not a LoRA recipe config)"
+        else:
+            res.expressed.add("lora_rank")
+    if "offload_params" in k:
+        if k["offload_params"] or get(data, ("fsdp_cpu_offload",)) is not MISSING:
+            res.set(("fsdp_cpu_offload",), bool(k["offload_params"]), "offload_params")
+        res.expressed.add("offload_params")
+    res.unsupported(k, ("zero_stage", "offload_optimizer"),
+                    lambda knob: f"torchtune: no setting for {knob} (FSDP, not DeepSpeed)")
+    return res
+
+
+def _lora_nested(res: FileResult, data: Any, ctx: FileContext) -> None:
+    rank = int(ctx.knobs["lora_rank"])
+    if rank == 0:
+        res.conflicts.append(f"{ctx.name}: model.lora_rank is set (LoRA recipe) but the profile says lora_rank = 0")
+        res.expressed.add("lora_rank")
+    else:
+        res.set(("model", "lora_rank"), rank, "lora_rank")
+
+
+def read_file(data: Any) -> dict[str, Any]:
+    out = read_simple(data, {"micro_batch_size": "batch_size", "gradient_accumulation_steps":
+                              "gradient_accumulation_steps", "max_seq_len": "tokenizer.max_seq_len",
+                              "lora_rank": "model.lora_rank"},
+                       bools={"gradient_checkpointing": "enable_activation_checkpointing"})
+    out.pop("precision", None)
+    dtype = get(data, ("dtype",))
+    if dtype in ("bf16", "fp32"):
+        out["precision"] = dtype
+    return out
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file)

@@ -23,7 +23,7 @@ _ATTRIBUTES = [n for n in Framework.__annotations__ if not n.startswith("_")]
 def test_the_protocol_names_every_member_the_brief_asks_for():
     assert set(_METHODS) == {"recognise", "read", "defaults", "edit_args", "step_limit", "resume_switch",
                              "checkpoints"}
-    assert set(_ATTRIBUTES) == {"name", "arg_names"}
+    assert set(_ATTRIBUTES) == {"name", "arg_names", "file_preset"}
 
 
 @pytest.mark.parametrize("adapter", registry.ADAPTERS, ids=lambda a: a.name)
@@ -46,6 +46,12 @@ def test_names_are_unique_and_an_arg_name_belongs_to_one_framework():
     # The frameworks whose own flags gpudoc writes: a job read as one is bound through [bind] args.
     assert [a.name for a in registry.ADAPTERS if registry.takes_own_flags(a.name)] == \
         ["torchtune", "lightning", "hf-trainer", "nanogpt"]
+    # A profile's [bind.files."F"] = NAME: the framework's own config layout, under its own name.
+    assert registry.file_preset_names() == ["accelerate", "axolotl", "deepspeed", "llama-factory", "nanogpt", "nemo",
+                                            "torchtune"]
+    assert all(registry.file_preset(n).name == n for n in registry.file_preset_names())
+    with pytest.raises(KeyError):
+        registry.file_preset("lightning")
 
 
 def _write(cwd: Path, name: str, text: str) -> None:

@@ -71,7 +71,7 @@ def test_a_json_no_trainer_reads_gets_numbers_for_auto(tmp_path):
 def test_a_zero3_json_without_offload_sections_reads_as_no_offload_so_the_offload_rungs_apply(tmp_path):
     # DeepSpeed's default when the section is absent is no offload; gpudoc read "unknown", and the
     # ladder had no offload rung to offer this real ZeRO-3 config.
-    from gpudoc.bind.deepspeed import deepspeed_read
+    from gpudoc.frameworks.deepspeed import read_file as deepspeed_read
     from gpudoc.ladder import suggest
     from gpudoc.units import GIB
     from tests.ladder.helpers import no_estimate, oom
