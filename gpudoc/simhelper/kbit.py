@@ -9,7 +9,9 @@ plain tensors, so a stand-in holds the same bytes for as long:
   weight dequantized to that dtype (a transient of out x in), ``linear``, and the output cast back
   to the input's dtype. ``MatMul4Bit`` keeps ``ctx.tensors = (A, B)``, the input and the packed
   weight, whenever either needs a gradient (bitsandbytes/autograd/_functions.py): the cast input
-  stays live until backward has run;
+  stays live until backward has run. Kept here as saved tensors, so that gradient checkpointing
+  drops and recomputes them as it does under reentrant checkpointing (peft's
+  ``prepare_model_for_kbit_training`` default), where the forward builds no graph to hold them;
 - backward: the weight dequantized again (transient) for the input's gradient; the frozen packed
   weight gets none.
 """
@@ -35,7 +37,8 @@ class _MatMul4Bit(torch.autograd.Function):
         del weight
         ctx.shape = shape
         ctx.has_bias = bias is not None
-        ctx.tensors = (A, packed) if any(ctx.needs_input_grad[:2]) else (None, None)
+        if any(ctx.needs_input_grad[:2]):
+            ctx.save_for_backward(A, packed)
         return out
 
     @staticmethod

@@ -76,3 +76,23 @@ def test_every_linear_but_the_output_head_is_converted():
         model = Tiny()
     assert quantize_linears(model, torch.bfloat16) == 2
     assert isinstance(model.blocks[0], Linear4bit) and type(model.head) is torch.nn.Linear
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_the_kept_input_is_dropped_by_gradient_checkpointing(checkpointed):
+    """An fp32 input is cast to a bf16 copy the matmul keeps; inside a checkpointed region that copy
+    is recomputed in backward instead (as under reentrant checkpointing, where no graph holds it)."""
+    from torch.utils.checkpoint import checkpoint
+
+    layer = _layer()
+    tracker = LiveBytes()
+    with tracker:
+        tracker.track(layer.weight)
+        x = torch.empty(TOKENS, IN, device="meta", requires_grad=True)
+        tracker.track(x)
+        start = tracker.live
+        out = checkpoint(layer, x, use_reentrant=False) if checkpointed else layer(x)
+        kept = tracker.live - start
+    output, cast_input = TOKENS * OUT * 4, TOKENS * IN * 2
+    assert kept == output + (0 if checkpointed else cast_input)
+    del out
