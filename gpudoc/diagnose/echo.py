@@ -9,39 +9,33 @@ head of the log, where banners are; the values come back in the order printed (r
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
 _INT = r"(\d+)"
-# knob -> patterns whose first group is the value, in the job's own spelling.
-PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
-    "micro_batch_size": tuple(re.compile(p) for p in (
-        r"Instantaneous batch size per device = " + _INT,
-        r"\bmicro_batch_size\s*[=:]\s*" + _INT,
-        r"\bper_device_train_batch_size\s*[=:]\s*" + _INT,
-        r"^\s*batch_size\s*[=:]\s*" + _INT + r"\s*$",
-        r"Overriding: batch_size = " + _INT,
-        r"\bbatch_size=" + _INT + r"\b",
-    )),
-    "gradient_accumulation_steps": tuple(re.compile(p) for p in (
-        r"Gradient Accumulation steps = " + _INT,
-        r"\bgradient_accumulation_steps\s*[=:]\s*" + _INT,
-        r"\baccumulate_grad_batches\s*[=:]\s*" + _INT,
-        r"Overriding: gradient_accumulation_steps = " + _INT,
-    )),
-    "max_seq_len": tuple(re.compile(p) for p in (
-        r"\bmax_seq_len(?:gth)?\s*[=:]\s*" + _INT,
-        r"Overriding: block_size = " + _INT,
-    )),
-    "gradient_checkpointing": tuple(re.compile(p) for p in (
-        r"\b(?:gradient|activation)_checkpointing\s*[=:]\s*(true|false|True|False)\b",
-        r"\benable_activation_checkpointing\s*[=:]\s*(true|false|True|False)\b",
-    )),
-    "precision": tuple(re.compile(p) for p in (
-        r"Using (bf16|16bit) Automatic Mixed Precision",
-        r"\bprecision\s*[=:]\s*(fp32|fp16|bf16|bf16-true|fp16-true)\b",
-    )),
-}
+# What a script's own echo says (``micro_batch_size=4``, a ``GPUDOC_*``-reading script's), as
+# (knob, pattern whose first group is the value); each framework's banners are its ``echo``.
+_OWN: tuple[tuple[str, str], ...] = (
+    ("micro_batch_size", r"\bmicro_batch_size\s*[=:]\s*" + _INT),
+    ("micro_batch_size", r"\bbatch_size=" + _INT + r"\b"),
+    ("gradient_accumulation_steps", r"\bgradient_accumulation_steps\s*[=:]\s*" + _INT),
+    ("max_seq_len", r"\bmax_seq_len(?:gth)?\s*[=:]\s*" + _INT),
+    ("gradient_checkpointing", r"\b(?:gradient|activation)_checkpointing\s*[=:]\s*(true|false|True|False)\b"),
+    ("precision", r"\bprecision\s*[=:]\s*(fp32|fp16|bf16|bf16-true|fp16-true)\b"),
+)
+
+
+@functools.cache
+def patterns() -> dict[str, tuple[re.Pattern[str], ...]]:
+    """knob -> the patterns whose first group is its value, in the job's own spelling: the
+    frameworks' banners first (``gpudoc.frameworks``), then a script's own echo."""
+    from gpudoc.frameworks.registry import ADAPTERS  # only when a log is read for settings
+
+    found: dict[str, list[re.Pattern[str]]] = {}
+    for knob, pattern in (*(line for adapter in ADAPTERS for line in adapter.echo), *_OWN):
+        found.setdefault(knob, []).append(re.compile(pattern))
+    return {knob: tuple(compiled) for knob, compiled in found.items()}
 _PRECISION_WORDS = {"16bit": "fp16"}
 _MARKERS = ("batch", "ccumulat", "seq_len", "checkpointing", "Precision", "precision", "Overriding")
 
@@ -52,8 +46,8 @@ def settings_seen(text: str) -> dict[str, list[Any]]:
     for line in text.splitlines():
         if not any(marker in line for marker in _MARKERS):  # the cheap gate: most lines name no setting
             continue
-        for knob, patterns in PATTERNS.items():
-            for pattern in patterns:
+        for knob, knob_patterns in patterns().items():
+            for pattern in knob_patterns:
                 found = pattern.search(line)
                 if found:
                     seen.setdefault(knob, []).append(_value(knob, found.group(1)))

@@ -16,6 +16,7 @@ from gpudoc.job.knobs import JobReading
 
 name = "axolotl"
 arg_names: tuple[str, ...] = ()
+echo: tuple[tuple[str, str], ...] = ()
 _PROGRAMS = ("axolotl",)
 
 

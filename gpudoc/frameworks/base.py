@@ -48,6 +48,9 @@ class Framework(Protocol):
     # Where each knob lives in its own config file, read and written by the same preset (a profile's
     # ``[bind.files."F"] = NAME``); None: it has no config layout of its own.
     file_preset: FilePreset | None
+    # The lines it prints of its settings, as (knob, regular expression whose first group is the
+    # value): what proves a changed knob reached the job (``gpudoc.diagnose.echo``).
+    echo: tuple[tuple[str, str], ...]
 
     def recognise(self, job: JobCommand, cwd: Path) -> Recognition | None:
         """Whether the job is this framework's, and why; None when nothing says so."""

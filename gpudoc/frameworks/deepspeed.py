@@ -21,6 +21,7 @@ from gpudoc.job.sources import flag_value
 
 name = "deepspeed"
 arg_names: tuple[str, ...] = ()
+echo: tuple[tuple[str, str], ...] = ()
 _CONFIG_FLAGS = ("--deepspeed_config", "--deepscale_config")  # deepspeed.add_config_arguments
 
 

@@ -34,6 +34,11 @@ name = "hf-trainer"
 # LLaMA-Factory's CLI with flags and a script under accelerate take the Trainer's flags too.
 file_preset: FilePreset | None = None
 arg_names: tuple[str, ...] = ("hf-trainer", "accelerate", "transformers", "llama-factory")
+echo: tuple[tuple[str, str], ...] = (  # its "***** Running training *****" banner; TrainingArguments' dump
+    ("micro_batch_size", r"Instantaneous batch size per device = (\d+)"),
+    ("micro_batch_size", r"\bper_device_train_batch_size\s*[=:]\s*(\d+)"),
+    ("gradient_accumulation_steps", r"Gradient Accumulation steps = (\d+)"),
+)
 
 SEQ_FLAGS = ("--max_seq_length", "--model_max_length", "--cutoff_len", "--max_seq_len")
 LORA_FLAGS = ("--lora_r", "--lora_rank")

@@ -28,6 +28,10 @@ from gpudoc.job.sources import knob_value, load_config, script_tree
 name = "lightning"
 file_preset: FilePreset | None = None
 arg_names: tuple[str, ...] = ("lightning",)
+echo: tuple[tuple[str, str], ...] = (  # the Trainer's precision line; its hyperparameters
+    ("gradient_accumulation_steps", r"\baccumulate_grad_batches\s*[=:]\s*(\d+)"),
+    ("precision", r"Using (bf16|16bit) Automatic Mixed Precision"),
+)
 # The Trainer's precision, as Lightning 2 spells each.
 PRECISION = {"fp32": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "bf16-true": "bf16-true",
              "fp16-true": "16-true"}

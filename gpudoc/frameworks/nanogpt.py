@@ -24,6 +24,11 @@ from gpudoc.job.sources import load_config, to_int, typed
 
 name = "nanogpt"
 arg_names: tuple[str, ...] = ("nanogpt",)
+echo: tuple[tuple[str, str], ...] = (  # configurator.py's "Overriding: key = value"
+    ("micro_batch_size", r"Overriding: batch_size = (\d+)"),
+    ("gradient_accumulation_steps", r"Overriding: gradient_accumulation_steps = (\d+)"),
+    ("max_seq_len", r"Overriding: block_size = (\d+)"),
+)
 DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 _FROM_DTYPE = {v: k for k, v in DTYPE.items()}
 _KEYS = {"batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",

@@ -19,6 +19,7 @@ from gpudoc.job.knobs import JobReading
 
 name = "nemo"
 arg_names: tuple[str, ...] = ()
+echo: tuple[tuple[str, str], ...] = ()
 
 
 def recognise(job: JobCommand, cwd: Path) -> Recognition | None:

@@ -25,6 +25,10 @@ from gpudoc.job.sources import flag_value, knob_value, load_config, override, ty
 
 name = "torchtune"
 arg_names: tuple[str, ...] = ("torchtune",)
+echo: tuple[tuple[str, str], ...] = (  # the recipe's resolved-config dump
+    ("micro_batch_size", r"^\s*batch_size\s*[=:]\s*(\d+)\s*$"),
+    ("gradient_checkpointing", r"\benable_activation_checkpointing\s*[=:]\s*(true|false|True|False)\b"),
+)
 _KEYS = {"batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
          "tokenizer.max_seq_len": "max_seq_len", "enable_activation_checkpointing": "gradient_checkpointing",
          "dtype": "precision", "model.lora_rank": "lora_rank"}

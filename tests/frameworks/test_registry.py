@@ -5,6 +5,7 @@ has never selects a framework."""
 from __future__ import annotations
 
 import inspect
+import re
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from gpudoc.frameworks import registry
 from gpudoc.frameworks.base import Framework
 from gpudoc.job.argv import parse_command
+from gpudoc.job.knobs import COUNT_BOUNDS
 from tests.job.scripts import ARGPARSE_LOOP, HF_TRAINER
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "real" / "configs"
@@ -23,7 +25,7 @@ _ATTRIBUTES = [n for n in Framework.__annotations__ if not n.startswith("_")]
 def test_the_protocol_names_every_member_the_brief_asks_for():
     assert set(_METHODS) == {"recognise", "read", "defaults", "edit_args", "step_limit", "resume_switch",
                              "checkpoints"}
-    assert set(_ATTRIBUTES) == {"name", "arg_names", "file_preset"}
+    assert set(_ATTRIBUTES) == {"name", "arg_names", "file_preset", "echo"}
 
 
 @pytest.mark.parametrize("adapter", registry.ADAPTERS, ids=lambda a: a.name)
@@ -35,6 +37,13 @@ def test_every_registered_framework_implements_each_member(adapter):
         own = inspect.signature(getattr(adapter, member))
         declared = inspect.signature(getattr(Framework, member))
         assert list(own.parameters) == [p for p in declared.parameters if p != "self"], (adapter.name, member)
+
+
+@pytest.mark.parametrize("adapter", registry.ADAPTERS, ids=lambda a: a.name)
+def test_each_echo_line_names_a_knob_and_captures_its_value(adapter):
+    for knob, pattern in adapter.echo:
+        assert knob in COUNT_BOUNDS or knob in ("gradient_checkpointing", "precision"), knob
+        assert re.compile(pattern).groups >= 1, pattern
 
 
 def test_names_are_unique_and_an_arg_name_belongs_to_one_framework():
