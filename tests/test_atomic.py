@@ -76,6 +76,22 @@ def test_the_first_backup_of_a_chain_is_kept(tmp_path):
     assert (tmp_path / "cfg.yaml.gpudoc.bak").read_text() == "batch_size: 45\n"
 
 
+def test_bytes_no_backup_holds_are_never_given_up_unless_held_elsewhere(tmp_path):
+    """The first backup holds an earlier chain's start; the file was edited by hand since: the edit
+    goes ahead only when ``held`` keeps those bytes, and the first backup stays as it was."""
+    from gpudoc.errors import InputError
+
+    config = tmp_path / "cfg.yaml"
+    config.write_text("batch_size: 45\n")
+    saved = backup(config)
+    config.write_text("batch_size: 30  # by hand\n")
+    with pytest.raises(InputError, match="changed since its backup .* no backup holds what it holds now"):
+        backup(config, held=lambda _data: False)
+    kept: list[bytes] = []
+    assert backup(config, held=lambda data: kept.append(data) or True) == saved
+    assert kept == [b"batch_size: 30  # by hand\n"] and saved.read_text() == "batch_size: 45\n"
+
+
 def test_a_kill_during_the_backup_copy_leaves_the_previous_backup_whole(tmp_path):
     # The copy is atomic: a writer killed after its write, before its rename, changes nothing.
     config = tmp_path / "cfg.yaml"
