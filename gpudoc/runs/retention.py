@@ -136,8 +136,9 @@ def plan_unlisted(store: RunStore, *, keep: int | None = None, older_than_days: 
     try:
         if not all(stat.S_ISDIR(os.lstat(level).st_mode) for level in (folder.parent, folder)):
             return UnlistedPlan()  # a link or a file planted in its place: nothing there is gpudoc's
-        kept = sorted((entry.stat(follow_symlinks=False).st_mtime, entry.name) for entry in os.scandir(folder)
-                      if entry.is_file(follow_symlinks=False))
+        with os.scandir(folder) as entries:
+            kept = sorted((entry.stat(follow_symlinks=False).st_mtime, entry.name) for entry in entries
+                          if entry.is_file(follow_symlinks=False))
     except OSError:
         return UnlistedPlan()  # none kept yet
     plan = UnlistedPlan(total=len(kept))
