@@ -23,7 +23,7 @@ from gpudoc.frameworks.base import Recognition
 from gpudoc.job import checkpoints as ckpt
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.knobs import JobReading
-from gpudoc.job.sources import knob_value, load_config, script_tree
+from gpudoc.job.sources import cli_options, knob_value, load_config, script_tree
 
 name = "lightning"
 file_preset: FilePreset | None = None
@@ -68,7 +68,7 @@ def is_lightning_cli(job: JobCommand, args: list[str], cwd: Path) -> bool:
     if any(a.startswith(("--trainer.", "--data.", "--model.")) for a in args) or (
             args and args[0] in SUBCOMMANDS):
         return True
-    configs = [value for _, name, value in _tokens(args) if name in ("--config", "-c")]
+    configs = [value for _, name, value in cli_options(args) if name in ("--config", "-c")]
     if not configs:
         return False
     tree = script_tree(job, cwd)
@@ -98,28 +98,9 @@ def _shaped(data: Any) -> bool:
         isinstance(s, Mapping) and ("class_path" in s or "init_args" in s) for s in sections)
 
 
-def _tokens(args: list[str]) -> list[tuple[int, str, str]]:
-    """(index, name, value) per option or positional, as jsonargparse reads them: ``--flag value``
-    and ``--flag=value`` are one option; a positional's name and value are the token itself."""
-    out = []
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        name, eq, value = tok.partition("=")
-        if not tok.startswith("-"):
-            out.append((i, tok, tok))
-            i += 1
-            continue
-        if not eq:
-            value = args[i + 1] if i + 1 < len(args) else ""
-        out.append((i, name, value))
-        i += 1 if eq else 2
-    return out
-
-
 def _subcommand(args: list[str]) -> tuple[int, str] | None:
     """The subcommand (``fit``, ...) and its index: the first positional argument."""
-    for i, name, _value in _tokens(args):
+    for i, name, _value in cli_options(args):
         if not name.startswith("-"):
             return (i, name) if name in SUBCOMMANDS else None
     return None
@@ -137,7 +118,7 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     sub = _subcommand(args)
     # jsonargparse applies --config files and flags in the order given; a --config before the
     # subcommand is the top-level parser's, whose keys sit under the subcommand's name (fit.data...).
-    for i, option, value in _tokens(args):
+    for i, option, value in cli_options(args):
         if option in ("--config", "-c"):
             data = load_config(cwd / value, value, r) if (cwd / value).is_file() else None
             prefix = f"{sub[1]}." if sub is not None and i < sub[0] else ""

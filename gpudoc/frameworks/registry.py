@@ -21,6 +21,7 @@ from gpudoc.frameworks import (
     hf_trainer,
     hydra,
     lightning,
+    litgpt,
     llamafactory,
     nanogpt,
     nemo,
@@ -41,7 +42,7 @@ def _adapter(module: Framework) -> Framework:
 
 
 ADAPTERS: tuple[Framework, ...] = (
-    _adapter(torchtune), _adapter(lightning), _adapter(deepspeed), _adapter(axolotl), _adapter(llamafactory),
+    _adapter(torchtune), _adapter(lightning), _adapter(litgpt), _adapter(deepspeed), _adapter(axolotl), _adapter(llamafactory),
     _adapter(hf_trainer), _adapter(hydra), _adapter(nanogpt), _adapter(accelerate), _adapter(nemo))
 _BY_NAME: dict[str, Framework] = {adapter.name: adapter for adapter in ADAPTERS}
 

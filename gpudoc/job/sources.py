@@ -108,6 +108,26 @@ def flag_value(args: list[str], names: tuple[str, ...]) -> tuple[str, str] | Non
     return found[-1] if found else None
 
 
+def cli_options(args: list[str]) -> list[tuple[int, str, str]]:
+    """(index, name, value) per option or positional, as jsonargparse reads them (LightningCLI,
+    LitGPT): ``--flag value`` and ``--flag=value`` are one option; a positional's name and value
+    are the token itself."""
+    out = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        name, eq, value = tok.partition("=")
+        if not tok.startswith("-"):
+            out.append((i, tok, tok))
+            i += 1
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        out.append((i, name, value))
+        i += 1 if eq else 2
+    return out
+
+
 def dangling_flag(args: list[str], names: tuple[str, ...]) -> str | None:
     """One of ``names`` that ends the command with no value after it (argparse refuses that)."""
     found = ArgEdits(args).find(names)

@@ -54,10 +54,10 @@ def test_names_are_unique_and_an_arg_name_belongs_to_one_framework():
     assert registry.arg_preset_names() == sorted(arg_names)
     # The frameworks whose own flags gpudoc writes: a job read as one is bound through [bind] args.
     assert [a.name for a in registry.ADAPTERS if registry.takes_own_flags(a.name)] == \
-        ["torchtune", "lightning", "hf-trainer", "nanogpt"]
+        ["torchtune", "lightning", "litgpt", "hf-trainer", "nanogpt"]
     # A profile's [bind.files."F"] = NAME: the framework's own config layout, under its own name.
-    assert registry.file_preset_names() == ["accelerate", "axolotl", "deepspeed", "llama-factory", "nanogpt", "nemo",
-                                            "torchtune"]
+    assert registry.file_preset_names() == ["accelerate", "axolotl", "deepspeed", "litgpt", "llama-factory", "nanogpt",
+                                            "nemo", "torchtune"]
     assert all(registry.file_preset(n).name == n for n in registry.file_preset_names())
     with pytest.raises(KeyError):
         registry.file_preset("lightning")
@@ -102,6 +102,9 @@ def _case(cwd: Path, case: str) -> list[str]:
     if case == "axolotl":
         shutil.copy(CONFIGS / "axolotl__examples__llama-3__fft-8b.yaml", cwd / "cfg.yml")
         return ["accelerate", "launch", "-m", "axolotl.cli.train", "cfg.yml"]
+    if case == "litgpt":
+        shutil.copy(CONFIGS / "litgpt__config_hub__finetune__llama-2-7b__lora.yaml", cwd / "lora.yaml")
+        return ["litgpt", "finetune", "meta-llama/Llama-2-7b-hf", "--config", "lora.yaml"]
     if case == "llama-factory":
         shutil.copy(CONFIGS / "LLaMA-Factory__examples__train_full__qwen3_full_sft.yaml", cwd / "sft.yaml")
         return ["llamafactory-cli", "train", "sft.yaml"]
@@ -112,7 +115,7 @@ def _case(cwd: Path, case: str) -> list[str]:
 
 
 @pytest.mark.parametrize("case", ["hf-trainer", "lightning", "hydra", "torchtune", "nanogpt", "deepspeed", "axolotl",
-                                  "llama-factory", "accelerate"])
+                                  "llama-factory", "litgpt", "accelerate"])
 def test_each_framework_is_recognised_from_its_own_job(tmp_path, case):
     command = _case(tmp_path, case)
     picked = registry.pick(parse_command(command), tmp_path)
@@ -144,6 +147,7 @@ STEP_LIMITS = {
     "torchtune": (["--config", "x.yaml", "max_steps_per_epoch=100"], ["--config", "x.yaml", "max_steps_per_epoch=3"]),
     "nanogpt": (["config/train.py", "--max_iters=5000"], ["config/train.py", "--max_iters=3"]),
     "llama-factory": (["train", "sft.yaml"], ["train", "sft.yaml", "max_steps=3"]),
+    "litgpt": (["finetune", "m", "--train.max_steps=100"], ["finetune", "m", "--train.max_steps=3"]),
 }
 
 
