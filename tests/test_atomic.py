@@ -107,16 +107,20 @@ def test_a_kill_during_the_backup_copy_leaves_the_previous_backup_whole(tmp_path
 
 
 def test_the_edit_lock_serialises_two_editors(tmp_path):
-    # A second process asks for the lock while this one holds it: it waits until it is released.
-    code = ("import sys, time\nfrom pathlib import Path\nfrom gpudoc.atomic import edit_lock\n"
-            "start = time.monotonic()\n"
-            f"with edit_lock(Path({str(tmp_path)!r})):\n    print(round(time.monotonic() - start, 2))\n")
+    # A second process asks for the lock while this one holds it: it gets it only once this one has
+    # let go. The child says when it is about to ask and when it got the lock (wall clock, which both
+    # processes share), so a slow start-up of the child on a loaded machine changes nothing.
+    code = ("import time\nfrom pathlib import Path\nfrom gpudoc.atomic import edit_lock\n"
+            "print('asking', flush=True)\n"
+            f"with edit_lock(Path({str(tmp_path)!r})):\n    print(time.time())\n")
     with edit_lock(tmp_path):
         other = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
-        time.sleep(1.0)
+        assert other.stdout is not None and other.stdout.readline() == "asking\n"
+        time.sleep(0.5)
         assert other.poll() is None  # still waiting
-    out, _ = other.communicate(timeout=30)
-    assert float(out) >= 0.9
+        letting_go = time.time()
+    out, _ = other.communicate(timeout=60)
+    assert float(out) >= letting_go
     assert list(tmp_path.iterdir()) == []  # no lock file left behind
     # flock belongs to an open file description: a second open, even in this process, must wait.
     with edit_lock(tmp_path), pytest.raises(TimeoutError), edit_lock(tmp_path, timeout_s=0.2):
