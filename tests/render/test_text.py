@@ -21,7 +21,7 @@ def _result_types(module_name: str) -> list[type]:
 
 
 def test_every_result_type_has_a_renderer_where_the_table_says():
-    assert {m.rsplit(".", 1)[1] for m in RESULT_MODULES} == {"core", "runs", "fix", "profile", "restore"}
+    assert {m.rsplit(".", 1)[1] for m in RESULT_MODULES} == {"core", "runs", "fix", "profile", "restore", "tune"}
     fallback = text.dispatch(object)
     for module_name in RESULT_MODULES:
         if module_name in _RENDERERS:
@@ -29,7 +29,7 @@ def test_every_result_type_has_a_renderer_where_the_table_says():
         types = _result_types(module_name)
         assert types, module_name
         for cls in types:
-            if cls.__name__ != "NodeView":  # a part of FixResult, never shown alone
+            if cls.__name__ not in ("NodeView", "Trial", "Search"):  # parts of FixResult, TuneResult: never shown alone
                 assert text.dispatch(cls) is not fallback, cls
 
 
