@@ -4,9 +4,12 @@ record), not from the reading of the command line or a profile's ``[train]``, an
 each where the two differ.
 
 A knob gpudoc had no place for gets one only where the job is known to read it: a flag the job's
-own parser declares (the probe saw the parser) that held exactly the value the job trained with.
-Where no flag or several hold it, gpudoc says so and writes nothing for that knob: it never invents
-a flag the job's parser lacks.
+own parser declares (the probe saw the parser) that held exactly the value the job trained with, or
+the key a nanoGPT-style configurator takes (``--key=value``). A config file that held another value
+than the job ran with did not give the job its value (a Hydra group the command did not compose):
+it is never written; the key of the config Hydra composed is, as an override. Where no place is
+known, gpudoc says so and writes nothing for that knob: it never invents a flag the job's parser
+lacks. A place that already holds what the job ran with is not written again.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpudoc.bind.values import format_value
+from gpudoc.runs.probe import nanogpt_knobs
 
 if TYPE_CHECKING:
     from gpudoc.profiles.model import Profile
@@ -48,23 +52,30 @@ def believe(profile: Profile, record: RunRecord | None) -> tuple[Profile, tuple[
         read = profile.train.get(knob)
         if read == value and type(read) is type(value) and (job is None or knob in places):
             continue
-        if job is not None and knob not in places:
+        place = places.get(knob) if job is not None else None
+        # A file the reading found the knob in that did not give the job its value (a config group the
+        # command did not compose, a later layer over it): a rung written there would change nothing.
+        stale = place is not None and place.kind == "file" and place.value != value
+        if job is not None and (place is None or stale):
             from gpudoc.job.knobs import Knob
 
-            # A knob the reading found no place for: the job's own flag, where one is known to hold it.
-            flag, why = declared_flag(record.parsers or (), value) if knob in PLACEABLE else (None, "")
-            if flag is None:
+            found, why, said = _observed_place(job.framework, record.parsers or (), knob, value, place)
+            if found is None:
                 placeless.append(f"{knob} {format_value(value)} ({how}{'; ' + why if why else ''})")
                 places[knob] = Knob(value, "default", OBSERVED_ONLY)  # as the job ran: nothing to write
                 changes[knob] = value
                 continue
-            places[knob] = Knob(value, "argv", flag)
-            notes.append(f"the job ran with {knob} {format_value(value)} ({how}), the value of its own {flag}, "
-                         "which its parser declares: a rung of it is written there")
+            places[knob] = Knob(value, "argv", found)
+            if said.endswith("configurator takes"):  # written as its configurator takes it: --key=value
+                job = replace(job, framework="nanogpt")
+            notes.append(f"the job ran with {knob} {format_value(value)} ({how}), the value of {said}: a rung "
+                         "of it is written there")
         else:
             where = (job.places.get(knob) if job is not None else f"[train] of {profile.name}") or "default"
             said = f"read {knob} {format_value(read)} ({where})" if read is not None else f"read no {knob}"
             notes.append(f"{said}; the job ran with {format_value(value)} ({how}): gpudoc goes by what it ran with")
+            if place is not None:  # its place now holds what the job ran with: a rung that keeps it writes nothing
+                places[knob] = replace(place, value=value)
         changes[knob] = value
     if placeless:
         notes.append(f"the job ran with {', '.join(placeless)}, but no place it reads them from is known, so no "
@@ -78,12 +89,53 @@ def believe(profile: Profile, record: RunRecord | None) -> tuple[Profile, tuple[
     return profile.with_train(changes), tuple(notes), unwritable
 
 
+def _observed_place(framework: str | None, parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,
+                    place: Any) -> tuple[str | None, str, str]:
+    """Where the job is known to read ``knob`` (which held ``value``), for a knob the reading found
+    no place for, or found in a file that did not give the job its value: (the flag, nanoGPT
+    ``--key`` or Hydra override key; None: none is known), why none, and what it is, worded."""
+    if place is not None:  # a stale file: Hydra's composed key that held the value, as an override
+        key = composed_key(parsers, place.name, value) if framework == "hydra" else None
+        stale = f"{place.where} held {format_value(place.value)}, not what the job ran with"
+        return (key, "", f"{key} in the config Hydra composed ({stale}), set by an override") if key \
+            else (None, stale, "")
+    key = configurator_key(parsers, knob, value) if framework in (None, "nanogpt") else None
+    if key is not None:
+        return f"--{key}", "", f"its own --{key}, which its configurator takes"
+    flag, why = declared_flag(parsers, value) if knob in PLACEABLE else (None, "")
+    return flag, why, f"its own {flag}, which its parser declares"
+
+
+def composed_key(parsers: Sequence[Mapping[str, Any]], name: str, value: Any) -> str | None:
+    """The one key of the config Hydra composed for the job (the probe saw it) that ends in ``name``
+    and held ``value``: what a ``key=value`` override on the command line sets."""
+    held = [key for parser in parsers if parser.get("type") == "hydra"
+            for key, composed in dict(parser.get("values") or {}).items()
+            if (key == name or key.endswith(f".{name}")) and composed == value and type(composed) is type(value)]
+    return held[0] if len(held) == 1 else None
+
+
+def configurator_key(parsers: Sequence[Mapping[str, Any]], knob: str, value: Any) -> str | None:
+    """nanoGPT's key for ``knob`` (``dtype`` for precision) when a nanoGPT-style configurator of the job
+    takes it (the script declares it as a global) and it held ``value``: the place a ``--key=value``
+    override reaches."""
+    for parser in parsers:
+        if parser.get("type") != "configurator":
+            continue
+        held, key = nanogpt_knobs(dict(parser.get("values") or {})).get(knob, (None, ""))
+        if held == value and type(held) is type(value) and f"--{key}" in (parser.get("options") or ()):
+            return key
+    return None
+
+
 def declared_flag(parsers: Sequence[Mapping[str, Any]], value: Any) -> tuple[str | None, str]:
     """The one flag of the job's parsers that held ``value``, or None and why not."""
     if not parsers:
         return None, "the probe saw no argument parser of the job"
     held = []
     for parser in parsers:
+        if parser.get("type") == "configurator":
+            continue  # its keys are written as it takes them (configurator_key), never as --flag VALUE
         options = [o for o in parser.get("options") or () if isinstance(o, str) and o.startswith("--")]
         for dest, parsed in dict(parser.get("values") or {}).items():
             if parsed != value or isinstance(parsed, bool) or not isinstance(parsed, int):

@@ -12,7 +12,8 @@ workers and compile workers stay silent. Every hook is guarded and switches itse
 error; the file is capped, with a last line saying so.
 
 Events, one JSON object a line in ``$GPUDOC_PROBE_DIR/rank-N.jsonl``:
-``start`` (pid, rank), ``parser`` (the flags a parser of the job declares, and its values), ``model`` (parameters, trainable, dtype), ``input`` (shape of the top module's
+``start`` (pid, rank), ``parser`` (the flags a parser of the job declares, and its values: argparse's, or the keys a nanoGPT-style
+configurator takes), ``model`` (parameters, trainable, dtype), ``input`` (shape of the top module's
 first input), ``step`` (n, seconds, backward passes, autocast dtype, world size, optimizer, peaks),
 ``config-file`` (a config file the job read, and its values), ``framework`` (the settings a framework
 resolved: the HF Trainer's arguments, the Lightning Trainer's, a DeepSpeed engine's, the config
@@ -62,6 +63,7 @@ class _Probe:
         self.input_seen = False
         self.autocast: str | None = None  # the autocast dtype of the first forward, or "off"
         self.history: Any = None  # PyTorch's memory history, with [run] snapshot = "on-oom" (snapshot.py)
+        self.oom_at: int | None = None  # the step of the OOM recorded
         # The parsers the job used, kept in memory until this process writes for training: a launcher
         # (torchrun parses its own arguments) must never create a rank's file.
         self.parsers: list[tuple[dict, Any]] = []  # (what the parser declares, weakref to its namespace)
@@ -81,6 +83,9 @@ class _Probe:
                 self._line({"event": "start", "pid": self.pid, "rank": self.rank, "t": time.time()})
                 for declared, namespace in self.parsers:
                     self._line({"event": "parser", **declared, "values": self.settings.parsed_values(namespace())})
+                configurator = self.settings.configurator(self.files)
+                if configurator is not None:
+                    self._line({"event": "parser", **configurator})
                 for opened in self.files.read():
                     self._line({"event": "config-file", **opened})
             self._line({"event": event, "t": time.time(), **fields})
@@ -155,7 +160,9 @@ class _Probe:
             self.history = _sibling("snapshot").History(self.torch, _int(os.environ.get("GPUDOC_PROBE_SNAPSHOT_UNTIL")))
             self.history.arm()
         module.register_forward_pre_hook(self.guarded("forward", self._forward_begins), with_kwargs=True)
-        module.register_forward_hook(self.guarded("output", self._forward_ends))
+        # always_call: torch calls it as an error leaves the forward too, where a framework that
+        # catches the OOM itself (Hydra prints it and exits) would hide it from sys.excepthook.
+        module.register_forward_hook(self.guarded("output", self._forward_ends), always_call=True)
         params = list(module.parameters())
         trainable = [p for p in params if p.requires_grad]
         if trainable and hasattr(trainable[-1], "register_post_accumulate_grad_hook"):
@@ -184,6 +191,9 @@ class _Probe:
             self.write("input", shape=list(first.shape), dtype=str(first.dtype).replace("torch.", ""))
 
     def _forward_ends(self, module: Any, args: Any, output: Any) -> None:
+        if output is None and _is_oom(self.torch, sys.exc_info()[1]):  # the error in flight, never kept
+            self._oom("forward", sys._getframe())
+            return
         tensor = _first_grad_tensor(self.torch, output)
         if tensor is not None:
             tensor.register_hook(self.guarded("backward", self._backward_begins))
@@ -241,40 +251,25 @@ class _Probe:
     def excepthook(self, kind: type, value: BaseException, tb: Any) -> None:
         try:
             if self.torch is not None and os.getpid() == self.pid and _is_oom(self.torch, value):
-                if self.steps == 0:  # an OOM before the first step: the loop's frames are the traceback's
-                    self.guarded("resolved", self._resolved)(self.settings.innermost(tb))
-                dumped = self.guarded("snapshot", self.history.dump)(self.directory, self.rank) if self.history else None
-                snapshot, top = dumped or (None, [])
-                self.write("oom", phase=_phase_of(tb) or self.phase, step=self.steps,
-                           breakdown=self._breakdown(), snapshot=snapshot, top=top)
+                self._oom(_phase_of(tb) or self.phase, self.settings.innermost(tb))
         except Exception:
             pass
 
+    def _oom(self, phase: str, frame: Any) -> None:
+        """The OOM, once per step: where it left the forward, else where it ended the job. ``frame``:
+        the innermost of the training loop's frames (the traceback's, or the stack in the hook)."""
+        if self.oom_at == self.steps:
+            return
+        self.oom_at = self.steps
+        if self.steps == 0:  # an OOM before the first step: the frameworks' settings from the loop's frames
+            self.guarded("resolved", self._resolved)(frame)
+        dumped = self.guarded("snapshot", self.history.dump)(self.directory, self.rank) if self.history else None
+        snapshot, top = dumped or (None, [])
+        self.write("oom", phase=phase, step=self.steps, breakdown=self._breakdown(), snapshot=snapshot, top=top)
+
     def _breakdown(self) -> dict:
-        torch = self.torch
         model = self.model() if self.model is not None else None
-        params = list(model.parameters()) if model is not None else []
-        seen: set[int] = set()
-
-        def size(tensors: Any) -> int:
-            total = 0
-            for t in tensors:
-                if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                    key = t.untyped_storage().data_ptr() if t.device.type != "cpu" else id(t)
-                    if key not in seen:
-                        seen.add(key)
-                        total += t.untyped_storage().nbytes()
-            return total
-
-        out = {"parameters": size(params), "gradients": size(p.grad for p in params if p.grad is not None),
-               "optimizer_states": size(v for ref in self.optimizers if ref() is not None
-                                        for s in ref().state.values() for v in s.values())}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
-            out["other"] = max(0, allocated - sum(out.values()))
-            out["reserved_unallocated"] = max(0, reserved - allocated)
-            out["allocated"] = allocated
-        return out
+        return _sibling("snapshot").breakdown(self.torch, model, [ref() for ref in self.optimizers if ref() is not None])
 
 
 def _call_kwargs() -> dict:
@@ -309,7 +304,7 @@ def _first_grad_tensor(torch: Any, output: Any) -> Any:
     return None
 
 
-def _is_oom(torch: Any, value: BaseException) -> bool:
+def _is_oom(torch: Any, value: BaseException | None) -> bool:
     oom = getattr(torch, "OutOfMemoryError", None)
     return (oom is not None and isinstance(value, oom)) or (
         isinstance(value, RuntimeError) and "out of memory" in str(value).lower())

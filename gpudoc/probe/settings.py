@@ -23,11 +23,13 @@ if TYPE_CHECKING:
 MAX_PARSERS = 8
 MAX_OPTIONS = 2000
 # Where argparse makes the namespace, by Python version (3.13 moved it into _parse_known_args2).
-_PARSE_FRAMES = ("parse_known_args", "_parse_known_args2", "parse_known_intermixed_args")
+_PARSE_FRAMES = ("parse_known_args", "_parse_known_args2", "parse_known_intermixed_args",
+                 "_parse_defaults_and_environ")  # jsonargparse's parse_args (LightningCLI, LitGPT) starts there
 MAX_KEYS = 400
 MAX_FILES = 16
 MAX_FILE_BYTES = 2**20
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
+CONFIGURATOR = "configurator.py"
 _LIGHTNING = ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer")
 _LIGHTNING_SETTINGS = ("accumulate_grad_batches", "precision", "world_size", "num_devices", "num_nodes",
                        "max_steps", "max_epochs", "gradient_clip_val")
@@ -48,12 +50,17 @@ def observe_parsers(argparse: Any, probe: Any) -> None:
         try:
             if os.getpid() != probe.pid or len(probe.parsers) >= MAX_PARSERS or kwargs:
                 return
-            caller = sys._getframe(1)
-            parser = caller.f_locals.get("self") if caller.f_code.co_name in _PARSE_FRAMES else None
+            caller: Any = sys._getframe(1)
+            if caller.f_code.co_name == "__init__" and isinstance(caller.f_locals.get("self"), argparse.Namespace):
+                caller = caller.f_back  # a Namespace subclass's own __init__ (jsonargparse's) called this one
+            parser = caller.f_locals.get("self") if caller is not None and caller.f_code.co_name in _PARSE_FRAMES else None
             if isinstance(parser, argparse.ArgumentParser):
                 # What it declares is read now (a parser is often gone once it has parsed); the
-                # values once this process trains, when they are all in the namespace.
-                probe.parsers.append((declared(parser), weakref.ref(namespace)))
+                # values once this process trains, when they are all in the namespace. A parser
+                # that parses again keeps its last namespace.
+                found = declared(parser)
+                probe.parsers[:] = [p for p in probe.parsers if p[0] != found]
+                probe.parsers.append((found, weakref.ref(namespace)))
         except Exception:
             pass
 
@@ -61,8 +68,15 @@ def observe_parsers(argparse: Any, probe: Any) -> None:
 
 
 def declared(parser: Any) -> dict:
-    """The flags a parser declares: the exact set the job accepts."""
-    options = sorted({flag for action in parser._actions for flag in action.option_strings})[:MAX_OPTIONS]
+    """The flags a parser declares, its subcommands' included: the exact set the job accepts."""
+    found: set[str] = set()
+    parsers = [parser]
+    while parsers and len(found) < MAX_OPTIONS:
+        for action in parsers.pop()._actions:
+            found.update(action.option_strings)
+            choices = getattr(action, "choices", None)  # a subcommand's parsers, by name
+            parsers += [c for c in choices.values() if hasattr(c, "_actions")] if isinstance(choices, dict) else []
+    options = sorted(found)[:MAX_OPTIONS]
     return {"prog": str(parser.prog)[:200], "type": type(parser).__name__, "options": options}
 
 
@@ -107,9 +121,10 @@ def resolved_settings(frames: list) -> list[dict]:
                 configs.append(value)
     events = [{"name": name, "settings": settings} for name, settings in found.items()]
     config = next((c for c in configs if "hydra" not in c), None)
-    if config is not None:
-        events.append({"name": "omegaconf", "settings": flatten(_container(config))})
     hydra = _hydra()
+    if config is not None:  # the config torchtune parsed, when its recipe runs without Hydra
+        name = "torchtune" if hydra is None and "torchtune.config" in sys.modules else "omegaconf"
+        events.append({"name": name, "settings": flatten(_container(config))})
     if hydra is not None:
         events.append({"name": "hydra", "settings": hydra})
     return events
@@ -197,6 +212,7 @@ class ConfigFiles:
     def __init__(self) -> None:
         self.paths: list[str] = []
         self.done = False
+        self.configurator = False  # the job read a nanoGPT-style configurator.py (to exec it)
         self.library = tuple(os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
 
     def hook(self, event: str, args: tuple) -> None:
@@ -204,6 +220,8 @@ class ConfigFiles:
             return
         try:
             path, mode = args[0], args[1]
+            if isinstance(path, str) and os.path.basename(path) == CONFIGURATOR:
+                self.configurator = True
             if not isinstance(path, str) or not path.endswith(CONFIG_SUFFIXES) or (mode and "r" not in mode):
                 return
             path = os.path.realpath(path)
@@ -226,6 +244,23 @@ class ConfigFiles:
             except Exception:  # noqa: S112 - not a config after all, or no parser for it here: nothing said
                 continue
         return out
+
+
+def configurator(files: ConfigFiles) -> dict | None:
+    """A nanoGPT-style configurator's parser: the script exec()s ``configurator.py``, which takes
+    ``--key=value`` for each of the script's own globals (``config_keys``, when the script lists them
+    as nanoGPT's does; else its public scalar globals) and overrides them. Declared: those keys;
+    values: the globals after the override, read once the process trains."""
+    main = sys.modules.get("__main__")
+    if not files.configurator or main is None:
+        return None
+    found = vars(main)
+    keys = found.get("config_keys")
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        keys = [k for k in found if not k.startswith("_")]
+    values = {k: found[k] for k in keys[:MAX_OPTIONS] if k in found and (
+        isinstance(found[k], (bool, int, float)) or (isinstance(found[k], str) and len(found[k]) <= 500))}
+    return {"prog": CONFIGURATOR, "type": "configurator", "options": sorted(f"--{k}" for k in values), "values": values}
 
 
 def _parse(path: str, text: str) -> Any:

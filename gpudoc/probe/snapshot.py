@@ -1,4 +1,5 @@
-"""PyTorch's memory history for the probe (``agent.py`` loads this file by path beside itself, in the
+"""What filled memory at an OOM, for the probe: the breakdown by kind from the live tensors, and
+PyTorch's memory history (``agent.py`` loads this file by path beside itself, in the
 job's interpreter; gpudoc never imports it, and never unpickles what it writes).
 
 With ``[run] snapshot = "on-oom"`` the probe arms ``torch.cuda.memory._record_memory_history`` (Python
@@ -23,6 +24,33 @@ STEPS_PAST = 5  # steps recorded beyond the one where the last attempt ran out o
 TOP = 10
 # Frames inside these are the machinery, not the line that asked for the memory.
 _MACHINERY = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen", "/probe/agent.py")
+
+
+def breakdown(torch: Any, model: Any, optimizers: list) -> dict:
+    """What filled memory at an OOM, by kind, from the live tensors (any device): parameters,
+    gradients, optimizer states; on CUDA, the rest of what was allocated (activations and
+    temporaries) and what was reserved but not allocated. Each storage counted once."""
+    params = list(model.parameters()) if model is not None else []
+    seen: set[int] = set()
+
+    def size(tensors: Any) -> int:
+        total = 0
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                key = t.untyped_storage().data_ptr() if t.device.type != "cpu" else id(t)
+                if key not in seen:
+                    seen.add(key)
+                    total += t.untyped_storage().nbytes()
+        return total
+
+    out = {"parameters": size(params), "gradients": size(p.grad for p in params if p.grad is not None),
+           "optimizer_states": size(v for opt in optimizers for s in opt.state.values() for v in s.values())}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+        out["other"] = max(0, allocated - sum(out.values()))
+        out["reserved_unallocated"] = max(0, reserved - allocated)
+        out["allocated"] = allocated
+    return out
 
 
 def top_allocations(snapshot: dict, top: int = TOP) -> list[dict]:

@@ -31,7 +31,7 @@ _RANK_FILE = re.compile(r"rank-(\d{1,4})\.jsonl")
 _OPTIMIZERS = {"AdamW": "adamw", "Adam": "adam", "SGD": "sgd", "Adafactor": "adafactor"}
 _PHASES = ("forward", "backward", "optimizer", "data", "eval")
 # A value the record must not keep, by the name of its option (`--hub_token`, `--wandb_api_key`).
-_SECRET = re.compile(r"token|secret|passw|api_?key|credential|auth", re.IGNORECASE)
+_SECRET = re.compile(r"token(?!iz|s)|secret|passw|api_?key|credential|auth", re.IGNORECASE)  # not a tokenizer's
 REDACTED = "<redacted>"
 _BREAKDOWN = ("parameters", "gradients", "optimizer_states", "other", "reserved_unallocated")
 
@@ -163,12 +163,14 @@ def _framework_knobs(events: list[dict]) -> dict[str, tuple[Any, str]]:
     an outer framework's first (a DeepSpeed engine inside an HF Trainer says the same)."""
     knobs: dict[str, tuple[Any, str]] = {}
     for event in events:
-        settings = event.get("settings")
-        if event["event"] != "framework" or not isinstance(settings, dict):
+        name, settings = str(event.get("name")), event.get("settings")
+        if event["event"] == "parser" and event.get("type") == "configurator":
+            name, settings = "nanogpt", event.get("values")  # the script's globals after the override
+        elif event["event"] != "framework":
             continue
-        read = _FRAMEWORK_READERS.get(str(event.get("name")))
-        for knob, value in (read(settings) if read is not None else {}).items():
-            knobs.setdefault(knob, (value, f"framework:{event['name']}"))
+        read = _FRAMEWORK_READERS.get(name)
+        for knob, value in (read(settings) if read is not None and isinstance(settings, dict) else {}).items():
+            knobs.setdefault(knob, (value, f"framework:{name}"))
     return knobs
 
 
@@ -213,26 +215,72 @@ def _deepspeed(settings: dict) -> dict[str, Any]:
             if _count(settings.get(key))}
 
 
+# nanoGPT's names of the knobs: the globals its configurator takes as ``--key=value``.
+_NANOGPT_KEYS = {"micro_batch_size": "batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
+                 "max_seq_len": "block_size"}
+_NANOGPT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def nanogpt_knobs(settings: dict) -> dict[str, tuple[Any, str]]:
+    """A nanoGPT-style script's globals after its configurator ran: {knob: (value, its key)} (under
+    DDP, train.py has already divided its accumulation by the world size: the value is per rank, as
+    the steps count it)."""
+    knobs = {knob: (settings[key], key) for knob, key in _NANOGPT_KEYS.items() if _count(settings.get(key))}
+    if settings.get("dtype") in _NANOGPT_DTYPES:
+        knobs["precision"] = (_NANOGPT_DTYPES[settings["dtype"]], "dtype")
+    return knobs
+
+
+def _nanogpt(settings: dict) -> dict[str, Any]:
+    return {knob: value for knob, (value, _key) in nanogpt_knobs(settings).items()}
+
+
+_TORCHTUNE_DTYPES = {"bf16": "bf16", "fp32": "fp32", "fp16": "fp16"}
+
+
+def _torchtune(settings: dict) -> dict[str, Any]:
+    """The config a torchtune recipe parsed (its file and ``key=value`` overrides, merged)."""
+    knobs = {knob: settings[key] for knob, key in (("micro_batch_size", "batch_size"),
+                                                   ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+                                                   ("max_seq_len", "tokenizer.max_seq_len")) if _count(settings.get(key))}
+    if isinstance(settings.get("enable_activation_checkpointing"), bool):
+        knobs["gradient_checkpointing"] = settings["enable_activation_checkpointing"]
+    if settings.get("dtype") in _TORCHTUNE_DTYPES:
+        knobs["precision"] = _TORCHTUNE_DTYPES[settings["dtype"]]
+    return knobs
+
+
 _FRAMEWORK_READERS: dict[str, Callable[[dict], dict[str, Any]]] = {
-    "hf-trainer": _hf_trainer, "deepspeed": _deepspeed, "lightning": _lightning}
+    "hf-trainer": _hf_trainer, "deepspeed": _deepspeed, "lightning": _lightning, "nanogpt": _nanogpt,
+    "torchtune": _torchtune}
 
 
 def _parsers(events: list[dict]) -> list[dict]:
     """The argument parsers the job used: the flags each declares (exactly what it accepts) and the
-    values it parsed (scalars only)."""
+    values it parsed (scalars only). Hydra's, or torchtune's, when the job composed its config with
+    one: the keys of the config (what a ``key=value`` override names) and their values."""
     out = []
     for event in events:
         options = event.get("options")
-        if event["event"] != "parser" or not isinstance(options, list):
-            continue
-        raw = event.get("values")
-        values: dict = raw if isinstance(raw, dict) else {}
-        out.append({"prog": str(event.get("prog"))[:200], "type": str(event.get("type"))[:100],
-                    "options": [o for o in options[:MAX_OPTIONS] if isinstance(o, str) and o.startswith("-")],
-                    "values": {str(k)[:100]: REDACTED if _SECRET.search(str(k)) else v
-                               for k, v in list(values.items())[:MAX_OPTIONS]
-                               if v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 500)}})
+        if event["event"] == "parser" and isinstance(options, list):
+            out.append(_parser(event.get("prog"), event.get("type"), [o for o in options if str(o).startswith("-")],
+                               event.get("values")))
+    settings = {str(e.get("name")): e["settings"] for e in events
+                if e["event"] == "framework" and isinstance(e.get("settings"), dict)}
+    if "hydra" in settings and "omegaconf" in settings:
+        out.append(_parser("hydra", "hydra", list(settings["omegaconf"]), settings["omegaconf"]))
+    if "torchtune" in settings:  # its overrides name the keys of the config it parsed
+        out.append(_parser("torchtune", "torchtune", list(settings["torchtune"]), settings["torchtune"]))
     return out[:MAX_PARSERS]
+
+
+def _parser(prog: Any, kind: Any, options: list, raw: Any) -> dict:
+    values: dict = raw if isinstance(raw, dict) else {}
+    return {"prog": str(prog)[:200], "type": str(kind)[:100],
+            "options": [o for o in options[:MAX_OPTIONS] if isinstance(o, str)],
+            "values": {str(k)[:100]: REDACTED if _SECRET.search(str(k)) else v
+                       for k, v in list(values.items())[:MAX_OPTIONS]
+                       if v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 500)}}
 
 
 def read(run_dir: Path) -> dict[str, Any]:

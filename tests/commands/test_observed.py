@@ -91,6 +91,40 @@ def test_a_profiles_train_is_corrected_by_what_the_job_ran_with():
                      "by what it ran with",)
 
 
+def test_a_nanogpt_configurators_key_is_the_place_written_as_it_takes_it():
+    # The reading found no accumulation (it is train.py's own global); the configurator takes it.
+    job = JobReading(framework=None, knobs={"micro_batch_size": Knob(8, "argv", "--batch_size")})
+    parsers = [{"type": "configurator", "options": ["--batch_size", "--gradient_accumulation_steps", "--n_layer"],
+                "values": {"batch_size": 8, "gradient_accumulation_steps": 4, "n_layer": 4}}]
+    believed, notes, unwritable = believe(Profile(name="job", train=job.values, job=job), _record(
+        {"micro_batch_size": (8, "input-shape"), "gradient_accumulation_steps": (4, "framework:nanogpt")}, parsers))
+    assert believed.job.framework == "nanogpt" and unwritable == {}
+    assert believed.job.knobs["gradient_accumulation_steps"] == Knob(4, "argv", "--gradient_accumulation_steps")
+    assert notes == ("the job ran with gradient_accumulation_steps 4 (framework:nanogpt), the value of its own "
+                     "--gradient_accumulation_steps, which its configurator takes: a rung of it is written there",)
+
+
+def test_a_group_file_the_job_did_not_compose_is_replaced_by_hydras_override_of_the_composed_key():
+    job = JobReading(framework="hydra", knobs={"micro_batch_size": Knob(2, "file", "batch_size", "conf/t/small.yaml")})
+    profile = Profile(name="job", train=job.values, job=job)
+    hydra = [{"type": "hydra", "options": ["trainer.batch_size", "seq"], "values": {"trainer.batch_size": 8, "seq": 8}}]
+    believed, notes, _ = believe(profile, _record({"micro_batch_size": (8, "input-shape")}, hydra))
+    assert believed.job.knobs["micro_batch_size"] == Knob(8, "argv", "trainer.batch_size")
+    assert "trainer.batch_size in the config Hydra composed (file:conf/t/small.yaml:batch_size held 2" in notes[0]
+    # No composed key held it (or the probe saw no Hydra): the knob is known, but nothing is written.
+    believed, _, unwritable = believe(profile, _record({"micro_batch_size": (8, "input-shape")}))
+    assert believed.train["micro_batch_size"] == 8 and "micro_batch_size" in unwritable
+
+
+def test_a_knob_the_job_already_runs_with_is_not_written_again():
+    # A TrainingArguments subclass turns checkpointing on: the rung that halves the batch must not
+    # append --gradient_checkpointing as if it were a change.
+    job = JobReading(framework="hf-trainer", knobs={"gradient_checkpointing": Knob(False, "default", "hf-trainer")})
+    believed, _, _ = believe(Profile(name="job", train=job.values, job=job),
+                             _record({"gradient_checkpointing": (True, "framework:hf-trainer")}))
+    assert believed.train["gradient_checkpointing"] is True and believed.changed_knobs() == {}
+
+
 def test_without_observations_nothing_changes():
     profile = Profile(name="box", train={"micro_batch_size": 8})
     assert believe(profile, None) == (profile, (), {})

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpudoc.runs import probe
-from tests.conftest import REPO, gpudoc_cli
+from tests.conftest import REPO, gpudoc_cli, needs_root
 
 JOB = Path(__file__).resolve().parent / "jobs" / "custom_loop.py"
 AGENT = REPO / "gpudoc" / "probe" / "agent.py"
@@ -163,6 +163,40 @@ def test_the_probe_file_is_capped_with_a_last_line_saying_so(tmp_path, monkeypat
     lines = path.read_text().splitlines()
     assert path.stat().st_size <= 64 * 1024 + 200
     assert json.loads(lines[-1])["event"] == "truncated"
+
+
+def test_ten_megabytes_of_events_stay_within_the_cap_and_are_read_back(tmp_path):
+    agent = _agent()
+    writer = _writer(agent, tmp_path / "probe")
+    for n in range(1, 10_001):  # 10 MB of events, at the real cap
+        writer.write("step", n=n, padding="x" * 1000)
+    path = tmp_path / "probe" / "rank-0.jsonl"
+    assert path.stat().st_size <= agent.CAP_BYTES
+    assert json.loads(path.read_text().splitlines()[-1])["event"] == "truncated"
+    read = probe.read(tmp_path)
+    assert 3000 < read["steps"]["count"] < 4000 and read["probe_errors"] is None  # the steps within the cap
+
+
+@needs_root
+def test_a_read_only_probe_directory_leaves_the_job_as_it_was(isolated_home):
+    # The job mounts a read-only file system where the probe writes (a read-only run directory seen
+    # from inside the job): the probe cannot write, and the job runs on to its own OOM and status.
+    job = isolated_home / "job.py"
+    job.write_text("import os, runpy, subprocess, sys\nprobe = os.environ['GPUDOC_PROBE_DIR']\nos.makedirs(probe)\n"
+                   "done = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'ro,size=64k', 'tmpfs', probe])\n"
+                   "print('read-only:', done.returncode == 0, flush=True)\n"
+                   f"sys.argv = [{str(JOB)!r}, '--oom-at', 'backward:0']\nrunpy.run_path({str(JOB)!r}, run_name='__main__')\n")
+    done = gpudoc_cli("run", "--no-check", "--", "python", str(job), cwd=isolated_home)
+    probe_dir = next((isolated_home / ".gpudoc" / "runs").glob("*/probe"))
+    __import__("subprocess").run(["umount", str(probe_dir)], capture_output=True)
+    output = done.stdout + done.stderr  # the job's, passed through, and gpudoc's
+    if "read-only: True" not in output:
+        pytest.skip("cannot mount a tmpfs here (root without CAP_SYS_ADMIN)")
+    assert done.returncode == 1, output
+    assert output.count("Traceback") == 1 and "torch.OutOfMemoryError: CUDA out of memory" in output
+    assert "_gpudoc_probe" not in output and "agent.py" not in output
+    record = json.loads(gpudoc_cli("runs", "show", "--json", cwd=isolated_home).stdout)["run"]
+    assert record["cause"] == "gpu_oom" and record["observed"] is None
 
 
 def test_an_unwritable_run_directory_leaves_the_job_unobserved(tmp_path):

@@ -127,6 +127,32 @@ def test_a_frameworks_resolved_settings_answer_before_the_first_step_outer_frame
         "micro_batch_size": (8, "framework:deepspeed"), "precision": ("fp16", "framework:lightning")}
 
 
+def test_what_a_configurator_torchtune_or_hydra_handed_the_job_is_read_in_the_profiles_spellings(tmp_path):
+    # A nanoGPT-style script's globals after its configurator ran; the keys it takes are its flags.
+    _write(tmp_path, "rank-0.jsonl", {"event": "parser", "prog": "configurator.py", "type": "configurator",
+                                      "options": ["--batch_size", "--dtype", "--gradient_accumulation_steps"],
+                                      "values": {"batch_size": 12, "gradient_accumulation_steps": 5,
+                                                 "block_size": 0, "dtype": "bfloat16"}})
+    read = probe.read(tmp_path)
+    assert {k: (v["value"], v["how"]) for k, v in read["observed"].items()} == {
+        "micro_batch_size": (12, "framework:nanogpt"), "gradient_accumulation_steps": (5, "framework:nanogpt"),
+        "precision": ("bf16", "framework:nanogpt")}  # a block size of 0 is no sequence length
+    assert read["parsers"][0]["options"] == ["--batch_size", "--dtype", "--gradient_accumulation_steps"]
+    # torchtune's parsed config; Hydra's composed one (its keys are what an override names).
+    config = {"batch_size": 4, "gradient_accumulation_steps": 2, "enable_activation_checkpointing": True,
+              "dtype": "bf16", "tokenizer.max_seq_len": 512}
+    _write(tmp_path, "rank-0.jsonl", {"event": "framework", "name": "torchtune", "settings": config})
+    read = probe.read(tmp_path)
+    assert {k: v["value"] for k, v in read["observed"].items()} == {
+        "micro_batch_size": 4, "gradient_accumulation_steps": 2, "gradient_checkpointing": True, "precision": "bf16",
+        "max_seq_len": 512}
+    assert read["parsers"] == [{"prog": "torchtune", "type": "torchtune", "options": list(config), "values": config}]
+    _write(tmp_path, "rank-0.jsonl", {"event": "framework", "name": "omegaconf", "settings": {"trainer.batch_size": 8}},
+           {"event": "framework", "name": "hydra", "settings": {"choices": {"trainer": "big"}, "overrides": []}})
+    assert probe.read(tmp_path)["parsers"] == [{"prog": "hydra", "type": "hydra", "options": ["trainer.batch_size"],
+                                                "values": {"trainer.batch_size": 8}}]
+
+
 # -- the probe's directory and files are the job's to write: anyone's, in a shared folder ---------
 
 def test_a_probe_directory_that_is_a_link_is_not_read(tmp_path):
