@@ -76,8 +76,10 @@ def child_environment(env: dict[str, str], run_dir: Path) -> dict[str, str]:
 
 
 def unreachable(argv: list[str]) -> str | None:
-    """Why the probe cannot see this job, when its command says so: a Python started with ``-I``
-    or ``-E`` ignores ``PYTHONPATH``."""
+    """Why the probe cannot see this job, when its command says so: a Python started with ``-I`` or
+    ``-E`` ignores ``PYTHONPATH``; ``env -i``, ``-u PYTHONPATH`` or ``PYTHONPATH=...`` resets it."""
+    if argv and os.path.basename(argv[0]) == "env":
+        return _env_resets(argv) or unreachable(_after_env(argv))
     if not argv or not os.path.basename(argv[0]).startswith("python"):
         return None
     for arg in argv[1:]:
@@ -86,6 +88,22 @@ def unreachable(argv: list[str]) -> str | None:
         if arg[1:2] != "-" and ("I" in arg[1:] or "E" in arg[1:]):
             return f"{argv[0]} {arg} ignores PYTHONPATH: the probe cannot observe this job (nothing else changes)"
     return None
+
+
+def _env_resets(argv: list[str]) -> str | None:
+    options = argv[1:len(argv) - len(_after_env(argv))]
+    said = [f"{a} {b}" for a, b in zip(options, options[1:]) if a in ("-u", "--unset") and b == "PYTHONPATH"] + [
+        "PYTHONPATH=..." if o.startswith("PYTHONPATH=") else o for o in options if o.startswith("PYTHONPATH=")
+        or o in ("-i", "--ignore-environment", "-", "-uPYTHONPATH", "--unset=PYTHONPATH")]
+    return f"env {said[0]} resets PYTHONPATH: the probe cannot observe this job (nothing else changes)" if said else None
+
+
+def _after_env(argv: list[str]) -> list[str]:
+    """The command ``env`` runs: past its options and ``NAME=value`` settings."""
+    rest = argv[1:]
+    while rest and (rest[0].startswith("-") or "=" in rest[0]):
+        rest = rest[2:] if rest[0] in ("-u", "--unset", "-C", "--chdir", "-S", "--split-string") else rest[1:]
+    return rest
 
 
 def _events(path: Path) -> tuple[list[dict], int]:

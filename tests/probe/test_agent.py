@@ -124,7 +124,12 @@ def test_a_job_that_isolates_its_interpreter_is_simply_not_observed(isolated_hom
 @pytest.mark.parametrize(("argv", "said"), [
     (["python3", "-u", "-I", "train.py"], True), (["python", "-IB", "x.py"], True), (["python", "-E", "x.py"], True),
     (["python", "train.py", "-I"], False), (["python", "-c", "pass", "-I"], False), (["torchrun", "-I"], False),
-    (["python", "--version"], False), (["python", "-m", "pkg", "-E"], False)])
+    (["python", "--version"], False), (["python", "-m", "pkg", "-E"], False),
+    # A wrapper that resets PYTHONPATH (or the whole environment) before Python starts.
+    (["env", "-u", "PYTHONPATH", "python", "t.py"], True), (["env", "-i", "python", "t.py"], True),
+    (["env", "PYTHONPATH=/x", "python", "t.py"], True), (["env", "-u", "HOME", "--unset=PYTHONPATH", "python"], True),
+    (["env", "A=1", "python", "-I", "t.py"], True), (["env", "-u", "HOME", "python", "t.py"], False),
+    (["env", "python", "t.py", "PYTHONPATH=/x", "-i"], False)])
 def test_which_commands_the_probe_cannot_reach(argv, said):
     assert (probe.unreachable(argv) is not None) == said
 
