@@ -37,26 +37,27 @@ RUNG = "tune-micro-batch"
 
 @dataclass(frozen=True)
 class Stop:
-    """How a framework's trial stops after K optimizer steps, and the switches (each with the value
-    that turns saving, evaluation, hub pushes or a tracker off) its own parser declares. ``always``:
-    the framework's parser declares them whatever the script; the others only where the command
-    already gives them (the job accepts them) or the script's own argparse declares them."""
+    """How a trial stops after K optimizer steps: ``framework``, whose adapter's own step limit does it
+    (``gpudoc.frameworks``), or None: the probe (GPUDOC_PROBE_STOP_AFTER). And the switches, each with
+    the value that turns saving, evaluation, hub pushes or a tracker off, that keep the trial to
+    itself: ``always`` the framework's parser declares whatever the script; the ``declared`` ones only
+    where the command already gives them (the job accepts them) or the script's own argparse declares
+    them. ``output``: the output directory's switch, the first one the framework's own."""
 
-    steps: str | None  # None: the probe stops the job (GPUDOC_PROBE_STOP_AFTER)
+    framework: str | None
     output: tuple[str, ...] = ()
     always: tuple[tuple[str, str], ...] = ()
     declared: tuple[tuple[str, str], ...] = ()
 
 
-# The step-limit knowledge, in one table until the framework adapters (gpudoc/frameworks/) take it:
-# each framework's adapter then answers these from its own parser.
+# The switches that keep a trial to itself, by framework; its step limit is its adapter's.
 STOPS = {
-    "hf-trainer": Stop("--max_steps", ("--output_dir",), (("--save_strategy", "no"), ("--report_to", "none")),
+    "hf-trainer": Stop("hf-trainer", ("--output_dir",), (("--save_strategy", "no"), ("--report_to", "none")),
                        (("--eval_strategy", "no"), ("--evaluation_strategy", "no"), ("--push_to_hub", "False"))),
-    "lightning": Stop("--trainer.max_steps", ("--trainer.default_root_dir",),
+    "lightning": Stop("lightning", ("--trainer.default_root_dir",),
                       (("--trainer.enable_checkpointing", "false"), ("--trainer.logger", "false"),
                        ("--trainer.limit_val_batches", "0"))),
-    "nanogpt": Stop("--max_iters", ("--out_dir",), (("--always_save_checkpoint", "False"), ("--wandb_log", "False"))),
+    "nanogpt": Stop("nanogpt", ("--out_dir",), (("--always_save_checkpoint", "False"), ("--wandb_log", "False"))),
 }
 PROBE_STOP = Stop(None, ("--output_dir", "--output-dir", "--out_dir"),
                   declared=(("--save_strategy", "no"), ("--report_to", "none"), ("--push_to_hub", "False"),
@@ -97,10 +98,11 @@ def tune(options: TuneOptions, ws: Workspace) -> int:
                           f"{global_batch} ({micro} x {accum} x {world} processes) exact")
     _refuse_file_edits(profile, options.command, ws)
     tune_id = new_run_id()
+    how = f"{stop.framework}'s step limit" if stop.framework else "the probe"
     ws.console.error(f"gpudoc tune {tune_id}: global batch {global_batch} ({micro} x {accum} x {world}); "
                      f"micro batches {options_[0]}..{options_[-1]} from {start}"
                      f" ({'the estimate' if estimated else 'the job'}); {options.steps} steps a trial, "
-                     f"stopped {'by ' + stop.steps if stop.steps else 'by the probe'}")
+                     f"stopped by {how}")
     records: dict[str, RunRecord] = {}
 
     def run(m: int) -> Trial:
@@ -157,14 +159,16 @@ def _first_guess(profile: Profile, micro: int, ws: Workspace) -> tuple[int, int 
 
 
 def _stop_of(profile: Profile, command: list[str], cwd: Path) -> Stop:
+    from gpudoc.frameworks import registry
     from gpudoc.runs.probe import unreachable
 
-    framework = profile.job.framework if profile.job is not None else _framework(command, cwd)
-    stop = STOPS.get(framework or "", PROBE_STOP)
-    if stop.steps is None and (profile.run.get("probe", True) is False or unreachable(command)):
+    adapter = registry.get(profile.job.framework if profile.job is not None else _framework(command, cwd))
+    if adapter is not None and adapter.step_limit([], 1) is not None:
+        return STOPS.get(adapter.name, replace(PROBE_STOP, framework=adapter.name))
+    if profile.run.get("probe", True) is False or unreachable(command):
         raise LaunchError("the job has no step limit gpudoc knows and the probe cannot watch it "
                           f"({unreachable(command) or '[run] probe = false'}): no trial could stop after its steps")
-    return stop
+    return PROBE_STOP
 
 
 def _framework(command: list[str], cwd: Path) -> str | None:
@@ -188,19 +192,22 @@ def _refuse_file_edits(profile: Profile, command: list[str], ws: Workspace) -> N
 
 
 def trial_command(command: list[str], stop: Stop, steps: int, output: str, declared: set[str]) -> list[str]:
-    """The user's command with the step limit and the switches that keep a trial to itself, each only
-    where the job takes it."""
+    """The user's command with the framework's step limit and the switches that keep a trial to
+    itself, each only where the job takes it."""
     from gpudoc.bind.args import ArgEdits
+    from gpudoc.frameworks import registry
     from gpudoc.job.argv import parse_command
 
     job = parse_command(command)
-    edits = ArgEdits(list(command[job.args_start:]))
+    args = list(command[job.args_start:])
+    adapter = registry.get(stop.framework)
+    limited = adapter.step_limit(args, steps) if adapter is not None else None
+    edits = ArgEdits(limited if limited is not None else args)
     given = {token.split("=", 1)[0] for token in edits.tokens if token.startswith("-")} | declared
-    if stop.steps is not None:
-        edits.set_value((stop.steps,), str(steps), append_form="eq")
     for name, value in (*stop.always, *((n, v) for n, v in stop.declared if n in given)):
         edits.set_value((name,), value, append_form="eq")
-    for name in (n for n in stop.output if n in given or (stop.steps is not None and n == stop.output[0])):
+    own = stop.output[0] if stop.framework in STOPS else None  # the framework's parser declares it
+    for name in (n for n in stop.output if n in given or n == own):
         edits.set_value((name,), output, append_form="eq")
         break
     return [*command[:job.args_start], *edits.result()]
@@ -231,7 +238,7 @@ def _trial(options: TuneOptions, profile: Profile, stop: Stop, tune_id: str, mic
             if entry.name != ".gpudoc":
                 (work / entry.name).symlink_to(entry.path)
         command = trial_command(options.command, stop, options.steps, str(output), _declared(options.command, ws.cwd))
-        environ = dict(ws.environ, **({} if stop.steps else {"GPUDOC_PROBE_STOP_AFTER": str(options.steps)}))
+        environ = dict(ws.environ, **({} if stop.framework else {"GPUDOC_PROBE_STOP_AFTER": str(options.steps)}))
         # The job's output goes to stderr (stdout is tune's answer); each trial's own summary stays unsaid.
         console = Console(out=ws.console.err, err=io.StringIO(), colour=False)
         trial_ws = replace(ws.but(cwd=work, console=console), environ=environ)

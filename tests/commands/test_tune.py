@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,11 @@ def test_a_trial_sets_the_frameworks_step_limit_and_only_the_switches_its_parser
     nano = trial_command(["python", "train.py", "config/x.py"], STOPS["nanogpt"], 5, "/tmp/o", set())
     assert nano == ["python", "train.py", "config/x.py", "--max_iters=5", "--always_save_checkpoint=False",
                     "--wandb_log=False", "--out_dir=/tmp/o"]
+    # A framework with a step limit of its own but no switches gpudoc knows: its limit, and only the
+    # declared switches (LitGPT's adapter sets --train.max_steps).
+    lit = trial_command(["litgpt", "finetune", "--config", "c.yaml"], replace(PROBE_STOP, framework="litgpt"), 3,
+                        "/tmp/o", set())
+    assert lit == ["litgpt", "finetune", "--config", "c.yaml", "--train.max_steps", "3"]
     # No step limit of its own: the probe stops it; only the switches its parser declares are given.
     own = trial_command(["python", "loop.py", "--batch", "4"], PROBE_STOP, 3, "/tmp/o", {"--output_dir", "--batch"})
     assert own == ["python", "loop.py", "--batch", "4", "--output_dir=/tmp/o"]
