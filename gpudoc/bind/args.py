@@ -153,6 +153,16 @@ class ArgContext:
 
 
 # -- what the frameworks' argument writers share (``gpudoc.frameworks``: each one's ``edit_args``) ----
+def set_flags(ed: ArgEdits, knobs: Mapping[str, Any], res: PresetResult, flags: Mapping[str, str],
+              spell: Callable[[Any], str] = str) -> None:
+    """Each knob of ``flags`` that ``knobs`` holds, written to its one flag (replaced in place, else
+    appended) in the framework's spelling."""
+    for knob, flag in flags.items():
+        if knob in knobs:
+            ed.set_value((flag,), spell(knobs[knob]))
+            res.expressed.add(knob)
+
+
 def optional_flag(ed: ArgEdits, knobs: Mapping[str, Any], res: PresetResult, name: str, knob: str,
                    flags: tuple[str, ...], *, kv: bool = False) -> None:
     """Knobs whose flag name depends on the script: replace the one the user wrote, never guess."""

@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+
+from gpudoc.bind.args import ArgEdits
 
 if TYPE_CHECKING:
-    from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
+    from gpudoc.bind.args import ArgContext, PresetResult
     from gpudoc.bind.filepresets import FilePreset
     from gpudoc.job.argv import JobCommand
     from gpudoc.job.checkpoints import Checkpoint
@@ -97,6 +99,31 @@ def no_step_limit(args: list[str], steps: int) -> list[str] | None:
 
 def no_resume_switch(path: str) -> tuple[str, ...]:
     return ()
+
+
+def flag_step_limit(flag: str, *, eq_only: bool = False) -> Callable[[list[str], int], list[str]]:
+    """A ``step_limit`` that sets ``flag`` to the steps: ``--flag N``, or ``--flag=N`` for a
+    parser that takes only that (``eq_only``)."""
+    def step_limit(args: list[str], steps: int) -> list[str]:
+        ed = ArgEdits(list(args))
+        ed.set_value((flag,), str(steps), eq_only=eq_only, append_form="eq" if eq_only else "sep")
+        return ed.result()
+    return step_limit
+
+
+def override_step_limit(key: str) -> Callable[[list[str], int], list[str]]:
+    """A ``step_limit`` that sets the ``key=N`` override."""
+    def step_limit(args: list[str], steps: int) -> list[str]:
+        ed = ArgEdits(list(args))
+        ed.set_kv(key, str(steps))
+        return ed.result()
+    return step_limit
+
+
+def global_batch(micro: Any, accumulation: Any, world: int) -> int:
+    """The samples per optimizer step over all ranks, for a framework that takes the global batch
+    and derives its accumulation (LitGPT, NeMo): micro x accumulation x data-parallel ranks."""
+    return int(micro) * int(accumulation) * max(1, world)
 
 
 def no_checkpoints(args: list[str], cwd: Path, since: float | None) -> list[Checkpoint]:

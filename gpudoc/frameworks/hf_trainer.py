@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag
+from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag, set_flags
 from gpudoc.bind.filepresets import FilePreset, detect_preset
 from gpudoc.bind.values import is_neutral
 from gpudoc.errors import InputError
-from gpudoc.frameworks import accelerate, deepspeed, hydra
+from gpudoc.frameworks import accelerate, base, deepspeed, hydra
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.presetfiles import first_config
 from gpudoc.job import checkpoints as ckpt
@@ -182,12 +182,8 @@ def _own_defaults(job: JobCommand, cwd: Path, r: JobReading) -> None:
 # -- writing ---------------------------------------------------------------------------------------
 def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:
     res = PresetResult()
-    if "micro_batch_size" in knobs:
-        ed.set_value(("--per_device_train_batch_size",), str(knobs["micro_batch_size"]))
-        res.expressed.add("micro_batch_size")
-    if "gradient_accumulation_steps" in knobs:
-        ed.set_value(("--gradient_accumulation_steps",), str(knobs["gradient_accumulation_steps"]))
-        res.expressed.add("gradient_accumulation_steps")
+    set_flags(ed, knobs, res, {"micro_batch_size": "--per_device_train_batch_size",
+                               "gradient_accumulation_steps": "--gradient_accumulation_steps"})
     gc = knobs.get("gradient_checkpointing")
     if gc is not None:
         if isinstance(gc, bool):
@@ -226,10 +222,7 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     return res
 
 
-def step_limit(args: list[str], steps: int) -> list[str]:
-    ed = ArgEdits(list(args))
-    ed.set_value(("--max_steps",), str(steps))
-    return ed.result()
+step_limit = base.flag_step_limit("--max_steps")
 
 
 # -- resuming --------------------------------------------------------------------------------------

@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag
+from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag, set_flags
 from gpudoc.bind.filecontext import MISSING, get
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.values import is_neutral
+from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job import checkpoints as ckpt
 from gpudoc.job.argv import JobCommand
@@ -143,12 +144,8 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
         present = [f for f in batch_flags if ed.has((f,))] or [batch_flags[0]]
         ed.set_value((present[0],), str(knobs["micro_batch_size"]))
         res.expressed.add("micro_batch_size")
-    if "gradient_accumulation_steps" in knobs:
-        ed.set_value(("--trainer.accumulate_grad_batches",), str(knobs["gradient_accumulation_steps"]))
-        res.expressed.add("gradient_accumulation_steps")
-    if "precision" in knobs:
-        ed.set_value(("--trainer.precision",), PRECISION[knobs["precision"]])
-        res.expressed.add("precision")
+    set_flags(ed, knobs, res, {"gradient_accumulation_steps": "--trainer.accumulate_grad_batches"})
+    set_flags(ed, knobs, res, {"precision": "--trainer.precision"}, spell=PRECISION.__getitem__)
     gc = knobs.get("gradient_checkpointing")
     if gc is not None:
         flags: tuple[str, ...] = ("--model.gradient_checkpointing", "--model.init_args.gradient_checkpointing",
@@ -187,10 +184,7 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     return res
 
 
-def step_limit(args: list[str], steps: int) -> list[str]:
-    ed = ArgEdits(list(args))
-    ed.set_value(("--trainer.max_steps",), str(steps))
-    return ed.result()
+step_limit = base.flag_step_limit("--trainer.max_steps")
 
 
 def resume_switch(path: str) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
+from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, set_flags
 from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.frameworks import base
@@ -102,15 +102,9 @@ def _world_and_accumulation(r: JobReading, said: Mapping[str, tuple[Any, str, st
 
 
 # -- writing -----------------------------------------------------------------------------------------
-def _global(micro: Any, accumulation: Any, world: int) -> int:
-    return int(micro) * int(accumulation) * max(1, world)
-
-
 def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:
     res = PresetResult()
-    if "micro_batch_size" in knobs:
-        ed.set_value(("--train.micro_batch_size",), str(knobs["micro_batch_size"]))
-        res.expressed.add("micro_batch_size")
+    set_flags(ed, knobs, res, {"micro_batch_size": "--train.micro_batch_size"})
     if "gradient_accumulation_steps" in knobs:
         said = [o.value for o in ed.find(("--train.micro_batch_size",)) if o.value is not None]
         micro = knobs.get("micro_batch_size", said[-1] if said else None)
@@ -119,15 +113,11 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
                 f"{name}: accumulation is global_batch_size // (devices x nodes) // micro_batch_size, and the micro "
                 "batch is not on the command line; pass --train.micro_batch_size too")
         else:
-            ed.set_value(("--train.global_batch_size",), str(_global(micro, knobs["gradient_accumulation_steps"],
+            ed.set_value(("--train.global_batch_size",), str(base.global_batch(micro, knobs["gradient_accumulation_steps"],
                                                                       ctx.world_size)))
             res.expressed.add("gradient_accumulation_steps")
-    if "max_seq_len" in knobs:
-        ed.set_value(("--train.max_seq_length",), str(knobs["max_seq_len"]))
-        res.expressed.add("max_seq_len")
-    if "precision" in knobs:
-        ed.set_value(("--precision",), PRECISION[knobs["precision"]])
-        res.expressed.add("precision")
+    set_flags(ed, knobs, res, {"max_seq_len": "--train.max_seq_length"})
+    set_flags(ed, knobs, res, {"precision": "--precision"}, spell=PRECISION.__getitem__)
     if "lora_rank" in knobs:
         if knobs["lora_rank"]:
             ed.set_value(("--lora_r",), str(knobs["lora_rank"]))
@@ -145,7 +135,7 @@ def write_file(data: Any, ctx: FileContext) -> FileResult:
     if "gradient_accumulation_steps" in k:
         micro = k.get("micro_batch_size", count(get(data, ("train", "micro_batch_size"))))
         if isinstance(micro, int):
-            res.set(("train", "global_batch_size"), _global(micro, k["gradient_accumulation_steps"], ctx.world_size),
+            res.set(("train", "global_batch_size"), base.global_batch(micro, k["gradient_accumulation_steps"], ctx.world_size),
                     "gradient_accumulation_steps")
         else:
             res.cannot["gradient_accumulation_steps"] = (f"{name} ({ctx.name}): no train.micro_batch_size to derive "
@@ -173,10 +163,7 @@ def read_file(data: Any) -> dict[str, Any]:
     return out
 
 
-def step_limit(args: list[str], steps: int) -> list[str]:
-    ed = ArgEdits(list(args))
-    ed.set_value(("--train.max_steps",), str(steps))
-    return ed.result()
+step_limit = base.flag_step_limit("--train.max_steps")
 
 
 file_preset: FilePreset | None = FilePreset(name, write_file, read_file)

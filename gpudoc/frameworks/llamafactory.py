@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.args import ArgEdits
 from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.trainer_configs import follows_deepspeed, lora_key, precision_bools, read_simple
@@ -63,11 +62,8 @@ def _overrides(r: JobReading, data: Mapping[str, Any], after: list[str]) -> None
                                "leaves it there and does not change it")
 
 
-def step_limit(args: list[str], steps: int) -> list[str]:
-    """``max_steps=N`` after the YAML: the Trainer's argument, as an override the CLI merges."""
-    ed = ArgEdits(list(args))
-    ed.set_kv("max_steps", str(steps))
-    return ed.result()
+# The Trainer's max_steps, as an override the CLI merges over its YAML.
+step_limit = base.override_step_limit("max_steps")
 
 
 edit_args = base.no_edit_args

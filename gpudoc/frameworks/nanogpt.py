@@ -116,11 +116,8 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     return res
 
 
-def step_limit(args: list[str], steps: int) -> list[str]:
-    """``--max_iters=N`` (the configurator takes ``--key=value`` only)."""
-    ed = ArgEdits(list(args))
-    ed.set_value(("--max_iters",), str(steps), eq_only=True, append_form="eq")
-    return ed.result()
+# The configurator takes ``--key=value`` only.
+step_limit = base.flag_step_limit("--max_iters", eq_only=True)
 
 
 defaults = base.no_defaults

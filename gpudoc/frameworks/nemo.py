@@ -49,7 +49,7 @@ def write_file(data: Any, ctx: FileContext) -> FileResult:
     if "gradient_accumulation_steps" in k:
         # NeMo derives accumulation from global / (micro x data-parallel size).
         micro = int(k.get("micro_batch_size") or num(get(data, ("model", "micro_batch_size"))) or 1)
-        res.set(("model", "global_batch_size"), micro * int(k["gradient_accumulation_steps"]) * ctx.world_size,
+        res.set(("model", "global_batch_size"), base.global_batch(micro, k["gradient_accumulation_steps"], ctx.world_size),
                 "gradient_accumulation_steps")
     if "max_seq_len" in k:
         res.set(("model", "encoder_seq_length"), int(k["max_seq_len"]), "max_seq_len")

@@ -116,11 +116,8 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     return res
 
 
-def step_limit(args: list[str], steps: int) -> list[str]:
-    """``max_steps_per_epoch=N``: the recipes' own limit (per epoch; the first epoch stops there)."""
-    ed = ArgEdits(list(args))
-    ed.set_kv("max_steps_per_epoch", str(steps))
-    return ed.result()
+# The recipes' own limit, per epoch: the first epoch stops there.
+step_limit = base.override_step_limit("max_steps_per_epoch")
 
 
 def resume_switch(path: str) -> tuple[str, ...]:
