@@ -4,9 +4,10 @@ Each framework is a module of ``gpudoc.frameworks`` that implements ``Framework`
 ``lang_base.Language`` is the model: a module per language, a registry of modules). A module says
 how to recognise a job that is its own (by what the script imports or the program it runs, never by
 one flag every training script has), reads the job's sources in the order the framework applies
-them, writes knobs back in its own override syntax, and knows its step limit, its resume switch and
-where its checkpoints are. ``gpudoc.frameworks.registry`` holds the modules in the order they are
-asked; it is the one place a framework's name is looked up.
+them, writes knobs back in its own override syntax and its own config file's layout, and knows the
+lines it prints of its settings, its step limit, its resume switch and where its checkpoints are.
+``gpudoc.frameworks.registry`` holds the modules in the order they are asked; it is the one place a
+framework's name is looked up.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class Framework(Protocol):
         ...
 
     def defaults(self, version: str | None) -> Mapping[str, Any]:
-        """The knobs' values when no source sets them, for the installed ``version`` (None: unknown)."""
+        """The knobs' values when no source sets them, for the installed ``version`` (None: unknown;
+        no framework read today has defaults that differ between the releases gpudoc knows)."""
         ...
 
     def edit_args(self, ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult | None:
