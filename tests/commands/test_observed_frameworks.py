@@ -263,7 +263,3 @@ def test_the_records_oom_names_the_phase_and_what_filled_memory(chain):
     assert (oom["phase"], oom["step"]) == ("forward", 0)
     assert oom["breakdown"]["parameters"] == chain.first["observed"]["model"]["parameters"] * 4  # fp32
     assert chain.last["oom"] is None
-
-
-def test_each_chain_costs_seconds(chain):
-    assert chain.seconds < 240, chain.seconds
