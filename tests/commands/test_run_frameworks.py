@@ -2,8 +2,9 @@
 files. Each job builds a tiny model from a config and raises CUDA's OOM error (as torch words it)
 above a per-device batch threshold; `gpudoc run --retry-oom` must make it fit by editing the place
 the framework reads, and the framework itself prints the batch, accumulation and world size it ran
-with. Single process and under `torchrun --nproc_per_node=2` (gloo); torchtune through its own
-`tune run`."""
+with. Each framework's chain runs once, under `torchrun --nproc_per_node=2` (gloo) so that the
+world size takes part in the arithmetic; the single process is the other tests' (here and in
+test_observed_frameworks.py); torchtune through its own `tune run`."""
 
 from __future__ import annotations
 
@@ -79,8 +80,8 @@ def _hf_chain(tmp_path_factory, nproc: int) -> tuple[Path, subprocess.CompletedP
     return cwd, subprocess.CompletedProcess([], returncode, stdout, stderr), records
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_hf_trainer_flags_are_halved_on_the_command_line(tmp_path_factory, nproc):
+def test_hf_trainer_flags_are_halved_on_the_command_line(tmp_path_factory):
+    nproc = 2  # one process: test_observed_frameworks' TRL-style chain and the tier test of test_run_reading
     cwd, done, records = _hf_chain(tmp_path_factory, nproc)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(records) == 2  # the allocator rung cannot cover the shortfall: it rides with the halving
@@ -112,8 +113,8 @@ def test_hf_trainer_that_ignores_its_flag_is_stopped_after_one_relaunch(tmp_path
                                   "confirmed": ["gradient_accumulation_steps"]}
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_lightning_config_file_is_edited_where_the_batch_lives(tmp_path, nproc):
+def test_lightning_config_file_is_edited_where_the_batch_lives(tmp_path):
+    nproc = 2  # one process: the config-alone tests below and test_observed_frameworks' LightningCLI chain
     cwd = _job_dir(tmp_path)
     (cwd / "cfg.yaml").write_text(LIGHTNING_CFG)
     command = _launch(nproc, "lightning_cli.py", "fit", "--config", "cfg.yaml", "--trainer.devices", str(nproc))
@@ -162,8 +163,8 @@ def test_lightning_config_alone_or_before_the_subcommand_is_read_and_edited(tmp_
     assert "lightning: batch_size=4 accumulate_grad_batches=4 precision=32-true world_size=1" in log
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_hydra_override_is_edited_not_the_file_it_beats(tmp_path, nproc):
+def test_hydra_override_is_edited_not_the_file_it_beats(tmp_path):
+    nproc = 2  # one process: test_observed_frameworks' Lightning-under-Hydra chain
     cwd = _job_dir(tmp_path)
     (cwd / "conf" / "data_loader").mkdir(parents=True)
     (cwd / "conf" / "config.yaml").write_text(
@@ -190,8 +191,8 @@ def _torchtune_path() -> str:
 TORCHTUNE_CFG = "batch_size: 8\ngradient_accumulation_steps: 2  # per optimizer step\ndtype: fp32\n"
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_torchtune_override_is_edited_and_the_config_file_where_it_holds_the_knob(tmp_path, nproc):
+def test_torchtune_override_is_edited_and_the_config_file_where_it_holds_the_knob(tmp_path):
+    nproc = 2  # one process: the later-relaunch test below and test_observed_frameworks' torchtune chain
     cwd = _job_dir(tmp_path)
     (cwd / "cfg.yaml").write_text(TORCHTUNE_CFG)
     launcher = ["tune", "run", *(["--nproc_per_node", str(nproc)] if nproc > 1 else [])]
@@ -252,11 +253,11 @@ def test_fix_with_no_profile_offers_the_flags_and_writes_no_profile(tmp_path):
 
 
 def test_profile_new_from_run_writes_what_was_read(tmp_path_factory, tmp_path):
-    shared, done, records = _hf_chain(tmp_path_factory, 1)
+    shared, done, records = _hf_chain(tmp_path_factory, 2)
     assert done.returncode == 0, done.stderr[-3000:]
     cwd = tmp_path / "job"
     shutil.copytree(shared, cwd, symlinks=True)  # the chain's own directory stays as it ran: this test writes
-    command = _launch(1, "hf_trainer.py", *HF_FLAGS)
+    command = _launch(2, "hf_trainer.py", *HF_FLAGS)
     made = gpudoc_cli("profile", "new", "mine", "--from-run", cwd=cwd)
     assert made.returncode == 0, made.stderr
     text = (cwd / ".gpudoc" / "profiles" / "mine.toml").read_text()
