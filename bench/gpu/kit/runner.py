@@ -24,8 +24,10 @@ SECTIONS = ("check", "estimate", "oom_chain", "overhead", "tune")
 # Each section's own limit on the GPU, in seconds: 270 in all, the 4.5 minutes one device call may
 # spend on the plan (a start costs 1-2 of the session's 15 device minutes, and a rerun must fit).
 # Measured on an H100 (the first device run): check 12 s, estimate 67 s, a two-attempt chain 36 s,
-# each overhead run about 14 s (imports and CUDA start-up 11 s, 100 steps), two rounds of three.
-LIMITS_S = {"check": 20, "estimate": 75, "oom_chain": 50, "overhead": 120, "tune": 5}
+# each overhead run about 14 s (imports and CUDA start-up 11 s, 100 steps), two rounds of three
+# (the section stops a round short when its time runs low). tune's trials are launches like the
+# chain's (about 14 s each): its section asks for the two divisors from 8 to 16, at most three.
+LIMITS_S = {"check": 20, "estimate": 70, "oom_chain": 45, "overhead": 90, "tune": 45}
 TOTAL_S = 270
 
 
