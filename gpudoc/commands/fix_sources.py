@@ -52,6 +52,10 @@ def read_sources(targets: Sequence[str], logs: Sequence[str], store: RunStore, s
                 f"no run records in {store.root}: run the job with `gpudoc run`, or pass a log "
                 "with --log FILE (or - for stdin)"
             )
+        if latest.trial_of:
+            # A tune's trial runs out of memory on purpose: its OOM answers the search, not the job.
+            raise InputError(f"the latest run {latest.id} is a trial of `gpudoc tune` {latest.trial_of}, whose "
+                             "out-of-memory is the search's answer: `gpudoc fix RUN_ID` names the run to diagnose")
         # One node's record of a multi-node job rarely holds the cause (it sees a timeout, or
         # gpudoc ended it because another node failed): read every node's record of this attempt.
         members = job_records(store, latest.job_id, attempt_of=latest) if latest.job_id else [latest]

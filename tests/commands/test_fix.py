@@ -56,12 +56,12 @@ def write_profile(tmp: Path) -> Path:
 
 
 def make_record(tmp: Path, run_id: str, log: str, *, exit_code=1, status="failed", peak=None, gpus=None,
-                profile_path: Path | None = None, parent=None) -> RunRecord:
+                profile_path: Path | None = None, parent=None, trial_of=None) -> RunRecord:
     store = RunStore(tmp / ".gpudoc")
     profile = load_profile_file(profile_path).to_dict() if profile_path else None
     record = RunRecord(id=run_id, command=["python", "train.py"], cwd=str(tmp), profile=profile,
                        exit_code=exit_code, status=status, peak_memory_bytes=peak or {}, gpus=gpus or [],
-                       parent=parent, host=socket.gethostname())
+                       parent=parent, host=socket.gethostname(), trial_of=trial_of)
     store.create(record)
     store.log_path(run_id).write_text(log)
     return record
@@ -94,6 +94,19 @@ def test_latest_run_record_is_the_default_and_its_profile_is_used(tmp_path):
     assert payload["profile"] == str(profile)
     halve = next(s for s in payload["suggestions"] if s["rung"] == "halve-micro-batch")
     assert halve["changes"] == {"micro_batch_size": [4, 2], "gradient_accumulation_steps": [8, 16]}
+
+
+def test_a_tune_trial_is_not_taken_for_the_run_to_fix(tmp_path):
+    profile = write_profile(tmp_path)
+    make_record(tmp_path, "20250101-000000-aaaaaa", OOM, profile_path=profile)
+    make_record(tmp_path, "20250101-000001-bbbbbb", OOM, profile_path=profile, trial_of="20250101-000001-tttttt")
+    ws = captured_workspace(tmp_path)
+    with pytest.raises(InputError, match=r"latest run 20250101-000001-bbbbbb is a trial of `gpudoc tune` "
+                                         r"20250101-000001-tttttt.*`gpudoc fix RUN_ID`"):
+        fix(ws)
+    # Named, the trial is diagnosed like any run.
+    status, out = call(targets=["20250101-000001-bbbbbb"], as_json=True, cwd=tmp_path)
+    assert status == 0 and json.loads(out)["diagnosis"]["cause"] == "gpu_oom"
 
 
 def test_run_id_prefix_selects_a_record(tmp_path):
