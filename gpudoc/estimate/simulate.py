@@ -1,8 +1,9 @@
 """Run the simulation helper (``gpudoc/simhelper``) in the job's interpreter and read its answer.
 
-gpudoc's own process never imports torch: the helper runs by path under ``PYTHON``, reads the spec
-(JSON) on stdin and prints one JSON object, with a time limit, no GPU (``CUDA_VISIBLE_DEVICES=""``)
-and the Hugging Face offline switches. Every way it can fail is a ``SimulationUnavailable`` whose
+gpudoc's own process never imports torch: the helper runs by path under ``PYTHON``, reads each spec
+(a JSON line) on stdin and answers it with one line, with a time limit per question, no GPU
+(``CUDA_VISIBLE_DEVICES=""``) and the Hugging Face offline switches; one helper answers every
+question of an estimate (``HelperSession``). Every way it can fail is a ``SimulationUnavailable`` whose
 message is the reason the formula answers instead. Answers are cached on (spec, library versions,
 and for a ``[model] factory`` the project's code beside its module).
 """
@@ -18,10 +19,13 @@ from typing import Any
 
 from gpudoc.atomic import atomic_write_text
 from gpudoc.estimate.sim_answer import checked_answer, one_line
-from gpudoc.procs.bounded import Finished, run_bounded
+from gpudoc.procs.bounded import LineSession, Reply, run_bounded
 
 HELPER = Path(__file__).resolve().parent.parent / "simhelper" / "run.py"
 DEFAULT_TIMEOUT_S = 300.0
+# What starts each answer line: ``gpudoc.simhelper.main.MARKER`` (the helper, run by path in the job's
+# interpreter, is never imported here; a test holds the two equal).
+MARKER = "\x1egpudoc-simulation "
 _VERSIONS_TIMEOUT_S = 30.0
 # Spec keys that decide the answer (the project directory only finds a factory's module, whose
 # code enters the key through ``factory_code``).
@@ -178,55 +182,92 @@ def _helper_digest() -> str:
     return digest.hexdigest()[:16]
 
 
+class HelperSession:
+    """The helper for one estimate, asked for each set of micro batches the estimate needs: started at
+    the first question the cache cannot answer, kept running for the next (torch and the model
+    libraries imported once), ended with its whole process group on ``close``. Each question has
+    the time limit one simulation has (``timeout_s``: the profile's ``[estimate] timeout_s``, None
+    when it sets none and the default applies)."""
+
+    def __init__(self, *, python: str, environ: Mapping[str, str], cwd: Path, timeout_s: float | None = None,
+                 use_cache: bool = True) -> None:
+        self.python, self.environ, self.cwd = python, environ, cwd
+        self.timeout_s, self.use_cache = timeout_s, use_cache
+        self._versions: dict[str, str] | None = None
+        self._session: LineSession | None = None
+
+    def __enter__(self) -> HelperSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+
+    def ask(self, spec: Mapping[str, Any]) -> dict:
+        """The helper's result for ``spec`` (``ok`` is true), from the cache when the same spec ran
+        under the same library versions (and the same factory code) before. Raises
+        ``SimulationUnavailable`` with the reason."""
+        if spec.get("factory"):
+            check_factory_trust(str(spec["factory"]), self.cwd, self.environ)  # before any answer, a cached one too
+        if self._versions is None:
+            self._versions = library_versions(self.python, self.environ)
+        versions = self._versions
+        if spec.get("lora") and "peft" not in versions:
+            raise SimulationUnavailable(f"lora_rank is set but peft is not installed in the job's interpreter "
+                                        f"({self.python})")
+        if spec.get("hf_config") is not None and "transformers" not in versions:
+            raise SimulationUnavailable(f"transformers is not installed in the job's interpreter ({self.python})")
+        code = factory_code(str(spec["factory"]), self.cwd) if spec.get("factory") else None
+        use_cache = self.use_cache and (code is not None or not spec.get("factory"))
+        path = cache_dir(self.environ) / f"{_cache_key(spec, versions, code)}.json"
+        sizes = list(spec.get("micro_batch_sizes") or ())
+        if use_cache:
+            try:
+                cached = checked_answer(json.loads(path.read_text(encoding="utf-8")), sizes)
+                if cached.get("ok"):
+                    return {**cached, "cached": True}
+            except (OSError, ValueError):
+                pass  # none, or not an answer (planted, cut short): the helper is asked again
+        reply = self._helper().ask(json.dumps({**spec, "cwd": str(self.cwd)}),
+                                   timeout_s=self.timeout_s or DEFAULT_TIMEOUT_S)
+        if reply.timed_out:
+            # Point to the setting only where it is not set already: a user who set it knows where it is.
+            raise SimulationUnavailable(f"the simulation took longer than {DEFAULT_TIMEOUT_S:g} s, the default "
+                                        "limit ([estimate] timeout_s raises it)" if self.timeout_s is None else
+                                        f"the simulation took longer than {self.timeout_s:g} s, the limit "
+                                        "[estimate] timeout_s sets")
+        try:
+            result = checked_answer(_parse(reply), sizes)
+        except ValueError as exc:
+            raise SimulationUnavailable(f"the simulation helper's answer {exc}") from None
+        if not result.get("ok"):
+            raise SimulationUnavailable(one_line(str(result.get("reason") or "the helper gave no reason")))
+        if use_cache:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(path, json.dumps(result))
+            except OSError:
+                pass  # a read-only cache only costs the next estimate its time
+        return result
+
+    def _helper(self) -> LineSession:
+        if self._session is None:
+            try:
+                self._session = LineSession([self.python, str(HELPER)], env=helper_environment(self.environ),
+                                            cwd=str(self.cwd), marker=MARKER.encode(), limit=_ANSWER_BYTES)
+            except OSError as exc:
+                raise SimulationUnavailable(f"cannot run the job's interpreter {self.python}: {exc}") from None
+        return self._session
+
+
 def run_helper(spec: Mapping[str, Any], *, python: str, environ: Mapping[str, str], cwd: Path,
                timeout_s: float | None = None, use_cache: bool = True) -> dict:
-    """The helper's result for ``spec`` (``ok`` is true), from the cache when the same spec ran
-    under the same library versions (and the same factory code) before. ``timeout_s``: the
-    profile's ``[estimate] timeout_s``, None when it sets none (the default applies). Raises
-    ``SimulationUnavailable`` with the reason."""
-    if spec.get("factory"):
-        check_factory_trust(str(spec["factory"]), cwd, environ)  # before any answer, a cached one included
-    versions = library_versions(python, environ)
-    if spec.get("lora") and "peft" not in versions:
-        raise SimulationUnavailable(f"lora_rank is set but peft is not installed in the job's interpreter ({python})")
-    if spec.get("hf_config") is not None and "transformers" not in versions:
-        raise SimulationUnavailable(f"transformers is not installed in the job's interpreter ({python})")
-    code = factory_code(str(spec["factory"]), cwd) if spec.get("factory") else None
-    use_cache = use_cache and (code is not None or not spec.get("factory"))
-    path = cache_dir(environ) / f"{_cache_key(spec, versions, code)}.json"
-    sizes = list(spec.get("micro_batch_sizes") or ())
-    if use_cache:
-        try:
-            cached = checked_answer(json.loads(path.read_text(encoding="utf-8")), sizes)
-            if cached.get("ok"):
-                return {**cached, "cached": True}
-        except (OSError, ValueError):
-            pass  # none, or not an answer (planted, cut short): the helper is asked again
-    try:
-        done = run_bounded([python, str(HELPER)], input_text=json.dumps({**spec, "cwd": str(cwd)}),
-                           timeout_s=timeout_s or DEFAULT_TIMEOUT_S, cwd=str(cwd), env=helper_environment(environ),
-                           tail_bytes=_ANSWER_BYTES)
-    except OSError as exc:
-        raise SimulationUnavailable(f"cannot run the job's interpreter {python}: {exc}") from None
-    if done.timed_out:
-        # Point to the setting only where it is not set already: a user who set it knows where it is.
-        raise SimulationUnavailable(f"the simulation took longer than {DEFAULT_TIMEOUT_S:g} s, the default limit "
-                                    "([estimate] timeout_s raises it)" if timeout_s is None else
-                                    f"the simulation took longer than {timeout_s:g} s, the limit [estimate] "
-                                    "timeout_s sets")
-    try:
-        result = checked_answer(_parse(done), sizes)
-    except ValueError as exc:
-        raise SimulationUnavailable(f"the simulation helper's answer {exc}") from None
-    if not result.get("ok"):
-        raise SimulationUnavailable(one_line(str(result.get("reason") or "the helper gave no reason")))
-    if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps(result))
-        except OSError:
-            pass  # a read-only cache only costs the next estimate its time
-    return result
+    """One question to a helper of its own (``HelperSession.ask``)."""
+    with HelperSession(python=python, environ=environ, cwd=cwd, timeout_s=timeout_s, use_cache=use_cache) as helper:
+        return helper.ask(spec)
 
 
 # The end of the helper's output that is read: its answer is the last line, a few kilobytes; a
@@ -234,14 +275,13 @@ def run_helper(spec: Mapping[str, Any], *, python: str, environ: Mapping[str, st
 _ANSWER_BYTES = 1 << 20
 
 
-def _parse(done: Finished) -> Any:
-    """The last line of the helper's output as JSON (any JSON: its shape is checked next)."""
-    lines = (done.stdout or "").strip().splitlines()
-    if lines:
+def _parse(reply: Reply) -> Any:
+    """The helper's answer line as JSON (any JSON: its shape is checked next)."""
+    if reply.answer is not None:
         try:
-            return json.loads(lines[-1])
+            return json.loads(reply.answer)
         except ValueError:
             pass
-    tail = (done.stderr or "").strip().splitlines()
-    why = one_line(tail[-1]) if tail else f"exit status {done.returncode}, no answer"
+    tail = (reply.stderr or "").strip().splitlines()
+    why = one_line(tail[-1]) if tail else f"exit status {reply.returncode}, no answer"
     raise SimulationUnavailable(f"the simulation helper stopped: {why}")

@@ -10,7 +10,7 @@ fixed code path), the predicted size is simulated to verify it, and once more if
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -19,7 +19,7 @@ from gpudoc.estimate import terms
 from gpudoc.estimate.estimator import MAX_SEARCH_MICRO_BATCH, Estimate, _describe, estimate
 from gpudoc.estimate.inputs import LORA_READING_NOTES, ModelShape, TrainSetup, model_shape, train_setup
 from gpudoc.estimate.sim_spec import simulation_spec, unsupported_reason
-from gpudoc.estimate.simulate import SimulationUnavailable, run_helper
+from gpudoc.estimate.simulate import HelperSession, SimulationUnavailable
 from gpudoc.units import format_bytes
 
 _KINDS = ("weights", "gradients", "optimizer", "activations", "temporaries")
@@ -34,7 +34,6 @@ class SimulateOptions:
     cwd: Path
     timeout_s: float | None = None  # the profile's [estimate] timeout_s; None: the default
     use_cache: bool = True
-    runner: Callable[..., dict] = field(default=run_helper)
 
 
 def simulate_enabled(profile: Any) -> bool:
@@ -92,7 +91,9 @@ def simulated_estimate(profile: Any, options: SimulateOptions, *, gpu_total_byte
         reason = unsupported_reason(profile, setup, shape)
         if reason:
             raise SimulationUnavailable(reason)
-        return _simulate(profile, options, shape, setup, notes + shape_notes, gpu_total_bytes)
+        with HelperSession(python=options.python, environ=options.environ, cwd=options.cwd,
+                           timeout_s=options.timeout_s, use_cache=options.use_cache) as helper:
+            return _simulate(profile, helper, shape, setup, notes + shape_notes, gpu_total_bytes)
     except SimulationUnavailable as exc:
         if shape_error is not None:
             raise ProfileError(f"{shape_error} (the simulation that needs no shapes is unavailable: {exc})") from None
@@ -100,7 +101,7 @@ def simulated_estimate(profile: Any, options: SimulateOptions, *, gpu_total_byte
         return replace(fallback, notes=[f"simulation unavailable, the formula answers: {exc}", *fallback.notes])
 
 
-def _simulate(profile: Any, options: SimulateOptions, shape: ModelShape | None, setup: TrainSetup,
+def _simulate(profile: Any, helper: HelperSession, shape: ModelShape | None, setup: TrainSetup,
               notes: list[str], gpu_total_bytes: int | None) -> Estimate:
     size = setup.micro_batch_size
 
@@ -109,8 +110,7 @@ def _simulate(profile: Any, options: SimulateOptions, shape: ModelShape | None, 
         for note in spec_notes:
             if note not in notes:
                 notes.append(note)
-        return options.runner(spec, python=options.python, environ=options.environ, cwd=options.cwd,
-                              timeout_s=options.timeout_s, use_cache=options.use_cache)
+        return helper.ask(spec)
 
     result = run([size, size + 1])
     # DDP's reducer keeps a bucket copy of every gradient (the formula's ddp_bucket_bytes term).

@@ -5,7 +5,8 @@ ended together, and so that a terminal's Ctrl-C meant for gpudoc does not reach 
 read as it comes and only the last ``tail_bytes`` of each stream are kept: a command printing
 gigabytes costs gpudoc a fixed amount of memory. gpudoc waits for the command's own process, never
 for the end of its output: a process it started in the background and left holding the pipes
-does not hold gpudoc. At the time limit the whole group is killed.
+does not hold gpudoc. At the time limit the whole group is killed. ``run_bounded`` runs a command to
+its end; ``LineSession`` keeps one running and asks it one line at a time, within the same bounds.
 """
 
 from __future__ import annotations
@@ -139,3 +140,148 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One answer of a ``LineSession``: the answer line (without its marker), or None when the command
+    ended or hit the time limit first, with the end of its stderr and, once it ended, its status."""
+
+    answer: str | None
+    stderr: str
+    returncode: int | None = None
+    timed_out: bool = False
+
+
+class LineSession:
+    """A command spoken to one request line at a time, kept running between requests (the simulation
+    helper, asked for one micro batch after another, imports its libraries once).
+
+    Each answer is the first line of stdout after the request that starts with ``marker``; any other
+    output (a factory's prints) is read as it comes and dropped, a line longer than ``limit`` without
+    ever being held whole, and only the last ``limit`` bytes of stderr are kept. Like ``run_bounded``,
+    the command runs in a session and process group of its own; a request past its time limit, and
+    ``close``, end the whole group.
+
+    Raises ``OSError`` when the command cannot be started."""
+
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, marker: bytes,
+                 limit: int = TAIL_BYTES) -> None:
+        self.marker, self.limit = marker, limit
+        self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=dict(env), cwd=cwd, start_new_session=True)
+        stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
+        if stdin is None or stdout is None or stderr is None:  # each was asked for as a pipe
+            raise OSError("the command was started without its pipes")
+        self._pipes = (stdin, stdout, stderr)
+        self._stderr = _Tail(limit)
+        self._line = bytearray()  # stdout's current line, while it may still be an answer
+        self._skipping = False  # inside a stdout line too long to be an answer
+        self._ended = False
+
+    def __enter__(self) -> LineSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ask(self, request: str, *, timeout_s: float) -> Reply:
+        """Send ``request`` (one line) and wait for the answer, at most ``timeout_s``."""
+        if self._ended:
+            return self._reply(None)
+        pending = request.encode() + b"\n"
+        stdin, stdout, stderr = self._pipes
+        deadline = time.monotonic() + timeout_s
+        with selectors.DefaultSelector() as selector:
+            selector.register(stdout.fileno(), selectors.EVENT_READ)
+            selector.register(stderr.fileno(), selectors.EVENT_READ)
+            os.set_blocking(stdin.fileno(), False)
+            selector.register(stdin.fileno(), selectors.EVENT_WRITE)
+            exited_at: float | None = None
+            while True:
+                now = time.monotonic()
+                if exited_at is None and self.proc.poll() is not None:
+                    exited_at = now
+                # Ended: its last output may take a moment, but a child it left holding the pipe does not
+                # hold gpudoc.
+                if exited_at is not None and (now - exited_at >= _DRAIN_S or stdout.fileno() not in selector.get_map()):
+                    self._end()
+                    return self._reply(None)
+                if now >= deadline:
+                    self._end()
+                    return self._reply(None, timed_out=True)
+                for key, _ in selector.select(min(deadline - now, 0.1)):
+                    if key.events & selectors.EVENT_WRITE:
+                        pending = self._write(selector, pending)
+                        continue
+                    try:
+                        chunk = os.read(key.fd, 1 << 16)
+                    except OSError:
+                        chunk = b""
+                    if not chunk:
+                        selector.unregister(key.fd)
+                    elif key.fd == stderr.fileno():
+                        self._stderr.add(chunk)
+                    elif (answer := self._scan(chunk)) is not None:
+                        return self._reply(answer)
+
+    def close(self) -> None:
+        """End the command: stdin closed (the end of the requests), then its whole group."""
+        if not self._ended:
+            try:
+                self._pipes[0].close()
+            except OSError:
+                pass  # it stopped reading: the pipe is broken, nothing to flush
+        self._end()
+
+    def _write(self, selector: selectors.BaseSelector, pending: bytes) -> bytes:
+        stdin = self._pipes[0]
+        try:
+            pending = pending[os.write(stdin.fileno(), pending[:1 << 16]):]
+        except BlockingIOError:
+            return pending
+        except OSError:  # it stopped reading (exited, or closed its stdin)
+            pending = b""
+        if not pending:
+            selector.unregister(stdin.fileno())
+        return pending
+
+    def _scan(self, chunk: bytes) -> str | None:
+        """Feed stdout's ``chunk``; the first answer line it completes, if any."""
+        for piece in chunk.splitlines(keepends=True):
+            if not self._skipping:
+                self._line += piece
+            complete = piece.endswith(b"\n")
+            if not self._skipping and len(self._line) > self.limit:
+                self._skipping, self._line = True, bytearray()
+            if complete:
+                line, self._line, self._skipping = bytes(self._line), bytearray(), False
+                if line.startswith(self.marker):
+                    return line[len(self.marker):].decode("utf-8", "replace").strip()
+        return None
+
+    def _end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            self.proc.wait(timeout=_DRAIN_S)  # its own end, after its stdin closed
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(self.proc.pid)
+        self.proc.wait()
+        stderr = self._pipes[2]
+        os.set_blocking(stderr.fileno(), False)
+        try:  # its last words, as far as they are in the pipe already
+            self._stderr.add(os.read(stderr.fileno(), self.limit))
+        except OSError:
+            pass  # nothing there (BlockingIOError), or gone
+        for stream in self._pipes:
+            try:
+                stream.close()
+            except OSError:
+                pass  # stdin with unwritten bytes to a reader that is gone
+
+    def _reply(self, answer: str | None, *, timed_out: bool = False) -> Reply:
+        return Reply(answer, self._stderr.text(), None if timed_out or not self._ended else self.proc.returncode,
+                     timed_out)

@@ -1,9 +1,12 @@
-"""The helper's entry: a JSON spec on stdin, one JSON object on stdout.
+"""The helper's entry: one JSON spec per line on stdin, each answered by one line on stdout,
+``MARKER`` then a JSON object; it ends when stdin does. gpudoc asks the same helper for each micro
+batch an estimate needs, so torch and the model libraries are imported once. Anything else on stdout
+(the project's code may print) is not an answer: the marker tells them apart.
 
 Result: ``{"ok": true, "versions": {...}, "runs": [{"micro_batch_size", "first_step"?, "steady_state"}],
 "notes": [...], "own_adapters": bool, "emulation": {...}, "seconds": float}`` with each step
-``{"peak_bytes", "stage", "breakdown", "start_bytes"}``; or ``{"ok": false, "reason": "...", "versions": {...}}``. The exit
-status is 0 either way: a reason is an answer, not a crash.
+``{"peak_bytes", "stage", "breakdown", "start_bytes"}``; or ``{"ok": false, "reason": "...", "versions": {...}}``.
+A reason is an answer, not a crash: the helper goes on to the next spec.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import time
 import traceback
 from typing import Any
 
-PROTOCOL = 1
+PROTOCOL = 2
+MARKER = "\x1egpudoc-simulation "  # the record separator first: no printed text starts so
 
 
 def versions() -> dict[str, str]:
@@ -65,11 +69,11 @@ def _reason(exc: BaseException) -> str:
     return f"the simulated step failed: {text}{where}"
 
 
-def main() -> int:
+def answer(request: str) -> dict[str, Any]:
     started = time.monotonic()
     result: dict[str, Any]
     try:
-        spec = json.loads(sys.stdin.read())
+        spec = json.loads(request)
         result = {"ok": True, **simulate(spec)}
     except Exception as exc:
         from .build import Unsupported
@@ -78,5 +82,13 @@ def main() -> int:
         result = {"ok": False, "reason": reason}
     result["versions"] = versions()
     result["seconds"] = round(time.monotonic() - started, 3)
-    sys.stdout.write(json.dumps(result) + "\n")
+    return result
+
+
+def main() -> int:
+    out = sys.stdout
+    while request := sys.stdin.readline():
+        if request.strip():
+            out.write(MARKER + json.dumps(answer(request)) + "\n")
+            out.flush()
     return 0

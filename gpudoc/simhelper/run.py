@@ -1,4 +1,4 @@
-"""Run by path in the job's interpreter: ``PYTHON .../gpudoc/simhelper/run.py < spec.json``.
+"""Run by path in the job's interpreter: ``PYTHON .../gpudoc/simhelper/run.py``, spec lines on stdin.
 
 Loads this directory as the package ``gpudoc_simhelper`` (not through ``gpudoc``, which that
 interpreter may not have, or have in another version) and keeps the directory off ``sys.path`` so

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from gpudoc.estimate.simulate import check_factory_trust
+from gpudoc.estimate.simulate import MARKER, check_factory_trust
 from gpudoc.trust import Refused
 from tests.conftest import gpudoc_cli
 
@@ -113,7 +113,8 @@ def _estimate_with(tmp_path, helper_body: str) -> dict:
                       "if sys.argv[1:2] == ['-c']:\n"
                       "    print(json.dumps({'python': '3.11', 'torch': '2.5', 'transformers': '4.50'}))\n"
                       "    sys.exit()\n"
-                      "spec = json.loads(sys.stdin.read())\n" + textwrap.dedent(helper_body))
+                      f"MARK = {MARKER!r}\n"  # what starts an answer line, as the real helper writes it
+                      "spec = json.loads(sys.stdin.readline())\n" + textwrap.dedent(helper_body))
     python.chmod(0o755)
     ws = captured_workspace(tmp_path, environ={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert estimate_command(ws, as_json=True, simulate=True, python=str(python)) == 0
@@ -133,11 +134,19 @@ def _estimate_with(tmp_path, helper_body: str) -> dict:
     ([1, 2], "not a JSON object"),
 ])
 def test_a_helper_answer_of_the_wrong_shape_is_one_line_naming_it(tmp_path, answer, named):
-    doc = _estimate_with(tmp_path, f"print(json.dumps({answer!r}))\n")
+    doc = _estimate_with(tmp_path, f"print(MARK + json.dumps({answer!r}))\n")
     assert doc["source"] == "formula"
     note = doc["notes"][0]
     assert note.startswith("simulation unavailable, the formula answers: the simulation helper's answer")
     assert named in note and "\n" not in note and len(note) < 400, note
+
+
+def test_what_the_projects_code_prints_is_never_taken_for_the_answer(tmp_path):
+    # A factory (or a sitecustomize) printing JSON of its own: only the marked line answers.
+    doc = _estimate_with(tmp_path, "print(json.dumps({'ok': True, 'runs': []}))\n"
+                                   "print(MARK + json.dumps({'ok': False, 'reason': 'the helper said so'}))\n"
+                                   "print(json.dumps({'ok': True}))\n")
+    assert doc["source"] == "formula" and doc["notes"][0].endswith(": the helper said so")
 
 
 def test_a_cached_answer_of_the_wrong_shape_is_not_an_answer(tmp_path):
@@ -145,17 +154,17 @@ def test_a_cached_answer_of_the_wrong_shape_is_not_an_answer(tmp_path):
 
     good = {"ok": True, "runs": [{"micro_batch_size": 2, "first_step": STEP, "steady_state": STEP},
                                  {"micro_batch_size": 3, "steady_state": STEP}]}
-    assert _estimate_with(tmp_path, f"print(json.dumps({good!r}))\n")["source"] == "simulation"
+    assert _estimate_with(tmp_path, f"print(MARK + json.dumps({good!r}))\n")["source"] == "simulation"
     cached = list((tmp_path / "cache" / "gpudoc" / "simulate").glob("*.json"))
     assert len(cached) == 1
     cached[0].write_text(json.dumps({"ok": True}))  # planted, or a helper of another version
-    doc = _estimate_with(tmp_path, "print(json.dumps({'ok': False, 'reason': 'asked again'}))\n")
+    doc = _estimate_with(tmp_path, "print(MARK + json.dumps({'ok': False, 'reason': 'asked again'}))\n")
     assert doc["source"] == "formula" and doc["notes"][0].endswith("asked again")
 
 
 def test_a_huge_answer_and_a_huge_reason_cost_one_short_line(tmp_path):
     doc = _estimate_with(tmp_path, "sys.stdout.write('x' * 30_000_000 + '\\n')\n"
-                                   "print(json.dumps({'ok': False, 'reason': 'why ' * 200_000}))\n")
+                                   "print(MARK + json.dumps({'ok': False, 'reason': 'why ' * 200_000}))\n")
     note = doc["notes"][0]
     assert doc["source"] == "formula" and note.startswith("simulation unavailable, the formula answers: why why")
     assert len(note) < 400 and note.endswith("…")

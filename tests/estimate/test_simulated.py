@@ -301,3 +301,24 @@ def test_the_largest_micro_batch_is_found_in_a_few_simulations(flat_until):
 
     assert fits(found) and not fits(found + 1)
     assert len(calls) <= 3
+
+
+def test_one_helper_answers_every_simulation_of_an_estimate(tmp_path):
+    # The factory notes each build with its process: the micro batch search's simulations (the two it
+    # starts from, then its guesses) all run in the helper that imported torch for the first.
+    (tmp_path / "tinymodel.py").write_text(FACTORY + "\nimport os\n\ndef noted(micro_batch_size, max_seq_len):\n"
+                                           "    with open(__file__ + '.calls', 'a') as calls:\n"
+                                           "        calls.write(f'{os.getpid()} {micro_batch_size}\\n')\n"
+                                           "    return make(micro_batch_size, max_seq_len)\n")
+    status, doc = _estimate(tmp_path, _profile(model='factory = "tinymodel:noted"'))
+    assert status == 0 and doc["source"] == "simulation", doc["notes"]
+    calls = [line.split() for line in (tmp_path / "tinymodel.py.calls").read_text().splitlines()]
+    assert len({size for _, size in calls}) >= 3  # 2, 3 and at least one guess of the search
+    assert len({pid for pid, _ in calls}) == 1, calls
+
+
+def test_the_helpers_answer_marker_is_the_one_gpudoc_reads():
+    from gpudoc.estimate.simulate import MARKER
+    from gpudoc.simhelper.main import MARKER as WRITTEN
+
+    assert MARKER == WRITTEN and MARKER.startswith("\x1e")

@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from gpudoc.procs.bounded import run_bounded
+from gpudoc.procs.bounded import LineSession, run_bounded
 
 
 def alive(pid: int) -> bool:
@@ -57,7 +57,7 @@ def test_a_background_process_holding_the_pipes_does_not_hold_gpudoc(tmp_path):
 
 
 def test_output_of_hundreds_of_megabytes_costs_a_tail(tmp_path):
-    code = ("import sys\nfrom gpudoc.procs.bounded import run_bounded\n"
+    code = ("import sys\nfrom gpudoc.procs.bounded import LineSession, run_bounded\n"
             "d = run_bounded(['/bin/sh', '-c', 'head -c 200000000 /dev/zero | tr \"\\\\0\" x; echo; echo last'],"
             " env={'PATH': '/usr/bin:/bin'}, cwd='.', timeout_s=240)\n"
             "print(len(d.stdout), d.stdout.endswith('last\\n'), d.timed_out,"
@@ -67,3 +67,55 @@ def test_output_of_hundreds_of_megabytes_costs_a_tail(tmp_path):
     assert out[:3] == [str(64 * 1024), "True", "False"]
     # VmHWM, this process's own peak in KiB (ru_maxrss would carry the forking pytest worker's across exec)
     assert int(out[3]) < 100 * 1024, f"{int(out[3]) // 1024} MiB for 200 MB of output"
+
+
+# A line server: each request line answered by one marked line, after some output that is not an
+# answer; "stop" ends it without an answer, "hang" never answers (and leaves a child behind).
+SERVER = """
+import subprocess, sys, time
+for line in sys.stdin:
+    request = line.strip()
+    print("chatter " * 3)
+    if request == "stop":
+        print("going", file=sys.stderr)
+        sys.exit(4)
+    if request == "hang":
+        child = subprocess.Popen(["sleep", "300"])
+        print(child.pid, file=sys.stderr, flush=True)
+        time.sleep(300)
+    if request == "flood":
+        sys.stdout.write("x" * 5_000_000 + "\\n")
+    print("@@ " + request + " " + str(__import__("os").getpid()), flush=True)
+"""
+
+
+def _session(tmp_path) -> LineSession:
+    return LineSession([sys.executable, "-c", SERVER], env=os.environ, cwd=str(tmp_path), marker=b"@@ ",
+                       limit=64 * 1024)
+
+
+def test_a_session_answers_each_request_from_one_process(tmp_path):
+    with _session(tmp_path) as session:
+        first = session.ask("one", timeout_s=30)
+        second = session.ask("flood", timeout_s=30)  # a line past the limit is passed over, never held
+        assert first.answer is not None and second.answer is not None
+        assert first.answer.split()[0] == "one" and second.answer.split()[0] == "flood"
+        assert first.answer.split()[1] == second.answer.split()[1] == str(session.proc.pid)
+        ended = session.ask("stop", timeout_s=30)
+    assert ended.answer is None and ended.returncode == 4 and ended.stderr.strip() == "going"
+    assert session.ask("one", timeout_s=30).answer is None  # ended: nothing more is asked
+
+
+def test_a_request_past_its_limit_ends_the_whole_group(tmp_path):
+    session = _session(tmp_path)
+    reply = session.ask("hang", timeout_s=3)
+    assert reply.timed_out and reply.answer is None and reply.returncode is None
+    child = int(reply.stderr.split()[0])
+    assert gone_soon(child) and gone_soon(session.proc.pid)
+
+
+def test_closing_a_session_ends_what_it_started(tmp_path):
+    session = _session(tmp_path)
+    assert session.ask("one", timeout_s=30).answer is not None
+    session.close()
+    assert session.proc.returncode is not None  # waited for: no zombie, no orphan
