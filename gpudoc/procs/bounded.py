@@ -251,7 +251,7 @@ class LineSession:
         for piece in chunk.splitlines(keepends=True):
             if not self._skipping:
                 self._line += piece
-            complete = piece.endswith(b"\n")
+            complete = piece.endswith((b"\n", b"\r"))  # a progress bar's \r ends its line too
             if not self._skipping and len(self._line) > self.limit:
                 self._skipping, self._line = True, bytearray()
             if complete:

@@ -89,6 +89,7 @@ def main() -> int:
     out = sys.stdout
     while request := sys.stdin.readline():
         if request.strip():
-            out.write(MARKER + json.dumps(answer(request)) + "\n")
+            # On a line of its own, whatever the project's code printed last without ending its line.
+            out.write("\n" + MARKER + json.dumps(answer(request)) + "\n")
             out.flush()
     return 0

@@ -76,6 +76,7 @@ import subprocess, sys, time
 for line in sys.stdin:
     request = line.strip()
     print("chatter " * 3)
+    print("progress 50%\\rprogress 100%\\r", end="")  # a progress bar's line ends with \\r
     if request == "stop":
         print("going", file=sys.stderr)
         sys.exit(4)
