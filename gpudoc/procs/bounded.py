@@ -115,8 +115,9 @@ def run_bounded(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str]
     return Finished(None if timed_out else returncode, out, err, timed_out)
 
 
-def _feed(stdin: IO[bytes], selector: selectors.BaseSelector, pending: bytes) -> bytes:
-    """Write what the pipe takes of ``pending``; close stdin when all is written or nobody reads."""
+def _feed(stdin: IO[bytes], selector: selectors.BaseSelector, pending: bytes, *, close: bool = True) -> bytes:
+    """Write what the pipe takes of ``pending``; when all is written or nobody reads, stop watching
+    stdin, and with ``close`` close it (the end of the input; a ``LineSession`` keeps it open)."""
     try:
         written = os.write(stdin.fileno(), pending[:1 << 16])
         pending = pending[written:]
@@ -126,6 +127,8 @@ def _feed(stdin: IO[bytes], selector: selectors.BaseSelector, pending: bytes) ->
         pending = b""
     if not pending:
         selector.unregister(stdin.fileno())
+        if not close:
+            return pending
         try:
             stdin.close()
         except OSError:
@@ -212,7 +215,7 @@ class LineSession:
                     return self._reply(None, timed_out=True)
                 for key, _ in selector.select(min(deadline - now, 0.1)):
                     if key.events & selectors.EVENT_WRITE:
-                        pending = self._write(selector, pending)
+                        pending = _feed(stdin, selector, pending, close=False)  # the next request follows
                         continue
                     try:
                         chunk = os.read(key.fd, 1 << 16)
@@ -233,18 +236,6 @@ class LineSession:
             except OSError:
                 pass  # it stopped reading: the pipe is broken, nothing to flush
         self._end()
-
-    def _write(self, selector: selectors.BaseSelector, pending: bytes) -> bytes:
-        stdin = self._pipes[0]
-        try:
-            pending = pending[os.write(stdin.fileno(), pending[:1 << 16]):]
-        except BlockingIOError:
-            return pending
-        except OSError:  # it stopped reading (exited, or closed its stdin)
-            pending = b""
-        if not pending:
-            selector.unregister(stdin.fileno())
-        return pending
 
     def _scan(self, chunk: bytes) -> str | None:
         """Feed stdout's ``chunk``; the first answer line it completes, if any."""
