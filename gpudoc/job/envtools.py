@@ -3,9 +3,17 @@
 
 ``python`` on gpudoc's PATH is not the one these run: the tool puts its environment first. The
 tool is asked where that environment's interpreter is, in a way that never syncs, installs or
-creates it (``uv python find``, ``conda run ... python -c``, ``pixi info --json``, ``poetry env
+creates it (``uv sync --dry-run``, ``conda run ... python -c``, ``pixi info --json``, ``poetry env
 info --path``), under a time limit; an answer that is no interpreter, a tool missing or silent, is
 one line saying so, and the caller falls back to the ``python`` on PATH.
+
+``uv run`` in a project runs the project's environment (``.venv`` at the workspace root, or
+``UV_PROJECT_ENVIRONMENT``), not an active virtual environment unless ``--active``. ``uv python
+find`` answers neither (it names the active environment or the nearest ``.venv``, and a system Python
+where the project's environment is not created yet), and ``uv run --no-sync`` creates the
+environment. ``uv sync --dry-run --offline`` names the one ``uv run`` would use ("Would use project
+environment at: PATH") and changes nothing; outside a project (or with ``--no-project``) ``uv run``
+takes the first Python found, which is what ``uv python find`` names.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -73,6 +82,8 @@ def _tool_in(argv: Sequence[str]) -> tuple[str, dict[str, str]] | None:
         elif name in valued and j + 1 < len(argv):
             options[name] = argv[j + 1]
             j += 1
+        else:  # a flag (uv's --active, --no-project)
+            options[name] = ""
         j += 1
     return tool, options
 
@@ -88,6 +99,9 @@ def _ask(tool: str, options: tuple[tuple[str, str], ...], cwd: str, path: str,
         return EnvPython(tool, note=f"{tool} run: {tool} is not on the job's PATH, so its environment's interpreter "
                                     "is unknown; the python on PATH is assumed")
     if tool == "uv":
+        found = None if "--no-project" in said else _uv_project_environment(exe, said, cwd, environ)
+        if found is not None:
+            return found
         request = [said[name] for name in ("--python", "-p") if name in said][:1]
         args, parse = ["python", "find", *_pass(said, "--project", "--directory"), *request], _line
     elif tool in _CONDAS:
@@ -113,6 +127,33 @@ def _ask(tool: str, options: tuple[tuple[str, str], ...], cwd: str, path: str,
         return EnvPython(tool, note=f"{tool} run: {asked} named no interpreter ({why}: the environment may not "
                                     "exist yet, and gpudoc does not create it); the python on PATH is assumed")
     return EnvPython(tool, python=python)
+
+
+# `uv sync --dry-run`'s line on stderr naming the project environment `uv run` would use (or create).
+_UV_PROJECT_ENV = re.compile(r"^Would (use|create) project environment at: (.+)$", re.MULTILINE)
+
+
+def _uv_project_environment(exe: str, said: Mapping[str, str], cwd: str,
+                            environ: tuple[tuple[str, str], ...]) -> EnvPython | None:
+    """The project environment ``uv run`` would use, as ``uv sync --dry-run`` names it; None when
+    uv names none (not a project, an older uv): ``uv python find`` answers then."""
+    args = ["sync", "--dry-run", "--offline", "--no-python-downloads", *_pass(said, "--project", "--directory"),
+            *[flag for flag in ("--active",) if flag in said]]
+    try:
+        done = run_bounded([exe, *args], timeout_s=TIMEOUT_S, env=dict(environ), cwd=cwd, tail_bytes=_MAX_ANSWER)
+    except OSError:
+        return None
+    match = None if done.timed_out else _UV_PROJECT_ENV.search(done.stderr)
+    if match is None:
+        return None
+    # A relative path is the folder uv ran in's: the --directory it changed to, else the job's own.
+    prefix = os.path.normpath(os.path.join(cwd, said.get("--directory", ""), match.group(2).strip()))
+    python = os.path.join(prefix, "bin", "python")
+    if match.group(1) == "use" and os.path.isfile(python):
+        return EnvPython("uv", python=python)
+    return EnvPython("uv", note=f"uv run: the project's environment {prefix} is not created yet (`uv "
+                                f"{' '.join(args)}`: uv run would create it, gpudoc does not); the python on PATH "
+                                "is assumed")
 
 
 def _pass(said: Mapping[str, str], *names: str) -> list[str]:

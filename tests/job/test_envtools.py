@@ -45,14 +45,65 @@ def _asked(bin_dir: Path, name: str) -> list[str]:
     return (bin_dir / f"{name}.asked").read_text().splitlines()
 
 
-def test_uv_run_is_the_projects_venv_as_uv_python_find_names_it(tmp_path):
+def test_uv_run_outside_a_project_is_the_python_uv_python_find_names(tmp_path):
     python = _env_python(tmp_path / "proj" / ".venv")
     bin_dir = tmp_path / "bin"
-    _tool(bin_dir, "uv", f'[ "$1 $2" = "python find" ] && echo "{python}"')
+    # As uv says outside a project: `uv sync` finds no pyproject.toml (exit 2), `uv python find`
+    # names the first Python it would use (here the nearest .venv).
+    _tool(bin_dir, "uv", f'[ "$1 $2" = "python find" ] && echo "{python}" && exit 0\n'
+                         'echo "error: No \\`pyproject.toml\\` found in current directory or any parent directory" >&2\n'
+                         "exit 2")
     command = ["uv", "run", "--project", "proj", "python", "train.py", "--lr", "1"]
     assert target_python(command, _environ(bin_dir), str(tmp_path)) == str(python)
-    assert _asked(bin_dir, "uv") == ["python find --project proj"]  # never `uv run` or `uv sync`
+    # Never `uv run` (it would create the environment) nor a real `uv sync`.
+    assert _asked(bin_dir, "uv") == ["sync --dry-run --offline --no-python-downloads --project proj",
+                                     "python find --project proj"]
     assert interpreter_note(command, _environ(bin_dir), str(tmp_path)) is None
+    # --no-project: the first Python found, whatever project is around.
+    envtools._ask.cache_clear()
+    (bin_dir / "uv.asked").unlink()
+    assert target_python(["uv", "run", "--no-project", "python", "t.py"], _environ(bin_dir), str(tmp_path)) == str(python)
+    assert _asked(bin_dir, "uv") == ["python find"]
+
+
+def _real_uv(tmp_path: Path) -> dict[str, str]:
+    """The job's environment for the real uv (the test extra installs it beside gpudoc): offline,
+    with a cache and home of the test's own, and no Python download."""
+    from tests.conftest import VENV_BIN
+
+    return {"PATH": f"{VENV_BIN}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(tmp_path),
+            "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "UV_PYTHON_DOWNLOADS": "never", "UV_OFFLINE": "1"}
+
+
+def _uv_venv(environ: dict[str, str], where: Path) -> Path:
+    import subprocess
+
+    subprocess.run(["uv", "venv", "-q", "--python", sys.executable, str(where)], env=environ, check=True, timeout=60)
+    return where / "bin" / "python"
+
+
+def test_real_uv_run_in_a_project_is_its_environment_not_the_active_one_nor_created(tmp_path):
+    """The real uv: `uv run` from a subdirectory of a project runs the project's .venv, even with
+    another virtual environment active (uv warns and ignores it without --active), and the one
+    UV_PROJECT_ENVIRONMENT names; one not created yet is a note, and nothing is created."""
+    environ = _real_uv(tmp_path)
+    project = tmp_path / "proj"
+    (project / "src").mkdir(parents=True)
+    (project / "pyproject.toml").write_text('[project]\nname = "proj"\nversion = "0"\ndependencies = []\n')
+    cwd = str(project / "src")
+    command = ["uv", "run", "python", "train.py"]
+    assert interpreter_note(command, environ, cwd) == (
+        f"uv run: the project's environment {project / '.venv'} is not created yet (`uv sync --dry-run --offline "
+        "--no-python-downloads`: uv run would create it, gpudoc does not); the python on PATH is assumed")
+    assert not (project / ".venv").exists() and not (project / "uv.lock").exists()
+    envtools._ask.cache_clear()
+    venv = _uv_venv(environ, project / ".venv")
+    active = _uv_venv(environ, tmp_path / "active")
+    assert target_python(command, {**environ, "VIRTUAL_ENV": str(active.parent.parent)}, cwd) == str(venv)
+    assert target_python([*command[:2], "--active", *command[2:]],
+                         {**environ, "VIRTUAL_ENV": str(active.parent.parent)}, cwd) == str(active)
+    assert target_python(command, {**environ, "UV_PROJECT_ENVIRONMENT": str(active.parent.parent)}, cwd) == str(active)
+    assert not (project / "uv.lock").exists()  # a dry run: nothing synced, no lock written
 
 
 def test_conda_run_asks_the_named_environment_for_its_executable(tmp_path):
