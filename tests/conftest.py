@@ -43,6 +43,9 @@ def isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("GPUDOC_HOME", raising=False)
     monkeypatch.delenv("GPUDOC_PROFILE", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
+    # The real jobs the tests start share two cores with the other pytest worker: a second OpenMP
+    # thread per job only spins (measured: a fifth of the CPU a small training job costs).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     # `python`, `torchrun` and `gpudoc` are the project venv's, never whatever a global
     # interpreter happens to hold (a fresh machine has none of them).
     monkeypatch.setenv("PATH", VENV_BIN + os.pathsep + os.environ.get("PATH", os.defpath))

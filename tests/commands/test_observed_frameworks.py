@@ -1,6 +1,6 @@
 """gpudoc believes the job, proved on real framework jobs (CPU torch, one process): per framework
-one real `gpudoc run --retry-oom` chain, shared by the tests below (one module-scoped fixture each,
-run once per session). Each job builds a tiny model from a config in the test and raises a real
+one real `gpudoc run --retry-oom` chain, shared by the tests below and by the other files that ask
+about the same set-up (tests/commands/chains.py: once per session). Each job builds a tiny model from a config in the test and raises a real
 ``torch.OutOfMemoryError`` inside its forward, sized from the micro batch it was given, while that
 holds more tokens than it allows: the chain must read what the job really trains with from the
 probe (every observed knob right), converge with the global batch exact, write nothing the job's
@@ -8,75 +8,16 @@ own parser lacks, and name the phase of the OOM in the record."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import VENV_BIN, gpudoc_cli, shared_once
+from tests.commands import chains
+from tests.commands.chains import Chain
 
 JOBS = Path(__file__).resolve().parents[1] / "probe" / "jobs"
 pytestmark = pytest.mark.slow
-
-
-@dataclass(frozen=True)
-class Chain:
-    """A finished chain: gpudoc's status and stderr, its records (oldest first, as `runs show
-    --json` gives them), its wall time, and the directory it ran in."""
-
-    status: int
-    said: str
-    records: list[dict]
-    seconds: float
-    cwd: Path
-
-    @property
-    def first(self) -> dict:
-        return self.records[0]
-
-    @property
-    def last(self) -> dict:
-        return self.records[-1]
-
-    def knobs(self, record: dict) -> dict:
-        return {k: (v["value"], v["how"]) for k, v in (record["observed"] or {}).items() if k != "model"}
-
-
-def _chain(tmp_path_factory, name: str, files: dict[str, str | Path], command: list[str], *, retries: int = 2,
-           env: dict | None = None) -> Chain:
-    """Write the job's ``files`` (name -> its text, or the file or folder to copy), then run
-    ``command`` under `gpudoc run --retry-oom`, once per session."""
-    def make(where: Path) -> None:
-        (where / "home").mkdir()
-        for path, text in files.items():
-            (where / path).parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(text, str):
-                (where / path).write_text(text)
-            elif text.is_dir():
-                shutil.copytree(text, where / path)
-            else:
-                shutil.copy(text, where / path)
-        env_all = {"PATH": VENV_BIN + os.pathsep + os.environ.get("PATH", os.defpath), "HOME": str(where / "home"),
-                   "NO_COLOR": "1", "OMP_NUM_THREADS": "1", **(env or {})}
-        started = time.monotonic()
-        done = gpudoc_cli("run", "--no-check", "--retry-oom", str(retries), "--", *command, cwd=where, env=env_all,
-                          timeout=400)
-        seconds = time.monotonic() - started
-        runs = json.loads(gpudoc_cli("runs", "--json", cwd=where, env=env_all).stdout)["runs"]
-        records = [json.loads(gpudoc_cli("runs", "show", r["id"], "--json", cwd=where, env=env_all).stdout)["run"]
-                   for r in runs]
-        (where / "chain.json").write_text(json.dumps({"status": done.returncode, "said": done.stderr,
-                                                      "records": sorted(records, key=lambda r: r["id"]),
-                                                      "seconds": seconds}))
-
-    where = shared_once(tmp_path_factory, f"observed-{name}", make)
-    found = json.loads((where / "chain.json").read_text())
-    return Chain(found["status"], found["said"], found["records"], found["seconds"], where)
 
 
 def _global(chain: Chain, record: dict) -> int:
@@ -94,7 +35,7 @@ def _added(chain: Chain) -> list[str]:
 @pytest.fixture(scope="module")
 def nanogpt(tmp_path_factory) -> Chain:
     # The accumulation is train.py's own global (4): no config file or flag of the command says it.
-    return _chain(tmp_path_factory, "nanogpt", {
+    return chains.chain(tmp_path_factory, "nanogpt", {
         "train.py": JOBS / "nanogpt" / "train.py", "configurator.py": JOBS / "nanogpt" / "configurator.py",
         "oom_words.py": JOBS / "oom_words.py",
         "config/tiny.py": "batch_size = 16\nblock_size = 8\nmax_iters = 1\noom_above = 32\n"},
@@ -105,7 +46,7 @@ def nanogpt(tmp_path_factory) -> Chain:
 
 @pytest.fixture(scope="module")
 def sft(tmp_path_factory) -> Chain:
-    return _chain(tmp_path_factory, "sft", {name: JOBS / name for name in ("sft_config_job.py", "oom_words.py")},
+    return chains.chain(tmp_path_factory, "sft", {name: JOBS / name for name in ("sft_config_job.py", "oom_words.py")},
                   ["python", "sft_config_job.py", "--output_dir", "out", "--max_steps", "1", "--use_cpu",
                    "--report_to", "none", "--save_strategy", "no", "--oom_above", "32"])
 
@@ -127,7 +68,7 @@ model:
 
 @pytest.fixture(scope="module")
 def lightning_cli(tmp_path_factory) -> Chain:
-    return _chain(tmp_path_factory, "lightning-cli", {
+    return chains.chain(tmp_path_factory, "lightning-cli", {
         "lightning_cli_job.py": JOBS / "lightning_cli_job.py", "oom_words.py": JOBS / "oom_words.py",
         "cfg.yaml": LIGHTNING_CLI_CFG},
         ["python", "lightning_cli_job.py", "fit", "--config", "cfg.yaml", "--trainer.accumulate_grad_batches=3",
@@ -138,27 +79,17 @@ def lightning_cli(tmp_path_factory) -> Chain:
 
 @pytest.fixture(scope="module")
 def hydra_lightning(tmp_path_factory) -> Chain:
-    return _chain(tmp_path_factory, "hydra-lightning", {
+    return chains.chain(tmp_path_factory, "hydra-lightning", {
         **{name: JOBS / name for name in ("hydra_lightning_job.py", "lightning_cli_job.py", "oom_words.py",
                                           "hydra_lightning_conf")}},
         ["python", "hydra_lightning_job.py", "trainer=big", "oom_above=32"])
 
 
-# -- torchtune, through its own `tune run` (the set-up of tests/commands/test_run_frameworks.py) ----------
-
-TORCHTUNE_CFG = "batch_size: 8\ngradient_accumulation_steps: 2\ndtype: fp32\n"
-
+# -- torchtune, through its own `tune run` (the chain test_run_frameworks.py reads too) ------------------
 
 @pytest.fixture(scope="module")
 def torchtune(tmp_path_factory) -> Chain:
-    from tests.commands.test_run_frameworks import JOBS as FRAMEWORK_JOBS
-    from tests.commands.test_run_frameworks import _torchtune_path
-
-    return _chain(tmp_path_factory, "torchtune", {
-        "torchtune_recipe.py": FRAMEWORK_JOBS / "torchtune_recipe.py", "oom.py": FRAMEWORK_JOBS / "oom.py",
-        "cfg.yaml": TORCHTUNE_CFG},
-        ["tune", "run", "torchtune_recipe.py", "--config", "cfg.yaml", "batch_size=8"],
-        env={"OOM_ABOVE": "4", "PYTHONPATH": _torchtune_path()})
+    return chains.torchtune(tmp_path_factory)
 
 
 FRAMEWORKS = ["nanogpt", "sft", "lightning_cli", "hydra_lightning", "torchtune"]
@@ -227,7 +158,8 @@ def _torchtune_written(chain: Chain) -> None:
     assert _added(chain) == ["batch_size=4"]
     [parsed] = [p for p in chain.first["parsers"] if p["type"] == "torchtune"]
     assert "batch_size" in parsed["options"]
-    assert (chain.cwd / "cfg.yaml").read_text() == TORCHTUNE_CFG.replace("accumulation_steps: 2", "accumulation_steps: 4")
+    edited = chains.TORCHTUNE_CFG.replace("accumulation_steps: 2", "accumulation_steps: 4")
+    assert (chain.cwd / "cfg.yaml").read_text() == edited
 
 
 WRITTEN.update(nanogpt=_nanogpt_written, sft=_sft_written, lightning_cli=_lightning_cli_written,

@@ -2,9 +2,9 @@
 files. Each job builds a tiny model from a config and raises CUDA's OOM error (as torch words it)
 above a per-device batch threshold; `gpudoc run --retry-oom` must make it fit by editing the place
 the framework reads, and the framework itself prints the batch, accumulation and world size it ran
-with. Each framework's chain runs once, under `torchrun --nproc_per_node=2` (gloo) so that the
-world size takes part in the arithmetic; the single process is the other tests' (here and in
-test_observed_frameworks.py); torchtune through its own `tune run`."""
+with. The HF Trainer's chain runs under `torchrun --nproc_per_node=2` (gloo) so that the world size
+takes part in the arithmetic; the others run one process, torchtune through its own `tune run`. A
+set-up test_observed_frameworks.py asks about too is one chain, run once (tests/commands/chains.py)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from gpudoc.runs.store import RunStore
-from tests.conftest import CONFIGS, REPO, VENV_BIN, gpudoc_cli, shared_once
+from tests.commands import chains
+from tests.conftest import CONFIGS, gpudoc_cli, shared_once
 
-JOBS = Path(__file__).with_name("jobs") / "frameworks"
+JOBS = chains.FRAMEWORK_JOBS
 pytestmark = pytest.mark.slow
 
 HF_FLAGS = ["--output_dir", "out", "--max_steps", "1", "--use_cpu", "--report_to", "none", "--log_level", "info",
@@ -81,7 +82,7 @@ def _hf_chain(tmp_path_factory, nproc: int) -> tuple[Path, subprocess.CompletedP
 
 
 def test_hf_trainer_flags_are_halved_on_the_command_line(tmp_path_factory):
-    nproc = 2  # one process: test_observed_frameworks' TRL-style chain and the tier test of test_run_reading
+    nproc = 2  # the other HF chains run one process
     cwd, done, records = _hf_chain(tmp_path_factory, nproc)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(records) == 2  # the allocator rung cannot cover the shortfall: it rides with the halving
@@ -111,23 +112,6 @@ def test_hf_trainer_that_ignores_its_flag_is_stopped_after_one_relaunch(tmp_path
     # The accumulation did arrive (the Trainer printed 4): only the batch is named.
     assert records[1].arrival == {"missing": {"micro_batch_size": "the job printed micro_batch_size = 8 again, not 4"},
                                   "confirmed": ["gradient_accumulation_steps"]}
-
-
-def test_lightning_config_file_is_edited_where_the_batch_lives(tmp_path):
-    nproc = 2  # one process: the config-alone tests below and test_observed_frameworks' LightningCLI chain
-    cwd = _job_dir(tmp_path)
-    (cwd / "cfg.yaml").write_text(LIGHTNING_CFG)
-    command = _launch(nproc, "lightning_cli.py", "fit", "--config", "cfg.yaml", "--trainer.devices", str(nproc))
-    done, records = _retry(cwd, command, oom_above=4)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert [r.cause for r in records] == ["gpu_oom", "ok"]
-    assert records[0].profile["knobs"]["micro_batch_size"]["where"] == "file:cfg.yaml:data.batch_size"
-    assert records[-1].argv == command  # the flags are untouched: the config holds the knobs
-    text = (cwd / "cfg.yaml").read_text()
-    assert "  batch_size: 4\n" in text and "  accumulate_grad_batches: 4   # per optimizer step\n" in text
-    assert (cwd / "cfg.yaml.gpudoc.bak").read_text() == LIGHTNING_CFG  # the original, kept
-    log = _last_log(cwd, records)
-    assert f"lightning: batch_size=4 accumulate_grad_batches=4 precision=32-true world_size={nproc}" in log
 
 
 LIGHTNING_RUN_FALSE = """\
@@ -164,13 +148,12 @@ def test_lightning_config_alone_or_before_the_subcommand_is_read_and_edited(tmp_
 
 
 def test_hydra_override_is_edited_not_the_file_it_beats(tmp_path):
-    nproc = 2  # one process: test_observed_frameworks' Lightning-under-Hydra chain
     cwd = _job_dir(tmp_path)
     (cwd / "conf" / "data_loader").mkdir(parents=True)
     (cwd / "conf" / "config.yaml").write_text(
         "defaults:\n  - data_loader: default\n  - _self_\ntrainer:\n  accumulate_grad_batches: 5\n")
     (cwd / "conf" / "data_loader" / "default.yaml").write_text("batch_size: 32\nnum_workers: 0\n")
-    done, records = _retry(cwd, _launch(nproc, "hydra_job.py", "data_loader.batch_size=45"), oom_above=16)
+    done, records = _retry(cwd, _launch(1, "hydra_job.py", "data_loader.batch_size=45"), oom_above=16)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r.cause for r in records] == ["gpu_oom", "ok"]
     # 45 x 5 = 225 kept exact: 15 x 15, not 22 x 10.
@@ -178,33 +161,21 @@ def test_hydra_override_is_edited_not_the_file_it_beats(tmp_path):
     assert (cwd / "conf" / "data_loader" / "default.yaml").read_text() == "batch_size: 32\nnum_workers: 0\n"
     assert "  accumulate_grad_batches: 15\n" in (cwd / "conf" / "config.yaml").read_text()
     log = _last_log(cwd, records)
-    assert f"hydra: batch_size=15 accumulate_grad_batches=15 world_size={nproc} global_batch={225 * nproc}" in log
+    assert "hydra: batch_size=15 accumulate_grad_batches=15 world_size=1 global_batch=225" in log
 
 
-def _torchtune_path() -> str:
-    """torchtune's jobs import a torchao that peft refuses: bin/test keeps it in a directory of its own."""
-    torchao = Path(VENV_BIN).parent / "torchtune-torchao"
-    assert (torchao / "torchao").is_dir(), f"{torchao}: missing; ./bin/test installs it (torchao for torchtune)"
-    return os.pathsep.join([str(REPO), str(torchao)])
-
-
-TORCHTUNE_CFG = "batch_size: 8\ngradient_accumulation_steps: 2  # per optimizer step\ndtype: fp32\n"
-
-
-def test_torchtune_override_is_edited_and_the_config_file_where_it_holds_the_knob(tmp_path):
-    nproc = 2  # one process: the later-relaunch test below and test_observed_frameworks' torchtune chain
-    cwd = _job_dir(tmp_path)
-    (cwd / "cfg.yaml").write_text(TORCHTUNE_CFG)
-    launcher = ["tune", "run", *(["--nproc_per_node", str(nproc)] if nproc > 1 else [])]
-    command = [*launcher, "torchtune_recipe.py", "--config", "cfg.yaml", "batch_size=8"]
-    done, records = _retry(cwd, command, oom_above=4, PYTHONPATH=_torchtune_path())
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_torchtune_override_is_edited_and_the_config_file_where_it_holds_the_knob(tmp_path_factory):
+    chain = chains.torchtune(tmp_path_factory)  # the one test_observed_frameworks.py reads
+    assert chain.status == 0, chain.said[-3000:]
+    cwd = chain.cwd
+    records = sorted(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
     assert [r.cause for r in records] == ["gpu_oom", "ok"]
     assert records[0].knob_places["micro_batch_size"] == "argv:batch_size"
     assert records[-1].argv[-1] == "batch_size=4"
-    assert (cwd / "cfg.yaml").read_text() == TORCHTUNE_CFG.replace("accumulation_steps: 2", "accumulation_steps: 4")
+    edited = chains.TORCHTUNE_CFG.replace("accumulation_steps: 2", "accumulation_steps: 4")
+    assert (cwd / "cfg.yaml").read_text() == edited  # the comment beside the value kept
     log = _last_log(cwd, records)
-    assert f"torchtune: batch_size=4 gradient_accumulation_steps=4 world_size={nproc}" in log
+    assert "torchtune: batch_size=4 gradient_accumulation_steps=4 world_size=1" in log
     # torchtune's own resolved-config dump confirms both changes arrived.
     assert records[-1].arrival["missing"] == {}
     assert sorted(records[-1].arrival["confirmed"]) == ["gradient_accumulation_steps", "micro_batch_size"]
@@ -213,43 +184,14 @@ def test_torchtune_override_is_edited_and_the_config_file_where_it_holds_the_kno
 def test_torchtune_override_is_not_said_to_lose_to_the_config_at_a_later_relaunch(tmp_path):
     cwd = _job_dir(tmp_path)
     # batch_size, dtype and tokenizer: a config gpudoc knows as torchtune's, hard-coding batch_size 8.
-    config = TORCHTUNE_CFG + "tokenizer:\n  max_seq_len: 16\n"
+    config = chains.TORCHTUNE_CFG + "tokenizer:\n  max_seq_len: 16\n"
     (cwd / "cfg.yaml").write_text(config)
     command = ["tune", "run", "torchtune_recipe.py", "--config", "cfg.yaml", "batch_size=16"]
-    done, records = _retry(cwd, command, oom_above=4, retries=3, PYTHONPATH=_torchtune_path())
+    done, records = _retry(cwd, command, oom_above=4, retries=3, PYTHONPATH=chains.torchtune_path())
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r.knobs["micro_batch_size"] for r in records] == [16, 8, 4]  # 8 -> 4 goes below the file's 8
     assert "torchtune: batch_size=4 " in _last_log(cwd, records)
     assert "hard-codes" not in done.stderr and "the profile" not in done.stderr
-
-
-def test_fix_with_no_profile_offers_the_flags_and_writes_no_profile(tmp_path):
-    cwd = _job_dir(tmp_path)
-    command = _launch(1, "hf_trainer.py", *HF_FLAGS)
-    first = gpudoc_cli("run", "--no-check", "--", *command, cwd=cwd, env={"OOM_ABOVE": "4"}, timeout=300)
-    assert first.returncode == 1
-    shown = gpudoc_cli("fix", cwd=cwd)
-    assert shown.returncode == 0, shown.stderr
-    assert "micro_batch_size (argv:--per_device_train_batch_size)" in shown.stdout
-    assert "halve-micro-batch" in shown.stdout and "the profile declares no [train] knobs" not in shown.stdout
-    applied = gpudoc_cli("fix", "--apply", "--json", cwd=cwd)
-    assert applied.returncode == 0, applied.stderr
-    body = json.loads(applied.stdout)
-    assert body["applied"]["rung"] == "expandable-segments+halve-micro-batch"
-    new = body["applied"]["command"]
-    assert new[new.index("--per_device_train_batch_size") + 1] == "4"
-    # The next command keeps the failed run's own switches (--no-check), as --rerun would.
-    assert any(note.startswith("run next: PYTORCH_ALLOC_CONF=expandable_segments:True gpudoc run --no-check -- "
-                               "python") for note in body["notes"])
-    assert not (cwd / "gpudoc.toml").exists()
-    # --rerun relaunches the changed command, and it fits.
-    rerun = gpudoc_cli("fix", "--rerun", cwd=cwd, env={"OOM_ABOVE": "4"}, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    # The relaunch is announced as it will run: the halved flag, not the command as first typed.
-    [line] = [ln for ln in rerun.stdout.splitlines() if ln.startswith("Relaunching in")]
-    assert "--per_device_train_batch_size 4" in line and "--per_device_train_batch_size 8" not in line
-    latest = max(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
-    assert latest.cause == "ok" and latest.knobs["micro_batch_size"] == 4
 
 
 def test_profile_new_from_run_writes_what_was_read(tmp_path_factory, tmp_path):
@@ -324,7 +266,7 @@ def _complete(folder: Path) -> Path:
     return folder
 
 
-def test_lightning_relaunch_resumes_from_its_model_checkpoint_and_restore_undoes_the_config(tmp_path):
+def test_lightning_config_file_is_edited_where_the_batch_lives_the_relaunch_resumes_and_restore_undoes_it(tmp_path):
     cwd = _job_dir(tmp_path)
     config = LIGHTNING_CFG.replace("max_steps: 1", "max_steps: 4").replace("  enable_checkpointing: false\n", "")
     config = config.replace("data:\n", "  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
@@ -332,33 +274,59 @@ def test_lightning_relaunch_resumes_from_its_model_checkpoint_and_restore_undoes
                             "        save_top_k: -1\ndata:\n")
     (cwd / "cfg.yaml").write_text(config)
     command = _launch(1, "lightning_cli.py", "fit", "--config", "cfg.yaml")
+    # Steps 1 and 2 go through and are saved; step 3 runs out of memory.
     done = gpudoc_cli("run", "--no-check", "--retry-oom", "2", "--", *command, cwd=cwd,
                       env={"OOM_ABOVE": "4", "OOM_AFTER": "4", "OMP_NUM_THREADS": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     records = sorted(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
     assert [r.cause for r in records] == ["gpu_oom", "ok"]
+    # The config file holds the knobs: it is edited there, and the command only gains the resume.
+    assert records[0].profile["knobs"]["micro_batch_size"]["where"] == "file:cfg.yaml:data.batch_size"
+    text = (cwd / "cfg.yaml").read_text()
+    assert "  batch_size: 4\n" in text and "  accumulate_grad_batches: 4   # per optimizer step\n" in text
+    assert (cwd / "cfg.yaml.gpudoc.bak").read_text() == config  # the original, kept
     assert "gpudoc: resuming from ckpts/epoch=0-step=2.ckpt (step 2): --ckpt_path ckpts/epoch=0-step=2.ckpt" in done.stderr
-    assert records[-1].argv[-2:] == ["--ckpt_path", "ckpts/epoch=0-step=2.ckpt"]
+    assert records[-1].argv == [*command, "--ckpt_path", "ckpts/epoch=0-step=2.ckpt"]
     log = _last_log(cwd, records)
     assert "Restored all states from the checkpoint at ckpts/epoch=0-step=2.ckpt" in log
+    # Lightning's own account of what it ran: the halved batch, the doubled accumulation, from step 2.
     assert "lightning: batch_size=4 accumulate_grad_batches=4 precision=32-true world_size=1 global_step=2" in log
     # The chain's edits of the config are undone byte for byte.
-    assert (cwd / "cfg.yaml").read_text() != config
     restored = gpudoc_cli("restore", cwd=cwd)
     assert restored.returncode == 0, restored.stderr
     assert (cwd / "cfg.yaml").read_text() == config
 
 
-def test_fix_rerun_resumes_too(tmp_path):
+def test_fix_with_no_profile_offers_the_flags_writes_no_profile_and_its_rerun_resumes(tmp_path):
     cwd = _job_dir(tmp_path)
     flags = [*HF_FLAGS, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]
     env = {"OOM_ABOVE": "4", "OOM_AFTER": "4", "OMP_NUM_THREADS": "1"}
+    # Steps 1 and 2 (two forwards each) go through and checkpoint-2 is saved; step 3 runs out of memory.
     first = gpudoc_cli("run", "--no-check", "--", *_launch(1, "hf_trainer.py", *flags), cwd=cwd, env=env, timeout=300)
     assert first.returncode == 1
+    shown = gpudoc_cli("fix", cwd=cwd)
+    assert shown.returncode == 0, shown.stderr
+    assert "micro_batch_size (argv:--per_device_train_batch_size)" in shown.stdout
+    assert "halve-micro-batch" in shown.stdout and "the profile declares no [train] knobs" not in shown.stdout
+    applied = gpudoc_cli("fix", "--apply", "--json", cwd=cwd)
+    assert applied.returncode == 0, applied.stderr
+    body = json.loads(applied.stdout)
+    assert body["applied"]["rung"] == "expandable-segments+halve-micro-batch"
+    new = body["applied"]["command"]
+    assert new[new.index("--per_device_train_batch_size") + 1] == "4"
+    # The next command keeps the failed run's own switches (--no-check), as --rerun would.
+    assert any(note.startswith("run next: PYTORCH_ALLOC_CONF=expandable_segments:True gpudoc run --no-check -- "
+                               "python") for note in body["notes"])
+    assert not (cwd / "gpudoc.toml").exists()
+    # --rerun relaunches the changed command from the checkpoint the failed run saved, and it fits.
     rerun = gpudoc_cli("fix", "--rerun", cwd=cwd, env=env, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
+    # The relaunch is announced as it will run: the halved flag, not the command as first typed.
+    [line] = [ln for ln in rerun.stdout.splitlines() if ln.startswith("Relaunching in")]
+    assert "--per_device_train_batch_size 4" in line and "--per_device_train_batch_size 8" not in line
     assert "gpudoc: resuming from out/checkpoint-2 (step 2)" in rerun.stderr
     latest = max(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
+    assert latest.cause == "ok" and latest.knobs["micro_batch_size"] == 4
     assert latest.resumed_from is not None and latest.resumed_from["path"] == "out/checkpoint-2"
     assert "Resuming training from checkpoint with epoch 0 and global step 2" in _last_log(cwd, [latest])
     shown = gpudoc_cli("runs", "show", latest.id, cwd=cwd)
