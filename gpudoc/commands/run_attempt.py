@@ -71,7 +71,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     from gpudoc.launch.scan import LiveScan
     from gpudoc.launch.spawn import Launcher, LaunchOptions
     from gpudoc.launch.watch import GpuSampler, SamplerThread, nvml_reader
-    from gpudoc.runs import probe
+    from gpudoc.runs import probe, steps
     from gpudoc.runs.store import new_run_id
 
     console, cwd, store, nvml_backend = ws.console, ws.cwd, ws.store, ws.nvml_backend
@@ -205,8 +205,8 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     from gpudoc.diagnose.own_flags import refused_own_flags, user_command
     record.diagnosis = refused_own_flags(record.diagnosis, user_command(record, store), launched)
     record_written(record, profile, cwd)  # what a relaunch of this chain may resume from
-    if probing:
-        record.take_observations(probe.read(run_dir))
+    record.take_observations(probe.read(run_dir) if probing else {})
+    record.steps = steps.step_figures(record.steps, log_path)  # the probe's, else the job's progress lines
     if sync is not None and record.cause == "gpu_oom" and not sync.announced:
         # The live scan missed it (an output flood): the other nodes still learn of it now.
         diag = record.diagnosis

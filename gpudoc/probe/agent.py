@@ -130,13 +130,16 @@ class _Probe:
 
         class GpudocProbe(TrainerCallback):
             def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                probe.guarded("hf-trainer", probe._hf_arguments)(args)
+                probe.guarded("hf-trainer", probe._hf_arguments)(args, state)
 
         trainer_module.DEFAULT_CALLBACKS.append(GpudocProbe)
 
-    def _hf_arguments(self, args: Any) -> None:
+    def _hf_arguments(self, args: Any, state: Any) -> None:
+        # state.max_steps: the optimizer steps the Trainer will run (epochs x steps per epoch already
+        # multiplied out), known at on_train_begin.
         self.write("framework", name="hf-trainer", type=type(args).__name__,
-                   settings={key: getattr(args, key, None) for key in _HF_SETTINGS})
+                   settings={**{key: getattr(args, key, None) for key in _HF_SETTINGS},
+                             "total_steps": getattr(state, "max_steps", None)})
 
     # -- arming ------------------------------------------------------------------------------
 
@@ -226,9 +229,11 @@ class _Probe:
                                   "optimizer": type(opt).__name__, "state_dtype": state_dtype}
         if self.autocast is not None:
             fields["autocast"] = self.autocast
-        if cuda:
+        if cuda:  # running peaks: the job's own counters, read and never reset
             fields["peak_allocated"] = torch.cuda.max_memory_allocated()
             fields["peak_reserved"] = torch.cuda.max_memory_reserved()
+            if self.steps == 1:  # the card as the job's allocator sees it, once
+                fields["capacity"] = torch.cuda.mem_get_info()[1]
         # Every step of the first hundred, then one in a hundred: the file stays small on long runs.
         if self.steps <= 100 or self.steps % 100 == 0:
             self.write("step", **fields)

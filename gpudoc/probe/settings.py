@@ -143,6 +143,13 @@ def _lightning(trainer: Any) -> dict:
         except Exception:  # noqa: S112 - a property this Lightning version lacks or cannot answer yet
             continue
     settings["strategy"] = type(getattr(trainer, "strategy", None)).__name__
+    # The optimizer steps the fit will run (epochs x batches / accumulation, or max_steps): asked only
+    # once the training data is loaded, when answering loads nothing and prints nothing.
+    if getattr(trainer, "train_dataloader", None) is not None:
+        try:
+            settings["estimated_stepping_batches"] = _scalar(trainer.estimated_stepping_batches)
+        except Exception:  # a version that cannot say: the total stays unknown
+            pass
     return settings
 
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoc.runs.steps import from_probe, total_from_settings
+
 READ_CAP_BYTES = 8 * 2**20
 LINE_CAP_BYTES = 64 * 1024
 MAX_RANKS = 1024
@@ -172,6 +174,7 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
         knobs.setdefault(knob, value)
     oom = next((e for e in events if e["event"] == "oom"), None)
     return {"knobs": knobs, "steps": steps, "oom": oom, "model": model, "parsers": _parsers(events),
+            "total": total_from_settings(events),
             "state_dtype": next((e.get("state_dtype") for e in steps if isinstance(e.get("state_dtype"), str)), None)}
 
 
@@ -345,23 +348,10 @@ def read(run_dir: Path) -> dict[str, Any]:
                              "optimizer_state_dtype": ranks[first]["state_dtype"]}
     if bad:
         errors.append(f"{bad} line(s) of the probe's files were not events and were skipped")
-    return {"observed": observed or None, "steps": _steps(ranks[first], observed), "oom": _oom(ranks, directory),
+    view = ranks[first]
+    return {"observed": observed or None, "steps": from_probe(view["steps"], observed, view["total"]),
+            "oom": _oom(ranks, directory),
             "parsers": ranks[first]["parsers"] or None, "probe_errors": errors[:10] or None}
-
-
-def _steps(view: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any] | None:
-    steps = view["steps"]
-    if not steps:
-        return None
-    seconds = [float(s["seconds"]) for s in steps if isinstance(s.get("seconds"), (int, float)) and s["seconds"] > 0]
-    per_step = statistics.median(seconds) if seconds else None
-    samples = 1
-    for knob in ("micro_batch_size", "gradient_accumulation_steps", "world_size"):
-        samples *= int((observed.get(knob) or {}).get("value") or 1)
-    peaks = {key: max((_count(s.get(field)) or 0 for s in steps), default=0) or None
-             for key, field in (("peak_allocated_bytes", "peak_allocated"), ("peak_reserved_bytes", "peak_reserved"))}
-    return {"count": max(_count(s.get("n")) or 0 for s in steps), "seconds_per_step": per_step,
-            "samples_per_second": samples / per_step if per_step else None, **peaks}
 
 
 def _oom(ranks: dict[int, dict[str, Any]], directory: Path) -> dict[str, Any] | None:

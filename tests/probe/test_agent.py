@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -42,9 +43,9 @@ def test_a_custom_loop_is_observed_as_it_trains(isolated_home):
     # The flags the job's own parser declares: the only ones gpudoc may ever write into its command.
     [parser] = record["parsers"]
     assert parser["options"] == ["--accum", "--batch", "--bf16", "--config", "--help", "--oom-above", "--oom-at",
-                                 "--output_dir", "--seq", "--steps", "-h"]
+                                 "--output_dir", "--progress", "--seq", "--steps", "-h"]
     assert parser["values"] == {"batch": 4, "accum": 3, "steps": 2, "seq": 16, "bf16": False, "oom_at": "",
-                                "config": "", "output_dir": "out", "oom_above": 0}
+                                "config": "", "output_dir": "out", "oom_above": 0, "progress": False}
 
 
 def test_a_job_refused_by_its_own_parser_leaves_no_probe_file(isolated_home):
@@ -88,11 +89,16 @@ def test_the_job_cannot_tell_the_probe_is_there(isolated_home):
     for switches in ((), ("--no-probe",)):
         work = isolated_home / (switches[0].strip("-") if switches else "probed")
         work.mkdir()
-        code, record = run(work, "--oom-at", "backward:1", switches=switches)
+        code, record = run(work, "--oom-at", "backward:2", "--steps", "3", "--progress", switches=switches)
         log = (work / ".gpudoc" / "runs" / record["id"] / "output.log").read_bytes()
         outputs[switches] = (code, log.replace(str(work).encode(), b"WORK"))
         assert (record["oom"] is None) == bool(switches)
         assert (work / ".gpudoc" / "runs" / record["id"] / "probe").exists() != bool(switches)
+        # What a step cost: the probe's figures, else the job's own tqdm bar; its total (3) from the bar.
+        steps = record["steps"]
+        assert (steps["source"], steps["count"], steps["total"]) == ("log:tqdm" if switches else "probe", 2, 3)
+        assert steps["seconds_per_step"] > 0 and 1 <= len(steps["series"]) <= 2
+    outputs = {k: (code, re.sub(rb"\[[^]]*\]", b"[TIMES]", log)) for k, (code, log) in outputs.items()}  # tqdm's clock
     assert outputs[()] == outputs[("--no-probe",)]
     assert b"Traceback" in outputs[()][1] and b"OutOfMemoryError" in outputs[()][1]
 

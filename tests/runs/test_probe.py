@@ -41,8 +41,14 @@ def test_ranks_that_disagree_are_named(tmp_path):
     assert read["observed"]["precision"] == {"value": "bf16-true", "how": "parameter-dtype", "ranks": [0, 1],
                                              "others": {}}
     assert read["observed"]["gradient_accumulation_steps"]["value"] == 8
-    assert read["steps"] == {"count": 2, "seconds_per_step": 0.5, "samples_per_second": 4 * 8 * 2 / 0.5,
-                             "peak_allocated_bytes": 7, "peak_reserved_bytes": None}
+    steps = read["steps"]
+    assert {k: v for k, v in steps.items() if k != "series"} == {
+        "count": 2, "seconds_per_step": 0.5, "samples_per_second": 4 * 8 * 2 / 0.5,
+        "tokens_per_second": 4 * 8 * 2 / 0.5 * 128,  # the sequence length the input showed
+        "peak_allocated_bytes": 7, "peak_reserved_bytes": None, "capacity_bytes": None, "total": None,
+        "unit": "step", "source": "probe"}
+    assert steps["series"] == [{"step": 1, "seconds": None, "peak_allocated_bytes": 5, "peak_reserved_bytes": None},
+                               {"step": 2, "seconds": 0.5, "peak_allocated_bytes": 7, "peak_reserved_bytes": None}]
 
 
 def test_lines_that_are_not_events_are_skipped_and_counted(tmp_path):

@@ -4,6 +4,7 @@ PHASE:STEP`` raises a real ``torch.OutOfMemoryError`` inside that phase of that 
 ``--config FILE`` (YAML, read with PyYAML) sets ``batch`` and ``accum`` under ``train:``; the flags win.
 ``--output_dir`` is where it writes its progress after each optimizer step, as the seed jobs write
 theirs (the flag makes no job an HF Trainer's).
+``--progress`` draws tqdm's bar over the optimizer steps on stderr, as many hand-written loops do.
 ``--oom-above TOKENS``: from the second optimizer step on, a forward whose micro batch holds more
 tokens runs out of memory (memory that grew after the first step): a smaller micro batch fits."""
 
@@ -23,6 +24,7 @@ parser.add_argument("--seq", type=int, default=16)
 parser.add_argument("--bf16", action="store_true", help="train under CPU autocast in bfloat16")
 parser.add_argument("--oom-at", default="")
 parser.add_argument("--oom-above", type=int, default=0)
+parser.add_argument("--progress", action="store_true")
 args = parser.parse_args()
 if args.config:
     import yaml
@@ -47,6 +49,10 @@ def out_of_memory(*_):
 
 
 step = 0
+if args.progress:
+    from tqdm import tqdm
+
+    bar = tqdm(total=args.steps, mininterval=0)
 for i, x in enumerate(data):
     if (phase == "forward" and step == int(at)) or (args.oom_above and step >= 1 and x.numel() > args.oom_above):
         model[2].register_forward_hook(out_of_memory)
@@ -63,6 +69,8 @@ for i, x in enumerate(data):
         optimizer.zero_grad()
         step += 1
         print(f"step {step} loss {loss.item():.3f}", flush=True)
+        if args.progress:
+            bar.update(1)
         os.makedirs(args.output_dir, exist_ok=True)
         with open(os.path.join(args.output_dir, "progress.txt"), "w") as f:
             f.write(f"{step}\n")
