@@ -256,7 +256,7 @@ def _gate(profile: Profile, python: str | None, child_env: Mapping[str, str], ws
 def _clean(facts: Facts | None, ws: Workspace, child_env: Mapping[str, str], *, yes: bool) -> None:
     """`--clean`: the `gpudoc clean` flow on the job's GPUs, talking on stderr (stdout is the job's)."""
     from gpudoc.commands.clean import clean
-    from gpudoc.launch.watch import visible_selection
+    from gpudoc.job.identity import visible_selection
 
     console = ws.console
     current = facts if facts is not None else ws.gather()

@@ -61,6 +61,7 @@ edit_args = base.no_edit_args
 step_limit = base.no_step_limit
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+launches = base.no_launches
 
 
 # -- its config file ---------------------------------------------------------------------------------

@@ -85,6 +85,13 @@ class Framework(Protocol):
         """The complete checkpoints the job's arguments say it writes, newest first."""
         ...
 
+    def launches(self, job: JobCommand, environ: Mapping[str, str], r: JobReading) -> None:
+        """For a front-end that starts torchrun itself from what its environment says (LLaMA-Factory's
+        ``FORCE_TORCHRUN``, ``NNODES``, ``NPROC_PER_NODE``, the visible GPUs): the processes per node
+        and nodes it starts, into ``r.launch``, with a note saying where each came from; nothing
+        when it starts none itself (a launcher in front of it says instead)."""
+        ...
+
 
 # The "none" answers, for a framework module to take as its own member (``checkpoints = no_checkpoints``).
 def no_defaults(version: str | None) -> Mapping[str, Any]:
@@ -130,3 +137,7 @@ def global_batch(micro: Any, accumulation: Any, world: int) -> int:
 
 def no_checkpoints(args: list[str], cwd: Path, since: float | None) -> list[Checkpoint]:
     return []
+
+
+def no_launches(job: JobCommand, environ: Mapping[str, str], r: JobReading) -> None:
+    return None

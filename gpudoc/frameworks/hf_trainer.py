@@ -230,6 +230,9 @@ def resume_switch(path: str) -> tuple[str, ...]:
     return ("--resume_from_checkpoint", path)
 
 
+launches = base.no_launches
+
+
 def checkpoints(args: list[str], cwd: Path, since: float | None) -> list[ckpt.Checkpoint]:
     """``checkpoint-N`` directories under ``--output_dir`` (or the ``output_dir`` of the config file
     given first, as LLaMA-Factory takes it); complete when ``trainer_state.json`` reads and a model

@@ -191,6 +191,9 @@ def resume_switch(path: str) -> tuple[str, ...]:
     return ("--ckpt_path", path)
 
 
+launches = base.no_launches
+
+
 def checkpoints(args: list[str], cwd: Path, since: float | None) -> list[ckpt.Checkpoint]:
     """``.ckpt`` files under the Trainer's ``default_root_dir`` (``checkpoints/``, or
     ``lightning_logs/version_*/checkpoints/`` with a logger) or a ``ModelCheckpoint`` ``dirpath`` in

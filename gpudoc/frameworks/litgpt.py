@@ -169,3 +169,4 @@ step_limit = base.flag_step_limit("--train.max_steps")
 file_preset: FilePreset | None = FilePreset(name, write_file, read_file)
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+launches = base.no_launches

@@ -5,6 +5,7 @@ The ``key=value`` overrides after the YAML are merged over it (OmegaConf).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,49 @@ step_limit = base.override_step_limit("max_steps")
 edit_args = base.no_edit_args
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+
+
+# The CLI's commands it starts torchrun for (`train`; newer releases name the stages too).
+_DISTRIBUTED = ("train", "sft", "dpo", "rm")
+_ON = ("true", "y", "1")  # its is_env_enabled
+
+
+def launches(job: JobCommand, environ: Mapping[str, str], r: JobReading) -> None:
+    """``llamafactory-cli train`` starts torchrun itself when ``FORCE_TORCHRUN`` is on or more than
+    one GPU is visible: ``NPROC_PER_NODE`` processes (default: the visible GPUs) on ``NNODES`` nodes
+    (default 1); one process otherwise. Nothing is set where the count it would take is the
+    machine's (no ``CUDA_VISIBLE_DEVICES``, no ``NPROC_PER_NODE``): the profile's ``[gpu] count``
+    answers then."""
+    from gpudoc.job.identity import visible_selection
+
+    args = job.script_args
+    if job.launcher is not None or os.path.basename(job.script or "") not in _PROGRAMS or not args \
+            or args[0] not in _DISTRIBUTED:
+        return
+    indices, uuids = visible_selection(environ)
+    visible = len(indices or uuids or ()) or None
+    forced = environ.get("FORCE_TORCHRUN", "0").lower() in _ON
+    if not forced and visible is None:
+        return  # the machine's GPU count decides whether it starts torchrun at all
+    if not forced and visible is not None and visible <= 1:
+        r.launch.update({"nproc_per_node": 1, "nnodes": 1})
+        return
+    nproc, nnodes = _count(environ.get("NPROC_PER_NODE")), _count(environ.get("NNODES", "1"))
+    fixed = {knob: value for knob, value in (("nproc_per_node", nproc or visible), ("nnodes", nnodes))
+             if value is not None}
+    r.launch.update(fixed)
+    why = "FORCE_TORCHRUN" if forced else f"{visible} GPUs visible"
+    per_node = f"NPROC_PER_NODE={nproc}" if nproc else (f"{visible} GPUs in CUDA_VISIBLE_DEVICES" if visible
+                                                      else "the machine's GPUs")
+    r.notes.append(f"llama-factory: its CLI starts torchrun itself ({why}): processes per node from {per_node}, "
+                   f"nodes from NNODES={environ.get('NNODES', '1 (unset)')}")
+
+
+def _count(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None and int(value) > 0 else None
+    except ValueError:
+        return None
 
 
 # -- its config file ---------------------------------------------------------------------------------

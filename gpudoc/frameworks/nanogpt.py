@@ -123,6 +123,7 @@ step_limit = base.flag_step_limit("--max_iters", eq_only=True)
 defaults = base.no_defaults
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+launches = base.no_launches
 
 
 # -- its config file ---------------------------------------------------------------------------------

@@ -63,13 +63,25 @@ def pick(job: JobCommand, cwd: Path) -> tuple[Framework, Recognition] | None:
     return shape
 
 
-def read(job: JobCommand, cwd: Path) -> JobReading:
-    """The job's knobs, from the sources its framework reads (nothing when none is recognised)."""
+def read(job: JobCommand, cwd: Path, environ: Mapping[str, str] | None = None) -> JobReading:
+    """The job's knobs, from the sources its framework reads (nothing when none is recognised), and
+    with the job's ``environ``, the processes a front-end that starts torchrun itself starts."""
     reading = JobReading()
     picked = pick(job, cwd)
     if picked is not None:
         picked[0].read(job, cwd, reading)
+        if environ is not None:
+            picked[0].launches(job, environ, reading)
     return reading
+
+
+def launches(job: JobCommand, cwd: Path, environ: Mapping[str, str]) -> dict[str, int]:
+    """What ``read`` puts in a reading's ``launch`` from the job's environment, without reading its knobs."""
+    reading = JobReading()
+    picked = pick(job, cwd)
+    if picked is not None:
+        picked[0].launches(job, environ, reading)
+    return reading.launch
 
 
 def write_args(name: str, ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult | None:

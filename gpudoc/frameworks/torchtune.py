@@ -124,6 +124,9 @@ def resume_switch(path: str) -> tuple[str, ...]:
     return ("resume_from_checkpoint=True",)
 
 
+launches = base.no_launches
+
+
 def checkpoints(args: list[str], cwd: Path, since: float | None) -> list[ckpt.Checkpoint]:
     out = None
     for tok in args:

@@ -94,6 +94,29 @@ def parse_command(argv: Sequence[str]) -> JobCommand:
     return _read(tuple(argv), 0, None, Options())
 
 
+def env_assignments(argv: Sequence[str]) -> dict[str, str]:
+    """The variables an ``env NAME=VALUE ...`` in front of the program sets (behind srun/mpirun too):
+    the job's environment is the one gpudoc launches it with, with these on top."""
+    said: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        prog = os.path.basename(argv[i])
+        if prog in _WRAPPERS:
+            i, _ = _scan(tuple(argv), i + 1, _WRAPPERS[prog])
+            continue
+        if prog != "env":
+            break
+        i += 1
+        while i < len(argv) and (argv[i].startswith("-") or "=" in argv[i]):
+            if argv[i] in ("-u", "--unset") and i + 1 < len(argv):
+                said.pop(argv[i + 1], None)
+            elif not argv[i].startswith("-"):
+                name, _, value = argv[i].partition("=")
+                said[name] = value
+            i += 2 if argv[i] in ("-u", "--unset", "-C", "--chdir") else 1
+    return said
+
+
 def _scan(argv: tuple[str, ...], i: int, flags: frozenset[str]) -> tuple[int, Options]:
     """Read ``--opt value`` / ``--opt=value`` / flags from ``i``; return the first positional."""
     values: dict[str, str | None] = {}

@@ -130,6 +130,23 @@ def is_multi_process(command: JobCommand, profile: Profile | None = None) -> boo
         command.wrapper is not None)
 
 
+def visible_selection(environ: Mapping[str, str]) -> tuple[set[int] | None, set[str] | None]:
+    """GPUs the job can use, from its CUDA_VISIBLE_DEVICES: (indices, uuids); None = all."""
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None or value.strip() == "":
+        return None, None
+    indices, uuids = set(), set()
+    for item in value.split(","):
+        item = item.strip()
+        if item.isdigit():
+            indices.add(int(item))
+        elif item.startswith(("GPU-", "MIG-")):
+            uuids.add(item)
+        else:
+            break  # CUDA stops at the first invalid entry
+    return (indices or None), (uuids or None)
+
+
 @dataclass(frozen=True)
 class JobIdentity:
     """Which multi-node job a run belongs to, and which node of it this is, from the engine."""

@@ -162,12 +162,13 @@ def is_count(knob: str, value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def read_job(command: Sequence[str], cwd: Path) -> JobReading:
-    """Read the job's knobs, world and bindings from its command line and the files it names."""
+def read_job(command: Sequence[str], cwd: Path, environ: Mapping[str, str] | None = None) -> JobReading:
+    """Read the job's knobs, world and bindings from its command line and the files it names (and
+    ``environ``, the job's environment, where a front-end takes its world from it)."""
     from gpudoc.frameworks import registry
 
     job = parse_command(list(command))
-    reading = registry.read(job, Path(cwd))
+    reading = registry.read(job, Path(cwd), environ)
     reading.launch.update(world(job).as_launch())
     reading.command = tuple(command)
     return reading

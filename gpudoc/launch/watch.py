@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TextIO
 
+from gpudoc.job.identity import visible_selection
+
 if TYPE_CHECKING:
     from gpudoc.facts.model import Gpu
 
@@ -35,23 +37,6 @@ def nvml_reader(backend: Any = None) -> Reader | None:
     from gpudoc.facts.nvml import Session
 
     return Session.open(backend)
-
-
-def visible_selection(environ: Mapping[str, str]) -> tuple[set[int] | None, set[str] | None]:
-    """GPUs the job can use, from its CUDA_VISIBLE_DEVICES: (indices, uuids); None = all."""
-    value = environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None or value.strip() == "":
-        return None, None
-    indices, uuids = set(), set()
-    for item in value.split(","):
-        item = item.strip()
-        if item.isdigit():
-            indices.add(int(item))
-        elif item.startswith(("GPU-", "MIG-")):
-            uuids.add(item)
-        else:
-            break  # CUDA stops at the first invalid entry
-    return (indices or None), (uuids or None)
 
 
 class GpuSampler:

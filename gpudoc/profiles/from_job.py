@@ -40,10 +40,25 @@ def with_command(profile: Profile, command: Sequence[str], cwd: Path,
         return job_profile(command, cwd, environ, base=profile)
     if profile.launch:
         return profile
+    from gpudoc.frameworks import registry
     from gpudoc.job.argv import parse_command
     from gpudoc.job.identity import world
 
-    return replace(profile, launch=_launcher_world(profile, world(parse_command(list(command))).as_launch()))
+    job = parse_command(list(command))
+    said = {**registry.launches(job, cwd, job_environment(profile, command, environ)), **world(job).as_launch()}
+    return replace(profile, launch=_launcher_world(profile, said))
+
+
+def job_environment(profile: Profile | None, command: Sequence[str],
+                    environ: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment the job starts with: gpudoc's, the profile's ``[env]``, then what an ``env
+    NAME=VALUE`` in front of its program sets (where a front-end's world comes from)."""
+    import os
+
+    from gpudoc.job.argv import env_assignments
+
+    base = os.environ if environ is None else environ
+    return {**base, **(profile.env if profile is not None else {}), **env_assignments(command)}
 
 
 def _launcher_world(profile: Profile, said: Mapping[str, int]) -> dict[str, int]:
@@ -64,7 +79,7 @@ def job_profile(command: Sequence[str], cwd: Path, environ: Mapping[str, str] | 
     from gpudoc.estimate.model_source import with_job_model
     from gpudoc.job.knobs import read_job
 
-    reading = read_job(command, cwd)
+    reading = read_job(command, cwd, job_environment(base, command, environ))
     if base is None:
         profile = Profile(name=JOB_PROFILE_NAME, train=reading.values, launch=dict(reading.launch), job=reading)
     else:

@@ -24,7 +24,7 @@ _ATTRIBUTES = [n for n in Framework.__annotations__ if not n.startswith("_")]
 
 def test_the_protocol_names_every_member_the_brief_asks_for():
     assert set(_METHODS) == {"recognise", "read", "defaults", "edit_args", "step_limit", "resume_switch",
-                             "checkpoints"}
+                             "checkpoints", "launches"}  # launches: a front-end that starts torchrun itself
     assert set(_ATTRIBUTES) == {"name", "arg_names", "file_preset", "echo"}
 
 

@@ -47,3 +47,12 @@ def test_the_program_that_runs_the_job_is_found_behind_env_and_wrappers():
     assert parse_command(["srun", "-N2", "torchrun", "t.py"]).program == "torchrun"
     job = parse_command(["srun", "-N2", "--ntasks-per-node=4", "python", "t.py"])
     assert job.wrapper == "srun" and job.wrapper_options.get("-N") == "2"
+
+
+def test_the_variables_an_env_in_front_of_the_program_sets():
+    from gpudoc.job.argv import env_assignments
+
+    argv = ["srun", "-N", "2", "env", "-u", "NNODES", "FORCE_TORCHRUN=1", "NNODES=2", "llamafactory-cli", "train",
+            "cfg.yaml", "A=b"]
+    assert env_assignments(argv) == {"FORCE_TORCHRUN": "1", "NNODES": "2"}  # the script's key=value is its own
+    assert env_assignments(["torchrun", "train.py", "X=1"]) == {}

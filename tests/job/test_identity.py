@@ -92,3 +92,12 @@ def test_job_identity_from_the_engine():
 ])
 def test_node_rank_from_the_engine(argv, environ, expected):
     assert node_rank(parse_command(argv), environ) == expected
+
+
+def test_visible_selection_reads_indices_and_uuids():
+    from gpudoc.job.identity import visible_selection
+
+    assert visible_selection({}) == (None, None)
+    assert visible_selection({"CUDA_VISIBLE_DEVICES": "0,2"}) == ({0, 2}, None)
+    assert visible_selection({"CUDA_VISIBLE_DEVICES": "GPU-abc,1"}) == ({1}, {"GPU-abc"})
+    assert visible_selection({"CUDA_VISIBLE_DEVICES": "1,foo,2"}) == ({1}, None)  # CUDA stops at "foo"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from gpudoc.facts.nvml import read_gpus
-from gpudoc.launch.watch import HEADER, GpuSampler, SamplerThread, nvml_reader, visible_selection
+from gpudoc.launch.watch import HEADER, GpuSampler, SamplerThread, nvml_reader
 from tests.conftest import NVIDIA_SMI
 from tests.facts.fake_nvml import FakeNvml
 
@@ -90,13 +90,6 @@ def test_a_crashing_reader_never_escapes(tmp_path):
 
     sampler = GpuSampler(tmp_path / "gpu.csv", reader=broken)
     assert sampler.sample() is False
-
-
-def test_visible_selection_reads_indices_and_uuids():
-    assert visible_selection({}) == (None, None)
-    assert visible_selection({"CUDA_VISIBLE_DEVICES": "0,2"}) == ({0, 2}, None)
-    assert visible_selection({"CUDA_VISIBLE_DEVICES": "GPU-abc,1"}) == ({1}, {"GPU-abc"})
-    assert visible_selection({"CUDA_VISIBLE_DEVICES": "1,foo,2"}) == ({1}, None)  # CUDA stops at "foo"
 
 
 def test_one_nvml_session_for_the_whole_run(tmp_path):

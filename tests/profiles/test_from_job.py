@@ -111,3 +111,41 @@ def test_a_run_under_a_tier_is_fixed_under_the_same_tier_and_its_commands_places
     assert again.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert again.changed_knobs() == {"micro_batch_size": 4}  # written back to the flag the command has
     assert again.for_planning().bind["args"] == "hf-trainer"
+
+
+def test_llamafactory_cli_that_starts_torchrun_itself_takes_its_world_from_the_jobs_environment(tmp_path):
+    """LLaMA-Factory's CLI starts torchrun itself (FORCE_TORCHRUN, or several GPUs visible) with
+    NPROC_PER_NODE (else the visible GPUs) processes on NNODES nodes; its config is read verbatim."""
+    import shutil
+    from pathlib import Path
+
+    from gpudoc.profiles import load_profile
+    from gpudoc.profiles.from_job import with_command
+
+    real = Path(__file__).parents[1] / "fixtures" / "real" / "configs"
+    config = tmp_path / "examples" / "train_lora" / "qwen3_lora_sft_ds3.yaml"
+    config.parent.mkdir(parents=True)
+    shutil.copy(real / "LLaMA-Factory__examples__train_lora__qwen3_lora_sft_ds3.yaml", config)
+    tier = load_profile("gpu-24gb", tmp_path)
+    command = ["llamafactory-cli", "train", "examples/train_lora/qwen3_lora_sft_ds3.yaml"]
+    # Its README's two-node launch (FORCE_TORCHRUN=1 NNODES=2 RANK=0 MASTER_ADDR=...), four GPUs each.
+    environ = {"FORCE_TORCHRUN": "1", "NNODES": "2", "RANK": "0", "MASTER_ADDR": "192.168.0.1",
+               "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    profile = with_command(tier, command, tmp_path, environ)
+    assert profile.launch == {"nproc_per_node": 4, "nnodes": 2} and profile.world_size == 8
+    assert profile.train["micro_batch_size"] == 1 and profile.global_batch_size == 16
+    assert ("note: llama-factory: its CLI starts torchrun itself (FORCE_TORCHRUN): processes per node from 4 GPUs "
+            "in CUDA_VISIBLE_DEVICES, nodes from NNODES=2") in describe(profile)
+    # NPROC_PER_NODE over the visible GPUs, set by an `env` in front of the program.
+    forced = ["env", "FORCE_TORCHRUN=true", "NPROC_PER_NODE=2", *command]
+    assert with_command(tier, forced, tmp_path, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}).launch == {
+        "nproc_per_node": 2, "nnodes": 1}
+    # Without FORCE_TORCHRUN: one process on one visible GPU, torchrun over several.
+    assert with_command(tier, command, tmp_path, {"CUDA_VISIBLE_DEVICES": "0"}).launch == {"nproc_per_node": 1,
+                                                                                           "nnodes": 1}
+    assert with_command(tier, command, tmp_path, {"CUDA_VISIBLE_DEVICES": "0,1"}).world_size == 2
+    # The machine's GPUs decide and none are named: nothing is guessed, the profile's [gpu] count answers.
+    assert with_command(tier, command, tmp_path, {}).launch == {}
+    # A profile with its own [train] and no [launch] takes the same world.
+    (tmp_path / "p.toml").write_text("[train]\nmicro_batch_size = 1\n")
+    assert with_command(load_profile("p.toml", tmp_path), command, tmp_path, environ).world_size == 8
