@@ -118,7 +118,8 @@ def _outcome(record: RunRecord) -> dict[str, Any]:
     steps = record.steps or {}  # the probe's: what a rung cost in time
     return {"status": live_status(record), "cause": record.cause, "exit_code": record.exit_code,
             "duration_s": round(record.duration_s, 1) if record.duration_s is not None else None, "peak_bytes": peak,
-            "seconds_per_step": steps.get("seconds_per_step"), "samples_per_second": steps.get("samples_per_second")}
+            "seconds_per_step": steps.get("seconds_per_step"), "samples_per_second": steps.get("samples_per_second"),
+            "tokens_per_second": steps.get("tokens_per_second"), "peak_allocated_bytes": steps.get("peak_allocated_bytes")}
 
 
 def show_run(ws: Workspace, run_id: str | None, *, as_json: bool = False, width: int = 60,

@@ -20,13 +20,14 @@ from gpudoc.results.runs import (
     RunsResult,
 )
 from gpudoc.runs.record import changes
+from gpudoc.runs.steps import remaining
 from gpudoc.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
     from gpudoc.runs.record import RunRecord
 
 
-_RUNS_COLUMNS = ("id", "started", "duration", "status", "cause", "peak", "changed", "command")
+_RUNS_COLUMNS = ("id", "started", "duration", "status", "cause", "peak", "step", "changed", "command")
 # Short names for the knobs a run list shows changing (the JSON keeps the full ones).
 _KNOB_SHORT = {"micro_batch_size": "mbs", "gradient_accumulation_steps": "accum", "gradient_checkpointing": "ckpt",
                "max_seq_len": "seq", "precision": "prec", "zero_stage": "zero", "lora_rank": "lora"}
@@ -42,7 +43,8 @@ def _runs(result: RunsResult, console: Console) -> None:
     for record, status in zip(result.records, result.live_status):
         command = printable(shlex.join(record.launched))
         rows.append((record.id, _started(record.started_at), format_duration(record.duration_s), status,
-                     record.cause or "-", _peak_share(record), _knobs_changed(result.before.get(record.id), record),
+                     record.cause or "-", _peak_share(record), _step_time(record),
+                     _knobs_changed(result.before.get(record.id), record),
                      command if len(command) <= 60 else command[:59] + "…"))
     widths = [max(len(_RUNS_COLUMNS[i]), *(len(row[i]) for row in rows)) for i in range(len(_RUNS_COLUMNS) - 1)]
     header = "  ".join(c.upper().ljust(w) for c, w in zip(_RUNS_COLUMNS, widths)) + "  COMMAND"
@@ -56,7 +58,7 @@ def _runs(result: RunsResult, console: Console) -> None:
 _SPARKS = "▁▂▃▄▅▆▇█"
 
 
-def sparkline(values: Sequence[int | None], full: int) -> str:
+def sparkline(values: Sequence[float | None], full: float) -> str:
     """One mark per value, its height the value's share of ``full``; a blank where there is none."""
     return "".join(" " if v is None else _SPARKS[min(int(v / full * len(_SPARKS)), len(_SPARKS) - 1)]
                    for v in values)
@@ -112,16 +114,7 @@ def _probe_lines(record: RunRecord) -> list[str]:
     if observed:
         lines.append("  observed in the job: " + ", ".join(
             f"{k}={printable(knob_word(v['value']))} ({printable(str(v.get('how')))})" for k, v in sorted(observed.items())))
-    steps = record.steps or {}
-    if steps.get("count"):
-        figures = [f"{steps['count']} optimizer step(s)"]
-        if isinstance(steps.get("seconds_per_step"), (int, float)):
-            figures.append(f"{steps['seconds_per_step']:.3g} s each (median, the first left out)")
-        if isinstance(steps.get("samples_per_second"), (int, float)):
-            figures.append(f"{steps['samples_per_second']:.3g} samples/s")
-        if steps.get("peak_allocated_bytes"):
-            figures.append(f"peak allocated {format_bytes(steps['peak_allocated_bytes'])}")
-        lines.append("  steps: " + ", ".join(figures))
+    lines += step_lines(record, chart=True)
     oom = record.oom or {}
     if oom:
         where = f"rank {oom.get('rank')}" + (f", {oom['phase']}" if oom.get("phase") else "") + (
@@ -135,6 +128,57 @@ def _probe_lines(record: RunRecord) -> list[str]:
             lines.append(f"  memory history: {printable(oom['snapshot'])} (gunzip it, then drop the .pickle on "
                          "https://pytorch.org/memory_viz)")
     return lines
+
+
+_SOURCES = {"log:hf-trainer": "the HF Trainer's own log lines", "log:lightning": "Lightning's progress bar",
+            "log:tqdm": "the job's tqdm bar"}
+
+
+def step_lines(record: RunRecord, *, chart: bool = False) -> list[str]:
+    """What one step cost (the record's ``steps``): its time and throughput, how far the job got of
+    its total and what the rest would take at that pace, the allocator's peak against the card; with
+    ``chart``, step time and peak over the run as marks."""
+    steps = record.steps or {}
+    if not steps.get("count") and not steps.get("seconds_per_step"):
+        return []
+    per_step, unit = steps.get("seconds_per_step"), "batch(es)" if steps.get("unit") == "batch" else "optimizer step(s)"
+    figures = [f"{steps.get('count') or '?'}" + (f" of {steps['total']}" if steps.get("total") else "") + f" {unit}"]
+    if isinstance(per_step, (int, float)):
+        how = _SOURCES.get(str(steps.get("source")), "median, the first left out")
+        figures.append(f"{per_step:.3g} s each ({how})")
+    for key, word in (("samples_per_second", "samples/s"), ("tokens_per_second", "tokens/s")):
+        if isinstance(steps.get(key), (int, float)):
+            figures.append(f"{steps[key]:.3g} {word}")
+    peak, reserved = steps.get("peak_allocated_bytes"), steps.get("peak_reserved_bytes")
+    capacity = steps.get("capacity_bytes") or min(record.gpu_totals.values(), default=None)
+    if peak:
+        figures.append(f"peak allocated {format_bytes(peak)}" + (f", reserved {format_bytes(reserved)}" if reserved else "")
+                       + (f" of {format_bytes(capacity)} ({(reserved or peak) / capacity:.0%})" if capacity else ""))
+    lines = ["  steps: " + ", ".join(figures)]
+    left = remaining(steps)
+    if left is not None:
+        count, seconds, whole = left
+        lines.append(f"  at this pace the {steps['total']} steps take {format_duration(whole)}"
+                     + (f"; {count} were left, {format_duration(seconds)} more" if count else ""))
+    series = [p for p in steps.get("series") or () if isinstance(p, dict)]
+    if chart and len(series) >= 2:
+        span = f"steps {series[0].get('step')}-{series[-1].get('step')}"
+        times = [p.get("seconds") for p in series]
+        slowest = max((t for t in times if isinstance(t, (int, float))), default=None)
+        if slowest:
+            lines.append(f"  step time over the run ({span}, full height = {slowest:.3g} s): "
+                         + sparkline([t if isinstance(t, (int, float)) else None for t in times], slowest))
+        peaks = [p.get("peak_reserved_bytes") or p.get("peak_allocated_bytes") for p in series]
+        top = capacity or max((v for v in peaks if isinstance(v, int)), default=0)
+        if top and any(isinstance(v, int) for v in peaks):
+            lines.append(f"  peak reserved over the run ({span}, full height = {format_bytes(top)}): "
+                         + sparkline([v if isinstance(v, int) else None for v in peaks], top))
+    return lines
+
+
+def _step_time(record: RunRecord) -> str:
+    per_step = (record.steps or {}).get("seconds_per_step")
+    return f"{per_step:.3g}s" if isinstance(per_step, (int, float)) else "-"
 
 
 def edit_text(edit: dict[str, Any]) -> str:
@@ -154,11 +198,15 @@ def _runs_diff(result: RunsDiffResult, console: Console) -> None:
         if rows:
             console.print(f"  {title}:")
             for what, old, new in rows:
-                console.print(f"    {printable(what)}: {_shown(what, old)} -> {_shown(what, new)}{_relative(old, new, what)}")
+                console.print(f"    {printable(_WORDS.get(what, what))}: {_shown(what, old)} -> {_shown(what, new)}"
+                              f"{_relative(old, new, what)}")
 
 
 # Figures whose change is worth a percentage: what a rung cost in memory and in time.
-_RELATIVE = ("peak_bytes", "seconds_per_step", "samples_per_second", "duration_s")
+_RELATIVE = ("peak_bytes", "seconds_per_step", "samples_per_second", "tokens_per_second", "peak_allocated_bytes",
+             "duration_s")
+_WORDS = {"seconds_per_step": "step time", "samples_per_second": "samples/s", "tokens_per_second": "tokens/s",
+          "peak_allocated_bytes": "peak allocated"}
 
 
 def _relative(old: Any, new: Any, what: str) -> str:
@@ -172,9 +220,9 @@ def _shown(what: str, value: Any) -> str:
         return "-"
     if what == "seconds_per_step" and isinstance(value, (int, float)):
         return f"{value:.3g} s"
-    if what == "samples_per_second" and isinstance(value, (int, float)):
+    if what in ("samples_per_second", "tokens_per_second") and isinstance(value, (int, float)):
         return f"{value:.3g}"
-    if what == "peak_bytes" and isinstance(value, (int, float)):
+    if what in ("peak_bytes", "peak_allocated_bytes") and isinstance(value, (int, float)):
         return format_bytes(value)
     if what == "duration_s" and isinstance(value, (int, float)):
         return format_duration(value)
@@ -297,6 +345,8 @@ def _run(result: RunResult, console: Console) -> None:
     say(f"gpudoc: run {record.id} {status_text} after {format_duration(record.duration_s or 0)}: {how}")
     if record.peak_memory_bytes:
         say("  peak GPU memory: " + ", ".join(_peak_text(record.peak_memory_bytes, record.gpu_totals)))
+    for line in step_lines(record):
+        say(line)
     if record.cause and record.cause != "ok":
         summary = _diagnosis_summary(record.diagnosis)
         say(f"  cause: {style(record.cause, 'bold')}" + (f" — {summary}" if summary else ""))

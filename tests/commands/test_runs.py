@@ -15,7 +15,7 @@ def test_table_and_json(isolated_home):
     table = gpudoc_cli("runs")
     assert table.returncode == 0
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["ID", "STARTED", "DURATION", "STATUS", "CAUSE", "PEAK", "CHANGED", "COMMAND"]
+    assert lines[0].split() == ["ID", "STARTED", "DURATION", "STATUS", "CAUSE", "PEAK", "STEP", "CHANGED", "COMMAND"]
     assert " ok " in lines[1] and "python -c 'print(1)'" in lines[1]
     assert " failed " in lines[2] and " error " in lines[2]
     doc = json.loads(gpudoc_cli("runs", "--json").stdout)
@@ -63,7 +63,7 @@ def test_the_table_shows_peak_share_and_what_changed_since_the_run_before(isolat
     store.create(second)
     lines = gpudoc_cli("runs", cwd=isolated_home).stdout.splitlines()
     assert "PEAK" in lines[0] and "CHANGED" in lines[0]
-    assert "100%" in lines[1] and lines[1].split()[6] == "-"  # nothing before it to compare with
+    assert "100%" in lines[1] and lines[1].split()[7] == "-"  # nothing before it to compare with
     assert "87%" in lines[2] and "accum 2→4, mbs 8→4" in lines[2]
 
 
@@ -357,6 +357,6 @@ def test_show_and_diff_say_what_the_probe_saw_and_what_a_rung_cost_in_time(isola
            "https://pytorch.org/memory_viz)" in shown
     assert "peak allocated 3.0 GiB" in gpudoc_cli("runs", "show", after.id, cwd=isolated_home).stdout
     diff = gpudoc_cli("runs", "diff", before.id, after.id, cwd=isolated_home).stdout
-    assert "seconds_per_step: 0.78 s -> 0.944 s (+21%)" in diff and "samples_per_second: 10.3 -> 8.5 (-17%)" in diff
+    assert "step time: 0.78 s -> 0.944 s (+21%)" in diff and "samples/s: 10.3 -> 8.5 (-17%)" in diff
     doc = json.loads(gpudoc_cli("runs", "diff", before.id, after.id, "--json", cwd=isolated_home).stdout)
     assert doc["outcome"]["seconds_per_step"] == {"a": 0.78, "b": 0.9438}

@@ -119,3 +119,63 @@ def test_a_dry_run_prune_says_what_would_be_left():
         console = _console()
         text(PruneResult(runs_dir="/x/runs", removed=("a", "b"), kept_live=(), total=3, dry_run=dry_run), console)
         assert console.out.getvalue().splitlines()[0] == said
+
+
+def _stepped(**steps) -> RunRecord:
+    series = [{"step": n, "seconds": 0.5 if n != 30 else 1.0, "peak_allocated_bytes": n * 2**30,
+               "peak_reserved_bytes": (n + 1) * 2**30} for n in (10, 20, 30, 40)]
+    return RunRecord(id="20260101-000000000-aaaaaa", command=["python", "train.py"], cwd="/x", status="failed",
+                     cause="error", steps={"count": 40, "seconds_per_step": 0.5, "samples_per_second": 64.0,
+                                           "tokens_per_second": 32768.0, "peak_allocated_bytes": 40 * 2**30,
+                                           "peak_reserved_bytes": 41 * 2**30, "capacity_bytes": 80 * 2**30,
+                                           "total": 1000, "unit": "step", "source": "probe", "series": series,
+                                           **steps})
+
+
+def test_show_draws_step_time_and_the_allocators_peak_over_the_run_and_what_the_rest_would_take():
+    console = _console()
+    text(RunShowResult(record=_stepped(), live_status="failed", start=None, end=None, used={}, total={}), console)
+    shown = console.out.getvalue()
+    assert ("  steps: 40 of 1000 optimizer step(s), 0.5 s each (median, the first left out), 64 samples/s, "
+            "3.28e+04 tokens/s, peak allocated 40.0 GiB, reserved 41.0 GiB of 80.0 GiB (51%)") in shown
+    assert "  at this pace the 1000 steps take 8m20s; 960 were left, 8m00s more" in shown
+    # The slow stretch (step 30) stands out; the peak grows toward the card's capacity.
+    assert "  step time over the run (steps 10-40, full height = 1 s): ▅▅█▅" in shown
+    assert "  peak reserved over the run (steps 10-40, full height = 80.0 GiB): ▂▃▄▅" in shown
+
+
+def test_figures_read_from_the_frameworks_log_say_so_and_lightnings_count_batches():
+    console = _console()
+    record = _stepped(source="log:lightning", unit="batch", total=None, series=[], peak_allocated_bytes=None)
+    text(RunShowResult(record=record, live_status="failed", start=None, end=None, used={}, total={}), console)
+    shown = console.out.getvalue()
+    assert "  steps: 40 batch(es), 0.5 s each (Lightning's progress bar)" in shown
+    assert "at this pace" not in shown and "over the run" not in shown
+
+
+def test_the_runs_end_says_the_step_time_what_the_rest_would_take_and_the_allocators_peak():
+    console = _console()
+    text(RunResult(record=_stepped(), exit_code=1, log_path="/x/output.log"), console)
+    said = console.out.getvalue()
+    assert "peak allocated 40.0 GiB, reserved 41.0 GiB of 80.0 GiB (51%)" in said
+    assert "at this pace the 1000 steps take 8m20s; 960 were left, 8m00s more" in said
+    assert "over the run" not in said  # the chart is `runs show`'s
+
+
+def test_the_list_shows_each_runs_step_time():
+    console = _console()
+    text(RunsResult(runs_dir="/x/runs", records=(_stepped(), _attempt("20260101-000001000-bbbbbb", 8, 4)),
+                    live_status=("failed", "failed")), console)
+    header, first, second = console.out.getvalue().splitlines()
+    assert header.split()[6] == "STEP" and first.split()[6] == "0.5s" and second.split()[6] == "-"
+
+
+def test_diff_says_what_a_rung_cost_in_tokens_and_allocator_peak():
+    console = _console()
+    text(RunsDiffResult(a="A", b="B", knobs=(), env=(), edits=(),
+                        outcome=(("seconds_per_step", 0.78, 0.94), ("tokens_per_second", 1000.0, 830.0),
+                                 ("peak_allocated_bytes", 8 * 2**30, 6 * 2**30))), console)
+    said = console.out.getvalue()
+    assert "    step time: 0.78 s -> 0.94 s (+21%)" in said
+    assert "    tokens/s: 1e+03 -> 830 (-17%)" in said
+    assert "    peak allocated: 8.0 GiB -> 6.0 GiB (-25%)" in said
