@@ -37,11 +37,31 @@ function __gpudoc_shipped_dir
     printf '%s\n' $dir
 end
 
+# The nearest .gpudoc holding the folder $argv[1] from the working directory up, to the project's
+# root (a directory with .git) and below $HOME, else ./.gpudoc (gpudoc/upward.py); printed.
+function __gpudoc_nearest
+    set -l d $PWD
+    while true
+        if test "$d" != "$PWD"; and test "$d" = "$HOME"
+            break
+        end
+        if test -d $d/.gpudoc/$argv[1]
+            echo $d/.gpudoc
+            return
+        end
+        if test -e $d/.git; or test "$d" = /
+            break
+        end
+        set d (path dirname $d 2>/dev/null; or dirname $d)
+    end
+    echo $PWD/.gpudoc
+end
+
 # Profile names, as `gpudoc -p NAME` looks them up (gpudoc/profiles/loader.py search_dirs).
 function __gpudoc_profiles
     set -l config $XDG_CONFIG_HOME
     test -n "$config"; or set config ~/.config
-    set -l dirs ./.gpudoc/profiles $config/gpudoc/profiles (__gpudoc_shipped_dir)
+    set -l dirs (__gpudoc_nearest profiles)/profiles $config/gpudoc/profiles (__gpudoc_shipped_dir)
     for d in $dirs
         for f in $d/*.toml
             test -f $f; and string replace -r '^.*/(.*)\.toml$' '$1' -- $f
@@ -53,21 +73,7 @@ end
 # directory with .git) and below $HOME, else ./.gpudoc (gpudoc.runs.store.RunStore.locate).
 function __gpudoc_runs
     set -l home $GPUDOC_HOME
-    set -l d $PWD
-    while test -z "$home"
-        if test "$d" != "$PWD"; and test "$d" = "$HOME"
-            break
-        end
-        if test -d $d/.gpudoc/runs
-            set home $d/.gpudoc
-            break
-        end
-        if test -e $d/.git; or test "$d" = /
-            break
-        end
-        set d (path dirname $d 2>/dev/null; or dirname $d)
-    end
-    test -n "$home"; or set home $PWD/.gpudoc
+    test -n "$home"; or set home (__gpudoc_nearest runs)
     for f in $home/runs/*/run.json
         test -f $f; and string replace -r '^.*/([^/]*)/run\.json$' '$1' -- $f
     end

@@ -30,10 +30,14 @@ def shipped_profiles_dir() -> str:
 
 
 def profile_dirs(cwd: str | None = None) -> list[str]:
+    from gpudoc.upward import project_folders
+
     cwd = cwd or os.getcwd()
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    project = next((os.path.join(folder, ".gpudoc", "profiles") for folder in project_folders(cwd)
+                    if os.path.isdir(os.path.join(folder, ".gpudoc", "profiles"))), None)
     return [
-        os.path.join(cwd, ".gpudoc", "profiles"),
+        project or os.path.join(cwd, ".gpudoc", "profiles"),
         os.path.join(xdg, "gpudoc", "profiles"),
         shipped_profiles_dir(),
     ]

@@ -21,6 +21,12 @@ def test_profile_dirs_match_the_loader(isolated_home, tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_CONFIG_HOME")
     assert [Path(d) for d in shellcomplete.profile_dirs()] == loader.search_dirs()
     assert Path(shellcomplete.shipped_profiles_dir()) == loader.shipped_profiles_dir()
+    # From a subdirectory: the project's nearest .gpudoc/profiles, by the one upward rule.
+    (isolated_home / ".gpudoc" / "profiles").mkdir(parents=True)
+    deeper = isolated_home / "src"
+    deeper.mkdir()
+    assert [Path(d) for d in shellcomplete.profile_dirs(str(deeper))] == loader.search_dirs(deeper)
+    assert loader.search_dirs(deeper)[0] == isolated_home / ".gpudoc" / "profiles"
 
 
 def test_profile_names_match_the_loader(isolated_home, tmp_path, monkeypatch):

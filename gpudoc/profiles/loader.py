@@ -1,7 +1,8 @@
 """Find, parse, merge (``extends``) and validate profiles.
 
-Lookup (SPEC): ``-p PATH`` names a file; ``-p NAME`` or ``GPUDOC_PROFILE`` is searched in
-``./.gpudoc/profiles/``, ``$XDG_CONFIG_HOME/gpudoc/profiles/`` and the shipped ``profiles/``;
+Lookup (SPEC): ``-p PATH`` names a file; ``-p NAME`` or ``GPUDOC_PROFILE`` is searched in the
+project's ``.gpudoc/profiles/`` (the nearest from the working directory up, as the run records are),
+``$XDG_CONFIG_HOME/gpudoc/profiles/`` and the shipped ``profiles/``;
 with no name, the nearest ``gpudoc.toml`` from the working directory up (as far as the run
 records are looked for, ``gpudoc.upward``) is used, else the job runs without a profile.
 
@@ -61,7 +62,17 @@ def shipped_profiles_dir() -> Path:
 def search_dirs(cwd: Path | None = None) -> list[Path]:
     cwd = cwd or Path.cwd()
     xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return [cwd / ".gpudoc" / "profiles", Path(xdg) / "gpudoc" / "profiles", shipped_profiles_dir()]
+    return [project_profiles_dir(cwd), Path(xdg) / "gpudoc" / "profiles", shipped_profiles_dir()]
+
+
+def project_profiles_dir(cwd: Path) -> Path:
+    """The project's named profiles: the nearest ``.gpudoc/profiles`` from ``cwd`` up, as far as the
+    run records are looked for (``gpudoc.upward``), so ``-p NAME`` answers the same from a
+    subdirectory; else ``./.gpudoc/profiles``."""
+    for folder in project_folders(cwd):
+        if (Path(folder) / ".gpudoc" / "profiles").is_dir():
+            return Path(folder) / ".gpudoc" / "profiles"
+    return cwd / ".gpudoc" / "profiles"
 
 
 def _looks_like_path(name: str) -> bool:

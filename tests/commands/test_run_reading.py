@@ -68,6 +68,11 @@ def test_the_project_profile_answers_from_a_subdirectory(isolated_home):
     doc, _ = _dry_run(sub, "--", "python", "train.py", "--per_device_train_batch_size", "2")
     assert doc["env_set"]["OMP_NUM_THREADS"] == "3"
     assert {b["knob"]: b["old"] for b in doc["bindings"]}["micro_batch_size"] == 2
+    # A profile named from the project's .gpudoc/profiles, by the same upward search.
+    (isolated_home / ".gpudoc" / "profiles").mkdir(parents=True)
+    (isolated_home / ".gpudoc" / "profiles" / "box.toml").write_text('extends = "gpu-24gb"\n[env]\nOMP_NUM_THREADS = "5"\n')
+    doc, _ = _dry_run(sub, "-p", "box", "--", "python", "train.py", "--per_device_train_batch_size", "2")
+    assert doc["env_set"]["OMP_NUM_THREADS"] == "5" and "expandable_segments:True" in doc["env_set"].values()
 
 
 def test_the_estimate_help_example_with_a_tier_reads_the_commands_knobs(isolated_home):

@@ -640,3 +640,28 @@ def test_lora_targets_are_a_train_knob_and_model_is_their_older_place(tmp_path):
     (tmp_path / "both.toml").write_text('[train]\nlora_targets = ["q_proj"]\n[model]\nlora_targets = ["v_proj"]\n')
     with pytest.raises(ProfileError, match=r"both.toml:4: model.lora_targets: means the same as train.lora_targets"):
         load_profile(str(tmp_path / "both.toml"), tmp_path)
+
+
+def test_a_named_project_profile_is_found_from_a_subdirectory_as_far_as_the_records_are(isolated_home):
+    from gpudoc.profiles.loader import list_profile_names, load_profile
+
+    profiles = isolated_home / ".gpudoc" / "profiles"
+    profiles.mkdir(parents=True)
+    (profiles / "box.toml").write_text('[gpu]\nmemory_gib = 20\n')
+    (profiles / "gpu-24gb.toml").write_text('extends = "gpu-24gb"\n[gpu]\nmemory_gib = 22\n')  # shadows the tier
+    deeper = isolated_home / "src" / "jobs"
+    deeper.mkdir(parents=True)
+    assert resolve_profile_path("box", deeper) == profiles / "box.toml"
+    assert load_profile("gpu-24gb", deeper).gpu["memory_gib"] == 22
+    assert {"box", "gpu-24gb"} <= set(list_profile_names(deeper))
+    # The nearest one answers; a name only the outer one has is not looked for further up.
+    (deeper / ".gpudoc" / "profiles").mkdir(parents=True)
+    (deeper / ".gpudoc" / "profiles" / "box.toml").write_text('[gpu]\nmemory_gib = 10\n')
+    assert load_profile("box", deeper).gpu["memory_gib"] == 10
+    assert load_profile("gpu-24gb", deeper).shipped  # the nearest .gpudoc/profiles only, as with the records
+    # A nested repository is a project of its own: the search stops at its root, as the records' does.
+    nested = isolated_home / "vendor" / "lib"
+    (isolated_home / "vendor" / ".git").mkdir(parents=True)
+    nested.mkdir(parents=True)
+    with pytest.raises(ProfileError, match="unknown profile 'box'"):
+        resolve_profile_path("box", nested)

@@ -132,6 +132,15 @@ def test_run_ids_are_found_from_a_subdirectory_as_gpudoc_finds_them(shell, proje
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+def test_project_profile_names_are_found_from_a_subdirectory_as_gpudoc_finds_them(shell, project):
+    work, env = project
+    deeper = work / "src" / "models"
+    deeper.mkdir(parents=True)
+    [result] = DRIVERS[shell](["gpudoc run -p my"], cwd=deeper, env=env)
+    assert set(result) == {"my-box"}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
 def test_the_command_after_double_dash_completes_as_the_shell_would(shell, project):
     command, argument, no_gpudoc_switches, without_dashes = complete(shell, [
         "gpudoc run -- python",

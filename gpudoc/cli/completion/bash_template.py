@@ -39,10 +39,12 @@ _gpudoc_shipped_dir() {
     REPLY=$dir
 }
 
-# Profile names, as `gpudoc -p NAME` looks them up (gpudoc/profiles/loader.py search_dirs).
+# Profile names, as `gpudoc -p NAME` looks them up (gpudoc/profiles/loader.py search_dirs): the
+# project's nearest .gpudoc/profiles, the user's, the shipped ones.
 _gpudoc_profiles() {
-    local d f
-    local -a dirs=(./.gpudoc/profiles "${XDG_CONFIG_HOME:-$HOME/.config}/gpudoc/profiles")
+    local d f _gpudoc_dir
+    _gpudoc_nearest profiles
+    local -a dirs=("$_gpudoc_dir/profiles" "${XDG_CONFIG_HOME:-$HOME/.config}/gpudoc/profiles")
     _gpudoc_shipped_dir "$1"
     [[ -n $REPLY ]] && dirs+=("$REPLY")
     _gpudoc_names=()
@@ -60,10 +62,16 @@ _gpudoc_profiles() {
 _gpudoc_home() {
     _gpudoc_dir=${GPUDOC_HOME:-}
     [[ -n $_gpudoc_dir ]] && return
+    _gpudoc_nearest runs
+}
+
+# The nearest .gpudoc holding the folder $1 from the working directory up, to the project's root
+# (a directory with .git) and below $HOME, else ./.gpudoc (gpudoc/upward.py).
+_gpudoc_nearest() {
     local d=$PWD
     while :; do
         [[ $d != "$PWD" && $d == "$HOME" ]] && break
-        if [[ -d $d/.gpudoc/runs ]]; then _gpudoc_dir=$d/.gpudoc; return; fi
+        if [[ -d $d/.gpudoc/$1 ]]; then _gpudoc_dir=$d/.gpudoc; return; fi
         [[ -e $d/.git || -z $d || $d == / ]] && break
         d=${d%/*}
         [[ -z $d ]] && d=/

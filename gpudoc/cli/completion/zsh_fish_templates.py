@@ -42,7 +42,7 @@ _gpudoc_profiles() {
         _files -g '*.toml(-.)'
         return
     fi
-    dirs=(./.gpudoc/profiles ${XDG_CONFIG_HOME:-$HOME/.config}/gpudoc/profiles)
+    dirs=($(_gpudoc_nearest profiles)/profiles ${XDG_CONFIG_HOME:-$HOME/.config}/gpudoc/profiles)
     _gpudoc_shipped_dir
     [[ -n $REPLY ]] && dirs+=($REPLY)
     for d in $dirs; do
@@ -51,19 +51,27 @@ _gpudoc_profiles() {
     _wanted profiles expl 'profile' compadd -a - names
 }
 
+# The nearest .gpudoc holding the folder $1 from the working directory up, to the project's root
+# (a directory with .git) and below $HOME, else ./.gpudoc (gpudoc/upward.py); printed.
+(( $+functions[_gpudoc_nearest] )) ||
+_gpudoc_nearest() {
+    local d=$PWD
+    while :; do
+        [[ $d != $PWD && $d == $HOME ]] && break
+        [[ -d $d/.gpudoc/$1 ]] && { print -r -- $d/.gpudoc; return }
+        [[ -e $d/.git || $d == / ]] && break
+        d=${d:h}
+    done
+    print -r -- $PWD/.gpudoc
+}
+
 # Where the runs are: $GPUDOC_HOME, else the nearest .gpudoc/runs up to the project's root (a
 # directory with .git) and below $HOME, else ./.gpudoc (gpudoc.runs.store.RunStore.locate).
 (( $+functions[_gpudoc_runs] )) ||
 _gpudoc_runs() {
     local -a ids expl
-    local dir=${GPUDOC_HOME:-} d=$PWD
-    while [[ -z $dir ]]; do
-        [[ $d != $PWD && $d == $HOME ]] && break
-        [[ -d $d/.gpudoc/runs ]] && { dir=$d/.gpudoc; break }
-        [[ -e $d/.git || $d == / ]] && break
-        d=${d:h}
-    done
-    [[ -z $dir ]] && dir=$PWD/.gpudoc
+    local dir=${GPUDOC_HOME:-}
+    [[ -z $dir ]] && dir=$(_gpudoc_nearest runs)
     ids=($dir/runs/*/run.json(N-.:h:t))
     _wanted runs expl 'run id' compadd -a - ids
 }
@@ -121,11 +129,31 @@ function __gpudoc_shipped_dir
     printf '%s\n' $dir
 end
 
+# The nearest .gpudoc holding the folder $argv[1] from the working directory up, to the project's
+# root (a directory with .git) and below $HOME, else ./.gpudoc (gpudoc/upward.py); printed.
+function __gpudoc_nearest
+    set -l d $PWD
+    while true
+        if test "$d" != "$PWD"; and test "$d" = "$HOME"
+            break
+        end
+        if test -d $d/.gpudoc/$argv[1]
+            echo $d/.gpudoc
+            return
+        end
+        if test -e $d/.git; or test "$d" = /
+            break
+        end
+        set d (path dirname $d 2>/dev/null; or dirname $d)
+    end
+    echo $PWD/.gpudoc
+end
+
 # Profile names, as `gpudoc -p NAME` looks them up (gpudoc/profiles/loader.py search_dirs).
 function __gpudoc_profiles
     set -l config $XDG_CONFIG_HOME
     test -n "$config"; or set config ~/.config
-    set -l dirs ./.gpudoc/profiles $config/gpudoc/profiles (__gpudoc_shipped_dir)
+    set -l dirs (__gpudoc_nearest profiles)/profiles $config/gpudoc/profiles (__gpudoc_shipped_dir)
     for d in $dirs
         for f in $d/*.toml
             test -f $f; and string replace -r '^.*/(.*)\.toml$' '$1' -- $f
@@ -137,21 +165,7 @@ end
 # directory with .git) and below $HOME, else ./.gpudoc (gpudoc.runs.store.RunStore.locate).
 function __gpudoc_runs
     set -l home $GPUDOC_HOME
-    set -l d $PWD
-    while test -z "$home"
-        if test "$d" != "$PWD"; and test "$d" = "$HOME"
-            break
-        end
-        if test -d $d/.gpudoc/runs
-            set home $d/.gpudoc
-            break
-        end
-        if test -e $d/.git; or test "$d" = /
-            break
-        end
-        set d (path dirname $d 2>/dev/null; or dirname $d)
-    end
-    test -n "$home"; or set home $PWD/.gpudoc
+    test -n "$home"; or set home (__gpudoc_nearest runs)
     for f in $home/runs/*/run.json
         test -f $f; and string replace -r '^.*/([^/]*)/run\.json$' '$1' -- $f
     end
