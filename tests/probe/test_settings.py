@@ -51,6 +51,11 @@ def test_the_lightning_trainers_resolved_settings_are_read_from_its_training_loo
     assert settings["max_steps"] == 2 and settings["strategy"] == "SingleDeviceStrategy"
     steps = [e for e in found if e["event"] == "step"]
     assert [s["backward"] for s in steps] == [3, 3]  # the Trainer's accumulation, seen by the probe too
+    # The optimizer steps the fit runs, as the Trainer estimates them (max_steps bounds it): the total
+    # against which the record says how far the job got.
+    assert settings["estimated_stepping_batches"] == 2
+    record = json.loads(gpudoc_cli("runs", "show", "--json", cwd=isolated_home).stdout)["run"]
+    assert (record["steps"]["count"], record["steps"]["total"], record["steps"]["source"]) == (2, 2, "probe")
 
 
 def test_an_oom_before_the_first_step_still_reads_the_trainer_from_the_tracebacks_frames(isolated_home):
