@@ -318,7 +318,7 @@ complete -c gpudoc -n '__gpudoc_at \'check\'' -l gpus -x -d 'GPU indexes to chec
 complete -c gpudoc -n '__gpudoc_at \'check\'' -l snapshot -r -F -d 'read GPU facts from a saved nvidia-smi output or gpudoc --json'
 complete -c gpudoc -n '__gpudoc_at \'check\'' -l deep -d 'also start the job\'s Python to probe torch (slow)'
 complete -c gpudoc -n '__gpudoc_at \'check\'' -l list-checks -d 'list check ids and titles, then exit'
-complete -c gpudoc -n '__gpudoc_at \'check\'' -l python -r -F -d 'the job\'s interpreter (default: python3 on PATH)'
+complete -c gpudoc -n '__gpudoc_at \'check\'' -l python -r -F -d 'the job\'s interpreter (default: the one the profile\'s latest run ran, else python3 on PATH)'
 complete -c gpudoc -n '__gpudoc_at \'check\'' -l help-all -d 'Prints help messages of all sub-commands and quits'
 complete -c gpudoc -n '__gpudoc_at \'check\'' -s h -l help -d 'Prints this help message and quits'
 complete -c gpudoc -n '__gpudoc_at \'check\'' -s v -l version -d 'Prints the program\'s version and quits'

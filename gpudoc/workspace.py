@@ -130,13 +130,21 @@ class Workspace:
 
         if python:
             return python
-        commands = [command] if command else []
-        commands += [r.command for r in reversed(self.history(profile)) if r.command][:1]
-        for argv in commands:
-            found = target_python(list(argv), self.environ, str(self.cwd))
+        return self.ran_python(profile, command) or target_python(["python3"], self.environ) or "python3"
+
+    def ran_python(self, profile: Profile, command: Sequence[str] | None = None) -> str | None:
+        """The interpreter ``command`` runs, else the one the latest run of this profile ran (the
+        environment behind its ``uv run``/``conda run``, its venv's python); None when neither says."""
+        from gpudoc.job.interpreter import target_python
+
+        # Each command where it ran: an environment tool answers for the project it was started in.
+        commands = [(command, str(self.cwd))] if command else []
+        commands += [(r.command, r.cwd or str(self.cwd)) for r in reversed(self.history(profile)) if r.command][:1]
+        for argv, cwd in commands:
+            found = target_python(list(argv), self.environ, cwd)
             if found:
                 return found
-        return target_python(["python3"], self.environ) or "python3"
+        return None
 
 
 def _named(profile: Profile) -> str | None:

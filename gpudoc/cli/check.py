@@ -33,7 +33,8 @@ SWITCHES: tuple[Switch, ...] = (
     (("--snapshot",), "snapshot", "list", "FILE", "read GPU facts from a saved nvidia-smi output or gpudoc --json"),
     (("--deep",), "deep", None, "", "also start the job's Python to probe torch (slow)"),
     (("--list-checks",), "list_checks", None, "", "list check ids and titles, then exit"),
-    (("--python",), "python", "str", "PATH", "the job's interpreter (default: python3 on PATH)"),
+    (("--python",), "python", "str", "PATH",
+     "the job's interpreter (default: the one the profile's latest run ran, else python3 on PATH)"),
 )
 
 

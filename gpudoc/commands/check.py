@@ -29,8 +29,9 @@ def exit_status(findings: Iterable[Finding], *, strict: bool = False) -> int:
 
 
 def target_python(python: str | None, environ: Mapping[str, str]) -> str:
-    """The interpreter the job will run: ``--python``, else what ``python3`` (or ``python``) names
-    on this environment's PATH, by the one rule the launcher uses; else gpudoc's own."""
+    """The interpreter the job will run: ``--python`` (or the one the profile's latest run ran),
+    else what ``python3`` (or ``python``) names on this environment's PATH, by the one rule the
+    launcher uses; else gpudoc's own."""
     return python or target_job_python(["python3"], environ) or target_job_python(["python"], environ) \
         or sys.executable
 
@@ -56,7 +57,7 @@ def check(
     indexes = parse_gpu_list(gpus) if gpus is not None else None
 
     profile = ws.load_profile(profile_name)
-    python = target_python(python, ws.environ)
+    python = target_python(python or ws.ran_python(profile), ws.environ)
     facts = ws.gather(snapshot_files=[ws.cwd / s for s in snapshots], deep=deep, python=python)
 
     torch_version = alloc_name = None

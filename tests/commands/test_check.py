@@ -257,3 +257,26 @@ def test_check_starts_without_plumbum_nor_the_other_commands():
         assert not {m for m in modules if m.split(".")[0] in ("plumbum", "tomllib") or m == "urllib.request"}, args
         assert not {"gpudoc.results.runs", "gpudoc.render.runs_text", "gpudoc.runs.record", "gpudoc.cli.app"} & modules
     assert "plumbum" in _modules_after(["check", "--help"])  # help is plumbum's
+
+
+def test_check_deep_probes_the_interpreter_the_profiles_latest_run_ran_behind_uv_run(isolated_home):
+    """`check --deep` asks torch of the job's own interpreter: after `gpudoc run -p TIER -- uv run
+    python train.py`, the project's environment as the real uv names it, not the python on PATH."""
+    from gpudoc.profiles.loader import shipped_profiles_dir
+    from gpudoc.runs.record import RunRecord
+    from gpudoc.runs.store import RunStore
+    from tests.job.test_envtools import _real_uv, _uv_venv
+
+    environ = _real_uv(isolated_home)
+    project = isolated_home / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[project]\nname = "proj"\nversion = "0"\ndependencies = []\n')
+    venv_python = _uv_venv(environ, project / ".venv")
+    tier = shipped_profiles_dir() / "gpu-24gb.toml"
+    RunStore(isolated_home / ".gpudoc").create(RunRecord(
+        id="20260101-000000-aaaaaa", command=["uv", "run", "python", "train.py"], cwd=str(project),
+        profile={"name": "gpu-24gb", "path": str(tier)}, status="ok", exit_code=0))
+    done = gpudoc_cli("check", "-p", "gpu-24gb", "--snapshot", A5000, "--deep", "--json", cwd=isolated_home,
+                      env=environ)
+    torch = json.loads(done.stdout)["facts"]["torch"]
+    assert torch["python"] == str(venv_python), torch  # the environment has no torch: the probe says so there
