@@ -10,6 +10,7 @@ from typing import Any, Iterable
 
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.ladder.context import Context, Savings, capacity_from, shortfall
+from gpudoc.ladder.cost import cheaper_first, speed_back
 from gpudoc.ladder.evidence import Evidence, family_of
 from gpudoc.ladder.model import LadderResult, PastRun, Skipped, Suggestion
 from gpudoc.ladder.rungs import BUILTIN_RUNGS, RUNG_NAMES, split_global_batch, user_rung
@@ -112,6 +113,8 @@ def suggest(
                 f"({short_source}); apply them in order"
             )
 
+    candidates, cheaper = cheaper_first(candidates, short if skip_by_saving else None, history)
+    notes += cheaper
     candidates = _spenders_last(candidates, notes)
     suggestions = [s for s in candidates if allow_semantic or not s.semantic]
     held_back = [s for s in candidates if s.semantic and not allow_semantic]
@@ -224,8 +227,6 @@ def upward_result(profile: Profile, record: PastRun, facts: Any = None, *, estim
     if not record.succeeded:
         return LadderResult(notes=["the run did not succeed: upward tuning needs a successful run"])
     knobs = profile.knobs
-    if "micro_batch_size" not in knobs:
-        return LadderResult(notes=["micro_batch_size is not declared in [train]: nothing to tune upward"])
     peak = record.peak_bytes
     capacity = capacity_from(None, facts, profile, (*history, record))
     if peak is None or not capacity:
@@ -236,14 +237,20 @@ def upward_result(profile: Profile, record: PastRun, facts: Any = None, *, estim
             f"the measured peak {format_bytes(peak)} is already close to the target "
             f"{format_bytes(budget)} ({profile.target_utilization:.0%} of {format_bytes(capacity)})"
         ])
+    savings = Savings(profile, estimate=estimate, history=(*history, record), capacity_bytes=capacity)
+    # The rung that buys speed back (checkpointing off) comes first: its step time is known to drop.
+    speed, said = speed_back(knobs, record, savings, budget, history)
+    notes += [said] if said else []
+    if "micro_batch_size" not in knobs:
+        return LadderResult(suggestions=[speed] if speed else [],
+                            notes=[*notes, "micro_batch_size is not declared in [train]: nothing to tune upward"])
     micro = int(knobs["micro_batch_size"])
     has_accum = "gradient_accumulation_steps" in knobs
     accum = int(knobs.get("gradient_accumulation_steps") or 1)
     if not has_accum or accum <= 1:
-        return LadderResult(notes=[
+        return LadderResult(suggestions=[speed] if speed else [], notes=[*notes,
             "gradient accumulation is already 1 (or not declared): a bigger micro batch would change the global batch"
         ])
-    savings = Savings(profile, estimate=estimate, history=(*history, record), capacity_bytes=capacity)
     per_sample = savings.per_sample_measured()
     failed = _failed_configs(history)
     best = None
@@ -273,7 +280,7 @@ def upward_result(profile: Profile, record: PastRun, facts: Any = None, *, estim
         best = (new_micro, new_accum, predicted_peak, extra, basis)
     if best is None:
         notes.append("no bigger micro batch is predicted to fit under the target with the global batch exact")
-        return LadderResult(notes=notes)
+        return LadderResult(suggestions=[speed] if speed else [], notes=notes)
     new_micro, new_accum, predicted_peak, extra, basis = best
     world = profile.world_size
     why = (
@@ -290,5 +297,5 @@ def upward_result(profile: Profile, record: PastRun, facts: Any = None, *, estim
         -int(extra),
         why,
     )
-    return LadderResult(suggestions=[suggestion], notes=notes)
+    return LadderResult(suggestions=[speed, suggestion] if speed else [suggestion], notes=notes)
 
