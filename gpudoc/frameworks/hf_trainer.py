@@ -59,6 +59,9 @@ _PACKAGES = ("transformers", "trl")
 _NAMES = ("HfArgumentParser", "TrlParser")
 _SUFFIXES = ("Trainer", "TrainingArguments")
 _TRL_SUFFIXES = ("Config",)  # SFTConfig, DPOConfig, GRPOConfig: TrainingArguments subclasses
+# The Trainer's defaults TRL's configs override, differently by release (its _BaseConfig turned
+# gradient checkpointing on, and bf16 on unless fp16, in later ones): never the Trainer's for a TRL job.
+_TRL_OWN = ("gradient_checkpointing", "precision")
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
             "adapter_model.safetensors", "adapter_model.bin")
 _DIR = re.compile(r"^checkpoint-(\d+)$")
@@ -88,18 +91,23 @@ def uses_hf_trainer(job: JobCommand, cwd: Path) -> bool | None:
     return any(_names_hf(node) for tree in trees for node in ast.walk(tree))
 
 
+def _uses_trl(job: JobCommand, cwd: Path) -> bool:
+    """Whether the job builds TRL's trainer or config (``SFTTrainer``, ``SFTConfig``, ``TrlParser``)."""
+    return any(_names_hf(node, packages=("trl",)) for tree in source.job_sources(job, cwd) for node in ast.walk(tree))
+
+
 def _hf_name(package: str, name: str) -> bool:
     if name in _NAMES or name.endswith(_SUFFIXES):
         return True
     return package == "trl" and name.endswith(_TRL_SUFFIXES)
 
 
-def _names_hf(node: ast.AST) -> bool:
+def _names_hf(node: ast.AST, packages: tuple[str, ...] = _PACKAGES) -> bool:
     if isinstance(node, ast.ImportFrom) and node.module and not node.level:
         package = node.module.split(".")[0]
-        return package in _PACKAGES and any(_hf_name(package, alias.name) for alias in node.names)
+        return package in packages and any(_hf_name(package, alias.name) for alias in node.names)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return node.value.id in _PACKAGES and _hf_name(node.value.id, node.attr)
+        return node.value.id in packages and _hf_name(node.value.id, node.attr)
     return False
 
 
@@ -114,9 +122,11 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     args = job.script_args
     trainer = uses_hf_trainer(job, cwd)
     r.framework = name
+    trl = bool(trainer) and _uses_trl(job, cwd)
     if trainer:
         for knob, value in defaults(None).items():
-            r.set(knob, value, "default", name)
+            if not (trl and knob in _TRL_OWN):
+                r.set(knob, value, "default", name)
     else:
         said = "its source could not be read" if trainer is None else \
             "its source does not name transformers' Trainer, TrainingArguments or HfArgumentParser"
@@ -163,6 +173,11 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
         hit = flag_value(args, flags)
         if hit is not None:
             r.set(knob, knob_value(knob, hit[1]), "argv", hit[0])
+    unsettled = [knob for knob in _TRL_OWN if knob not in r.knobs]
+    if trl and unsettled:
+        r.notes.append(f"{job.script or 'the script'}: builds TRL's trainer or config, whose defaults are not the "
+                       "Trainer's and change between TRL releases (recent ones checkpoint, and train in bf16 unless "
+                       f"fp16 is set): {' and '.join(unsettled)} stay unknown until a flag or a profile says")
 
 
 def _own_defaults(job: JobCommand, cwd: Path, r: JobReading) -> None:

@@ -290,3 +290,22 @@ def test_a_script_that_is_a_pipe_is_not_read(tmp_path):
     for command in (["python", "train.py"], ["python", "train.py", "--config", "cfg.yaml"]):
         reading = call_beside_fifo(tmp_path / "train.py", lambda c=command: read_job(c, tmp_path))
         assert reading.knobs == {}
+
+
+def test_a_trl_job_takes_no_default_trl_overrides_from_the_trainer(tmp_path):
+    """TRL's configs turn gradient checkpointing and bf16 on in later releases: for a job that
+    builds them, those knobs are unknown until a flag says, never the Trainer's false/fp32."""
+    from tests.job.scripts import TRL_SFT
+
+    (tmp_path / "sft.py").write_text(TRL_SFT)
+    command = ["python", "sft.py", "--model_name_or_path", "Qwen/Qwen2-0.5B", "--per_device_train_batch_size", "2",
+               "--output_dir", "out"]
+    reading = read_job(command, tmp_path)
+    assert reading.framework == "hf-trainer"
+    assert reading.values == {"micro_batch_size": 2, "gradient_accumulation_steps": 1}
+    assert any("builds TRL's trainer or config" in note and "gradient_checkpointing and precision stay unknown" in note
+               for note in reading.notes)
+    # A flag settles it; nothing is left to say.
+    reading = read_job([*command, "--bf16", "--gradient_checkpointing", "false"], tmp_path)
+    assert reading.values["precision"] == "bf16" and reading.values["gradient_checkpointing"] is False
+    assert not any("TRL" in note for note in reading.notes)

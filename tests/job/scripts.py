@@ -17,6 +17,21 @@ if __name__ == "__main__":
     main()
 '''
 
+# As TRL's examples/scripts/sft.py builds its arguments and trainer (TRL's own config classes).
+TRL_SFT = '''from trl import ModelConfig, ScriptArguments, SFTConfig, SFTTrainer, TrlParser
+
+
+def main(script_args, training_args, model_args):
+    trainer = SFTTrainer(model=model_args.model_name_or_path, args=training_args)
+    trainer.train()
+
+
+if __name__ == "__main__":
+    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config()
+    main(script_args, training_args, model_args)
+'''
+
 # A hand-written loop with the flags every training script has, and a model from transformers.
 ARGPARSE_LOOP = '''import argparse
 
