@@ -1,10 +1,10 @@
 """`gpudoc fix` over one job's nodes: every node's record of the attempt, the first real failure
-named by node and rank, the other nodes as its consequences; the node rank the records carry."""
+named by node and rank, the other nodes as its consequences; the node rank the records carry. Real
+two-node torchrun jobs: tests/launch/test_jobsync.py, which asks `fix` about them too."""
 
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -13,8 +13,7 @@ from gpudoc.commands.fix import fix
 from gpudoc.errors import UsageError
 from gpudoc.runs.record import RunRecord
 from gpudoc.runs.store import RunStore, new_run_id
-from tests.conftest import captured_workspace, gpudoc_cli
-from tests.launch.helpers import RANKS, Gpudoc, assert_no_leftovers, job_env, marker, run_dirs
+from tests.conftest import captured_workspace
 
 OOM = (
     "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total "
@@ -88,56 +87,3 @@ def test_rerun_of_a_job_across_nodes_is_refused_with_what_to_do(tmp_path):
     _record(store, NCCL, host="b", start=t, end=t + 5)
     with pytest.raises(UsageError, match="2 runs were read .one job.s nodes.: use --apply"):
         _fix(tmp_path, rerun=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _two_nodes(cwd, rdzv_id: str, envs: list[dict]) -> tuple[list[dict], list[Gpudoc]]:
-    """Two real `gpudoc run -- torchrun --nnodes=2` "nodes" on this machine sharing one runs
-    directory; rank 1 prints a real-format CUDA OOM and blocks."""
-    (cwd / "gpudoc.toml").write_text("[run]\noom_grace_s = 2\n")
-    mark = marker()
-    command = ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
-               f"--rdzv-endpoint=127.0.0.1:{_free_port()}", f"--rdzv-id={rdzv_id}", "--monitor-interval=0.1",
-               str(RANKS), "oom_block", mark]
-    nodes = [Gpudoc("run", "--no-check", "--", *command, cwd=cwd, env=job_env(JOB_LINES="5", **env)) for env in envs]
-    statuses = [node.wait(120) for node in nodes]
-    assert all(s != 0 for s in statuses), [n.stderr for n in nodes]
-    assert_no_leftovers(mark)
-    records = [json.loads((d / "run.json").read_text()) for d in run_dirs(cwd)]
-    assert len(records) == 2
-    [failing] = [r for r in records if r["cause"] == "gpu_oom"]
-    return records, failing
-
-
-@pytest.mark.slow
-def test_fix_without_arguments_names_the_oom_node_of_a_real_two_node_job(isolated_home):
-    records, failing = _two_nodes(isolated_home, "fixjob", [{}, {}])
-    [other] = [r for r in records if r is not failing]
-    assert failing["node_rank"] is None  # c10d: no node rank to be had
-    # Both nodes ran on this host: the run id tells them apart.
-    label = f"{failing['host']} (run {failing['id']})"
-    done = gpudoc_cli("fix", "--json", cwd=isolated_home)
-    doc = json.loads(done.stdout)
-    d = doc["diagnosis"]
-    assert (d["cause"], d["rank"], d["node"], d["run_id"]) == ("gpu_oom", 1, label, failing["id"]), done.stdout
-    assert doc["job_id"] == "rdzv-fixjob" and len(doc["sources"]) == 2
-    text = gpudoc_cli("fix", cwd=isolated_home).stdout
-    assert f"the first real failure is on node {label}, rank 1, GPU 1: gpu_oom." in text
-    assert f"node {other['host']} (run {other['id']}): " in text and "ended because of it" in text
-
-
-@pytest.mark.slow
-def test_slurm_nodes_are_named_by_their_node_id(isolated_home):
-    envs = [{"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NODEID": str(n)} for n in (0, 1)]
-    records, failing = _two_nodes(isolated_home, "slurmjob", envs)
-    assert sorted(r["node_rank"] for r in records) == [0, 1]
-    assert {r["job_id"] for r in records} == {"slurm-4242.0"}
-    doc = json.loads(gpudoc_cli("fix", "--json", cwd=isolated_home).stdout)
-    d = doc["diagnosis"]
-    assert (d["rank"], d["node_rank"]) == (1, failing["node_rank"])
-    assert d["node"] == f"{failing['host']} node {failing['node_rank']}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -78,15 +79,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_nodes_rank1_ooms(home: Path, rdzv_id: str, mark: str, **env: str):
-    """Two single-process gpudoc runs of one c10d rendezvous on this host, whose rank 1 runs out of
-    memory: the nodes (ended), their statuses, their records and logs, and the failing node's record."""
+def _two_nodes_rank1_ooms(home: Path, rdzv_id: str, mark: str, envs: Sequence[Mapping[str, str]] = ({}, {})):
+    """Two single-process gpudoc runs of one c10d rendezvous on this host (``envs``: each node's own
+    variables), whose rank 1 runs out of memory: the nodes (ended), their statuses, their records and
+    logs, and the failing node's record."""
     (home / "gpudoc.toml").write_text("[run]\noom_grace_s = 2\n")
     command = ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
                f"--rdzv-endpoint=127.0.0.1:{_free_port()}", f"--rdzv-id={rdzv_id}", "--monitor-interval=0.1",
                str(RANKS), "oom_block", mark]
-    nodes = [Gpudoc("run", "--no-check", "--", *command, cwd=home, env=job_env(JOB_LINES="5", **env))
-             for _ in range(2)]
+    nodes = [Gpudoc("run", "--no-check", "--", *command, cwd=home, env=job_env(JOB_LINES="5", **env)) for env in envs]
     statuses = [node.wait(120) for node in nodes]
     records = [json.loads((d / "run.json").read_text()) for d in run_dirs(home)]
     logs = {r["id"]: (d / "output.log").read_bytes() for r, d in zip(records, run_dirs(home))}
@@ -114,6 +115,17 @@ def test_two_nodes_one_oom_both_end_quickly_and_fix_names_the_node(isolated_home
     assert doc["diagnosis"]["cause"] == "gpu_oom" and doc["diagnosis"]["rank"] == 1, fix.stdout
     assert failing["id"] in json.dumps(doc["diagnosis"])
     assert_no_leftovers(mark)
+    # `fix` with no argument reads every node of the job's latest attempt.
+    assert failing["node_rank"] is None  # c10d: no node rank to be had
+    label = f"{failing['host']} (run {failing['id']})"  # both nodes ran on this host: the run id tells them apart
+    done = gpudoc_cli("fix", "--json", cwd=isolated_home)
+    doc = json.loads(done.stdout)
+    d = doc["diagnosis"]
+    assert (d["cause"], d["rank"], d["node"], d["run_id"]) == ("gpu_oom", 1, label, failing["id"]), done.stdout
+    assert doc["job_id"] == "rdzv-twonodes" and len(doc["sources"]) == 2
+    text = gpudoc_cli("fix", cwd=isolated_home).stdout
+    assert f"the first real failure is on node {label}, rank 1, GPU 1: gpu_oom." in text
+    assert f"node {other['host']} (run {other['id']}): " in text and "ended because of it" in text
 
 
 @pytest.mark.slow
@@ -124,11 +136,13 @@ def test_slurm_job_id_is_recorded(isolated_home):
 
 
 @pytest.mark.slow
-def test_an_oom_printed_without_a_rank_prefix_is_attributed_from_the_workers_rank(isolated_home):
-    # Two single-process nodes; node 1's worker prints its OOM untagged: its RANK names it.
+def test_a_slurm_nodes_oom_printed_without_a_rank_prefix_is_attributed_from_the_workers_rank(isolated_home):
+    # Two single-process nodes of one Slurm step; node 1's worker prints its OOM untagged: its RANK
+    # names it, and Slurm's node id names the node.
     mark = marker()
-    _nodes, _statuses, records, logs, failing = _two_nodes_rank1_ooms(isolated_home, "untagged", mark,
-                                                                      JOB_OOM_PREFIX="0")
+    envs = [{"JOB_OOM_PREFIX": "0", "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NODEID": str(n)}
+            for n in (0, 1)]
+    _nodes, _statuses, records, logs, failing = _two_nodes_rank1_ooms(isolated_home, "untagged", mark, envs)
     assert b"[rank1]:" not in logs[failing["id"]]  # nothing in the text names the rank
     assert sorted(failing["worker_ranks"].values()) == [1]
     assert failing["cause"] == "gpu_oom" and failing["diagnosis"]["rank"] == 1
@@ -137,4 +151,9 @@ def test_an_oom_printed_without_a_rank_prefix_is_attributed_from_the_workers_ran
     fix = gpudoc_cli("fix", other["id"], failing["id"], "--json")
     assert json.loads(fix.stdout)["diagnosis"]["rank"] == 1, fix.stdout
     assert_no_leftovers(mark)
+    assert sorted(r["node_rank"] for r in records) == [0, 1]
+    assert {r["job_id"] for r in records} == {"slurm-4242.0"}
+    d = json.loads(gpudoc_cli("fix", "--json", cwd=isolated_home).stdout)["diagnosis"]
+    assert (d["rank"], d["node_rank"]) == (1, failing["node_rank"])
+    assert d["node"] == f"{failing['host']} node {failing['node_rank']}"
 
