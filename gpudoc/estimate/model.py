@@ -302,11 +302,19 @@ def compute_phases(inputs: Inputs) -> Phases:
         optimizer = terms.zero_shard(optimizer, world)
         master = terms.zero_shard(master, world)
         step_temp = terms.zero_shard(step_temp, world)
+    # DeepSpeed ZeRO-1/2 (``DeepSpeedZeroOptimizer``): its reduce bucket in backward, and in the step the
+    # share flattened and cast to fp32 (``terms.zero12_*``).
+    deepspeed12 = stage in (1, 2) and not setup.fsdp
+    step_grads: tuple[float, float] | None = None
+    if deepspeed12 and not setup.offload_optimizer:
+        step_grads = terms.zero12_step_gradient_bytes(stage, trainable, world, grad_b, step_temp)
+        workspace_fb += terms.zero12_bucket_bytes(grad_b)
+        notes.append(f"ZeRO-{stage}: DeepSpeed's defaults (reduce bucket 5e8 elements, overlap_comm off)")
     if stage >= 2:
         full_grads = grads
         grads = terms.zero_shard(grads, world)
-        # Unsharded gradients of the units being reduced (FSDP) / the reduce bucket (DeepSpeed).
-        workspace_fb += min(full_grads, 2 * unit * grad_b)
+        if not deepspeed12:  # the unsharded gradients of the units FSDP is reducing
+            workspace_fb += min(full_grads, 2 * unit * grad_b)
     if stage >= 3:
         weights = terms.zero_shard(weights, world)
         workspace_fb += _gathered_params(total, unit, setup, notes) * compute_bytes
@@ -356,4 +364,6 @@ def compute_phases(inputs: Inputs) -> Phases:
           "activations": acts, "logits": logits, "workspace": workspace_fb}
     step = {"weights": weights, "gradients": grads, "optimizer": optimizer + master + step_temp,
             "activations": 0.0, "logits": 0.0, "workspace": workspace_step}
+    if step_grads is not None:
+        step.update(gradients=step_grads[0], optimizer=optimizer + master, workspace=step_grads[1])
     return Phases(fb, step, tuple(notes))

@@ -17,9 +17,12 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
                 "implementation (bitsandbytes' NF4 layers have a stand-in)")
     if setup.quantization == "nf4" and profile.model.get("factory"):
         return "quantization = \"nf4\" with a [model] factory: the factory's own code quantizes its model"
-    if setup.sharding_stage > 0:
+    if setup.fsdp or setup.sharding_stage > 2:
         return f"{'FSDP' if setup.fsdp and not setup.zero_stage else f'ZeRO-{setup.sharding_stage}'} sharding " \
-               "across GPUs is not simulated"
+               "across GPUs is not simulated (ZeRO-1 and ZeRO-2 are)"
+    if zero_sharded(setup) and setup.quantization != "none":
+        return f"ZeRO-{setup.zero_stage} with quantization = \"{setup.quantization}\": DeepSpeed's engine would cast " \
+               "the quantized layers it is given"
     for key in ("tensor_parallel", "pipeline_parallel", "context_parallel"):
         if int(profile.launch.get(key) or 1) > 1:
             return f"[launch] {key} = {profile.launch[key]}: tensor/pipeline/context parallelism is not simulated"
@@ -37,6 +40,11 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
     if shape is not None and not (profile.model.get("factory") or profile.model.get("hf_config")):
         return shapes_reason(shape, setup)
     return None
+
+
+def zero_sharded(setup: TrainSetup) -> bool:
+    """DeepSpeed ZeRO-1/2 over more than one data-parallel rank: simulated as one rank's share."""
+    return setup.zero_stage in (1, 2) and not setup.fsdp and setup.world_size > 1
 
 
 def shapes_reason(shape: ModelShape, setup: TrainSetup) -> str | None:
@@ -105,6 +113,12 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
         "quantization": setup.quantization,
         "arch": shape.arch if shape is not None else str(profile.model.get("arch") or "decoder"),
     }
+    if zero_sharded(setup):
+        # DeepSpeed's defaults (reduce_bucket_size 5e8 elements, overlap_comm off below stage 3): the
+        # profile carries no ZeRO config.
+        spec["zero"] = {"stage": setup.zero_stage, "world": setup.world_size}
+        notes.append(f"ZeRO-{setup.zero_stage} over {setup.world_size} GPUs: one rank's share simulated with "
+                     "DeepSpeed's defaults (reduce bucket 5e8 elements, overlap_comm off)")
     target = profile.train.get("max_target_len")
     if target:
         spec["target_len"] = int(target)

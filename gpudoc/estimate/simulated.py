@@ -114,7 +114,8 @@ def _simulate(profile: Any, helper: HelperSession, shape: ModelShape | None, set
 
     result = run([size, size + 1])
     # DDP's reducer keeps a bucket copy of every gradient (the formula's ddp_bucket_bytes term).
-    extra = round(terms.ddp_bucket_bytes(result.get("trainable_bytes", 0))) if setup.world_size > 1 else 0
+    ddp = setup.world_size > 1 and setup.sharding_stage == 0  # DeepSpeed's own buckets are simulated
+    extra = round(terms.ddp_bucket_bytes(result.get("trainable_bytes", 0))) if ddp else 0
     if extra:
         notes.append(f"DDP over {setup.world_size} GPUs: its gradient buckets are added to the simulated step")
     if result.get("own_adapters"):

@@ -23,15 +23,17 @@ _MIXED = {"fp16", "bf16"}
 
 def param_dtype(spec: dict) -> Any:
     """The dtype the weights are created in: fp32 unless training in pure half precision, and the
-    compute dtype for a LoRA base (loaded in bf16/fp16 and frozen)."""
+    compute dtype for a LoRA base (loaded in bf16/fp16 and frozen) and under DeepSpeed ZeRO (its
+    engine casts the module to the half dtype; the fp32 master is the optimizer's, ``zero``)."""
     precision = spec["precision"]
-    if precision in _MIXED and spec.get("lora"):
+    if precision in _MIXED and (spec.get("lora") or spec.get("zero")):
         return _DTYPES[precision]
     return torch.float32 if precision in _MIXED or precision == "fp32" else _DTYPES[precision]
 
 
 def autocast_dtype(spec: dict) -> Any:
-    return _DTYPES[spec["precision"]] if spec["precision"] in _MIXED else None
+    """torch.autocast's dtype under mixed precision; none under DeepSpeed, whose model is half already."""
+    return _DTYPES[spec["precision"]] if spec["precision"] in _MIXED and not spec.get("zero") else None
 
 
 @dataclass
@@ -146,8 +148,8 @@ def _from_factory(spec: dict, notes: list[str]) -> Job:
         return made
 
     model, first_batch = call(int(spec["micro_batch_sizes"][0]))
-    if spec["precision"] in ("bf16-true", "fp16-true"):
-        model = model.to(_DTYPES[spec["precision"]])
+    if spec["precision"] in ("bf16-true", "fp16-true") or (spec.get("zero") and spec["precision"] in _MIXED):
+        model = model.to(_DTYPES[spec["precision"]])  # DeepSpeed's engine casts the module it is given
     if "micro_batch_size" not in wanted:
         notes.append(f"[model] factory = \"{target}\" takes no micro_batch_size: its batch is used as it is")
     first = (int(spec["micro_batch_sizes"][0]), first_batch)

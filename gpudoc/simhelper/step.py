@@ -12,6 +12,7 @@ from torch.utils._pytree import tree_leaves
 from .build import Job, Unsupported, optimizer
 from .emulate import Emulation
 from .tracker import LiveBytes, Window, classify
+from .zero import ZeroRank
 
 
 def _loss(out: Any) -> Any:
@@ -44,7 +45,10 @@ class Simulation:
         self.params = [p for p in job.model.parameters() if p.requires_grad]
         if not self.params:
             raise Unsupported("no parameter of the model requires a gradient: nothing trains")
-        self.optimizer, self.impl = optimizer(spec, self.params)
+        # DeepSpeed ZeRO-1/2: the optimizer steps this rank's fp32 share (``zero``), not the parameters.
+        self.zero = ZeroRank(spec["zero"], self.params, lambda group: optimizer(spec, group)) \
+            if spec.get("zero") else None
+        self.optimizer, self.impl = (self.zero.optimizer, self.zero.impl) if self.zero else optimizer(spec, self.params)
         self.accumulation = max(1, min(2, int(spec.get("gradient_accumulation_steps") or 1)))
         self.weights: set[int] = set()
         for tensor in (*job.model.parameters(), *job.model.buffers()):
@@ -52,6 +56,8 @@ class Simulation:
             if serial is not None:
                 self.weights.add(serial)
         self.states: set[int] = set()
+        if self.zero is not None:
+            self.states.add(tracker.serial_of(self.zero.master) or 0)  # the fp32 master share
         self.trainable_bytes = sum(-(-p.untyped_storage().nbytes() // 512) * 512 for p in self.params)
 
     def _batch(self, size: int) -> Any:
@@ -67,7 +73,7 @@ class Simulation:
         tracker, emulation = self.tracker, self.emulation
         gradients: set[int] = set()
         tracker.begin()
-        for _ in range(self.accumulation):
+        for micro in range(self.accumulation):
             batch = self._batch(size)
             tracker.stage = "forward"
             emulation.forward_begins()
@@ -79,13 +85,25 @@ class Simulation:
             # out.loss.backward()`: the logits are live at the backward's peak.
             loss.backward()
             del out, loss, batch
+            if self.zero is not None:
+                held = self.zero.gradient_storages()
+                self.zero.backward_ends(boundary=micro == self.accumulation - 1)
+                gradients |= {s for s in map(tracker.serial_of, held + self.zero.gradient_storages()) if s}
+                del held  # the buckets go now, the share at the step
             gradients |= {s for s in (tracker.serial_of(p.grad) for p in self.params) if s is not None}
         emulation.step_ends()
         tracker.stage = "optimizer"
         fused = self.impl == "fused"
-        tracker.counting = not fused
-        self.optimizer.step()
-        tracker.counting = True
+
+        def run_optimizer() -> None:
+            tracker.counting = not fused
+            self.optimizer.step()
+            tracker.counting = True
+
+        if self.zero is not None:
+            self.zero.step(run_optimizer, lambda grad: gradients.add(tracker.track(grad) or 0))
+        else:
+            run_optimizer()
         for state in self.optimizer.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor) and value.device.type == "meta":

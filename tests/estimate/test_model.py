@@ -164,9 +164,25 @@ def test_zero_stages_shard_optimizer_then_gradients_then_weights():
         return compute_phases(_inputs(zero_stage=stage, world_size=8, micro_batch_size=1)).optimizer_step
 
     s1, s2, s3 = step(1), step(2), step(3)
-    assert s1["optimizer"] < compute_phases(_inputs(zero_stage=1, world_size=1)).optimizer_step["optimizer"]
-    assert s2["gradients"] == pytest.approx(s1["gradients"] / 8)
+    share = 8.03e9 / 8
+    assert s1["optimizer"] == pytest.approx(12 * share)  # fp32 master share + two fp32 moments of it
+    assert s3["gradients"] == pytest.approx(2 * share)
     assert s3["weights"] == pytest.approx(s2["weights"] / 8)
+
+
+def test_deepspeed_zero_1_2_step_flattens_the_share_to_fp32_and_backward_holds_the_bucket():
+    """DeepSpeed's stage_1_and_2.py: the bf16 share, its flattened copy and the fp32 cast at the step;
+    the reduce bucket (5e8 elements by default) from the first gradient of the backward on; stage 1
+    reduces the whole gradients through the bucket at the boundary."""
+    share = 8.03e9 / 8
+    s2 = compute_phases(_inputs(zero_stage=2, world_size=8))
+    assert s2.optimizer_step["gradients"] == pytest.approx(share * (2 + 2 + 4))
+    assert s2.optimizer_step["optimizer"] == pytest.approx(12 * share)
+    assert s2.forward_backward["workspace"] == pytest.approx(5e8 * 2)
+    s1 = compute_phases(_inputs(zero_stage=1, world_size=8)).optimizer_step
+    assert s1["gradients"] == pytest.approx(8.03e9 * 2 + 5e8 * 2 + share * 2)
+    fsdp = compute_phases(_inputs(zero_stage=2, world_size=8, fsdp=True))
+    assert fsdp.optimizer_step["gradients"] == pytest.approx(2 * share)  # FSDP reduces into its shard
 
 
 def test_offload_moves_optimizer_states_off_the_gpu():

@@ -143,3 +143,31 @@ def test_each_named_layer_is_one_adapter_a_fused_one_too(tmp_path, named, module
     _, extras = model_shape(_profile(tmp_path, GPT2_SHAPE))[1:]
     setup = train_setup(_profile(tmp_path, GPT2_SHAPE, {"lora_rank": 8, "lora_targets": named}), [], extras)
     assert setup.lora_modules == modules
+
+
+@pytest.mark.parametrize("train, launch, simulated", [
+    ({"zero_stage": 2}, {"nproc_per_node": 4}, {"stage": 2, "world": 4}),
+    ({"zero_stage": 1}, {"nproc_per_node": 2, "nnodes": 2}, {"stage": 1, "world": 4}),
+    ({"zero_stage": 2}, {}, None),  # one GPU: nothing to shard, the plain step
+])
+def test_deepspeed_zero_1_and_2_are_simulated_as_one_ranks_share(tmp_path, train, launch, simulated):
+    path = tmp_path / "gpudoc.toml"
+    path.write_text("")
+    profile = Profile(name="p", path=path, chain=(path,), model=LLAMA_SHAPE, train={**TRAIN, **train},
+                      launch=launch)
+    spec, said, reason, _ = _read(profile)
+    assert reason is None and spec.get("zero") == simulated
+    assert any(n.startswith(f"ZeRO-{train['zero_stage']} over 4 GPUs: one rank's share") for n in said) == bool(simulated)
+
+
+@pytest.mark.parametrize("train, why", [
+    ({"zero_stage": 3}, "ZeRO-3 sharding across GPUs is not simulated"),
+    ({"zero_stage": 2, "fsdp": True}, "ZeRO-2 sharding across GPUs is not simulated"),
+    ({"zero_stage": 2, "offload_optimizer": True}, "CPU offload is not simulated"),
+])
+def test_zero_3_fsdp_and_offload_stay_the_formulas(tmp_path, train, why):
+    path = tmp_path / "gpudoc.toml"
+    path.write_text("")
+    profile = Profile(name="p", path=path, chain=(path,), model=LLAMA_SHAPE, train={**TRAIN, **train},
+                      launch={"nproc_per_node": 4})
+    assert why in (_read(profile)[2] or "")

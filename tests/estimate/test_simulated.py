@@ -322,3 +322,26 @@ def test_the_helpers_answer_marker_is_the_one_gpudoc_reads():
     from gpudoc.simhelper.main import MARKER as WRITTEN
 
     assert MARKER == WRITTEN and MARKER.startswith("\x1e")
+
+
+def test_seed_001_zero_2_is_simulated_as_one_ranks_share_at_what_its_author_measured(tmp_path):
+    """Seed 001: Llama-3.2-1B under the HF Trainer and DeepSpeed ZeRO-2 on 4 A10Gs ran out of memory in
+    backward with 17.89 GiB allocated, asking for 3.91 GiB more: one fp32 buffer of 2 x 4096 x 128256
+    logits (its batch of 2 held 4096 tokens, not the profile's 2048: at 2048 the same buffer is 1.96 GiB).
+    At that length the simulation holds at least what was allocated, the formula what was asked too."""
+    from tests.estimate.hf_configs import CONFIGS
+
+    (tmp_path / "config.json").write_text(json.dumps(CONFIGS["meta-llama/Llama-3.2-1B"]))
+    profile = ('[train]\nmicro_batch_size = 2\ngradient_accumulation_steps = 64\nmax_seq_len = 4096\n'
+               'gradient_checkpointing = true\nprecision = "bf16"\nzero_stage = 2\n'
+               '[launch]\nnproc_per_node = 4\n[model]\nhf_config = "config.json"\n')
+    _, doc = _estimate(tmp_path, profile)
+    assert doc["source"] == "simulation", doc["notes"]
+    params, gib = 1_235_814_400, 1024**3
+    kinds = doc["breakdown"]
+    assert kinds["weights"] == pytest.approx(2 * params, rel=1e-3)  # the whole bf16 model on each rank
+    assert kinds["optimizer"] == pytest.approx(12 * params / 4, rel=1e-3)  # its fp32 master share and moments
+    assert kinds["gradients"] == pytest.approx(2 * params / 4, rel=1e-3)  # the bf16 share, kept across micro batches
+    assert doc["peak_bytes"] >= 17.89 * gib
+    formula = _estimate(tmp_path, profile, simulate=False, python=None)[1]
+    assert formula["source"] == "formula" and formula["peak_bytes"] >= (17.89 + 3.91) * gib
