@@ -311,3 +311,26 @@ def test_a_tier_without_a_command_reads_the_knobs_of_its_last_run(isolated_home,
     assert (data["inputs"]["micro_batch_size"], data["inputs"]["max_seq_len"], data["inputs"]["precision"]) == \
         (2, 128, "bf16")
     assert data["gpu_total_from"] == "[gpu] memory_gib"
+
+
+def test_simulate_behind_uv_run_runs_in_the_projects_environment(isolated_home):
+    """`estimate --simulate -- uv run python train.py`: the simulation is asked of the project's
+    environment as the real uv names it (here one without torch, so the formula answers and says
+    which interpreter had none), not of the python on PATH, nor of another virtual environment that
+    is active (uv run leaves it aside without --active)."""
+    from tests.job.scripts import write_hf_script
+    from tests.job.test_envtools import _real_uv, _uv_venv
+
+    environ = _real_uv(isolated_home)
+    (isolated_home / "pyproject.toml").write_text('[project]\nname = "proj"\nversion = "0"\ndependencies = []\n')
+    venv_python = _uv_venv(environ, isolated_home / ".venv")
+    environ["VIRTUAL_ENV"] = str(_uv_venv(environ, isolated_home / "active").parent.parent)
+    write_hf_script(isolated_home)
+    (isolated_home / "tiny").mkdir()
+    (isolated_home / "tiny" / "config.json").write_text(json.dumps(CONFIGS["meta-llama/Llama-3.2-1B"]))
+    done = gpudoc_cli("estimate", "-p", "gpu-24gb", "--simulate", "--json", "--", "uv", "run", "python", "train.py",
+                      "--model_name_or_path", "./tiny", "--per_device_train_batch_size", "1", "--max_seq_length", "128",
+                      cwd=isolated_home,
+                      env=environ)
+    notes = json.loads(done.stdout)["notes"]
+    assert f"simulation unavailable, the formula answers: no torch in the job's interpreter ({venv_python})" in notes
