@@ -23,6 +23,7 @@ import grid  # noqa: E402  (the kit's modules sit beside its scripts, not in a p
 import main as kit_main  # noqa: E402
 import prepare  # noqa: E402
 import runner  # noqa: E402
+import sec_oom_chain  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -154,3 +155,17 @@ def test_the_device_call_leaves_time_to_rerun_and_carries_an_ignored_folder():
     assert call["command"].endswith("bench/gpu/validate")
     ignored = subprocess.run(["git", "check-ignore", "-q", call["carry"][0] + "/x.whl"], cwd=REPO)
     assert ignored.returncode == 0, "the wheels folder must be ignored by git, so only carry brings it"
+
+
+def test_the_device_run_holds_the_record_to_the_allocators_own_step_figures():
+    """What the oom_chain section asks of the run that fits, on the record a GPU run makes: the probe's
+    step events as a CUDA job writes them (running peaks, the capacity at the first step)."""
+    from gpudoc.runs.steps import from_probe
+
+    events = [{"n": n, "seconds": 0.2 if n > 1 else None, "peak_allocated": 30 * 2**30, "peak_reserved": 32 * 2**30,
+               **({"capacity": 80 * 2**30} if n == 1 else {})} for n in (1, 2, 3)]
+    assert sec_oom_chain._allocator_steps(from_probe(events, {}, None))
+    # A CPU run's steps (no allocator) or a reserved figure below the allocated one fail the check.
+    cpu = [{k: v for k, v in e.items() if k == "n" or k == "seconds"} for e in events]
+    assert not sec_oom_chain._allocator_steps(from_probe(cpu, {}, None))
+    assert not sec_oom_chain._allocator_steps(from_probe([{**e, "peak_reserved": 2**30} for e in events], {}, None))

@@ -126,6 +126,8 @@ def run(kit: Kit, result: Result) -> None:
                                                                            for s in result["snapshots"]),
         "the chain ended in a run that fits": last.get("exit_code") == 0,
         "the global batch is kept": result["global_batch"]["before"] == result["global_batch"]["after"],
+        "the run that fits kept its step time and the allocator's own peaks against the card":
+            _allocator_steps(attempts[-1]["steps"]),
     }
     result["checks"] = verdicts
     missing = [name for name, ok in verdicts.items() if not ok]
@@ -133,3 +135,13 @@ def run(kit: Kit, result: Result) -> None:
     result["reason"] = ("not: " + "; ".join(missing)) if missing else (
         f"fit after {len(records)} attempts in {result['time_to_fit_s']:.0f} s, global batch "
         f"{result['global_batch']['before']} kept")
+
+
+def _allocator_steps(steps: dict | None) -> bool:
+    """The probe's per-step figures on a GPU: step time, the job's running peaks (reserved holds at
+    least what was allocated), the card's capacity as the job saw it, and the bounded series."""
+    steps = steps or {}
+    allocated, reserved, capacity = (steps.get(k) for k in ("peak_allocated_bytes", "peak_reserved_bytes",
+                                                            "capacity_bytes"))
+    return bool(steps.get("seconds_per_step") and allocated and reserved and capacity
+                and allocated <= reserved <= capacity and steps.get("series"))
