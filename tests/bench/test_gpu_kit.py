@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, shared_once
 
 KIT = REPO / "bench" / "gpu"
 sys.path.insert(0, str(KIT / "kit"))
@@ -33,10 +33,16 @@ def validate(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cpu_report(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    out = tmp_path_factory.mktemp("gpu-report")
-    return validate("--cpu", "--out", str(out)), out
+    """The whole plan on the CPU, run once per session (minutes of CPU): every test here reads it."""
+    def make(where: Path) -> None:
+        done = validate("--cpu", "--out", str(where / "out"))
+        (where / "done.json").write_text(json.dumps([done.returncode, done.stdout, done.stderr]))
+
+    where = shared_once(tmp_path_factory, "gpu-kit-cpu-plan", make)
+    returncode, stdout, stderr = json.loads((where / "done.json").read_text())
+    return subprocess.CompletedProcess([], returncode, stdout, stderr), where / "out"
 
 
 def test_the_cpu_plan_runs_every_section_and_fails_none(cpu_report):

@@ -3,6 +3,7 @@ then torchrun's Root Cause entry, and the SIGTERMs of its teardown never."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import textwrap
@@ -13,7 +14,7 @@ import pytest
 from gpudoc.diagnose.lines import iter_lines
 from gpudoc.diagnose.text import diagnose_text
 from gpudoc.diagnose.torchrun import first_failure, teardown_pids
-from tests.conftest import VENV_BIN
+from tests.conftest import VENV_BIN, shared_once
 
 # Rank 1 fails as MODE says while rank 0 waits in a collective, so torchrun tears rank 0 down.
 SCRIPT = textwrap.dedent("""
@@ -52,14 +53,24 @@ def _torchrun(tmp_path: Path, *args: str, launcher: tuple[str, ...] = ()) -> sub
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def logs(tmp_path_factory) -> dict[str, tuple[int, str]]:
-    # The jobs at once: torchrun's start-up is most of the time.
-    jobs = {mode: _torchrun(tmp_path_factory.mktemp(mode), mode, "--lr", "1", "--x", "3")
-            for mode in ("argparse", "silent")}
-    # Rank 1 hidden from the console: its OOM reaches it only inside torchrun's ChildFailedError report.
-    jobs["oom"] = _torchrun(tmp_path_factory.mktemp("oom"), "oom", launcher=("--local-ranks-filter", "0"))
-    return {mode: (proc.wait(180), proc.communicate()[0]) for mode, proc in jobs.items()}
+    """Each mode's torchrun status and log, run once per session (tests/conftest.py shared_once)."""
+    def make(where: Path) -> None:
+        # The jobs at once: torchrun's start-up is most of the time.
+        jobs = {mode: _torchrun(_mkdir(where / mode), mode, "--lr", "1", "--x", "3") for mode in ("argparse", "silent")}
+        # Rank 1 hidden from the console: its OOM reaches it only inside torchrun's ChildFailedError report.
+        jobs["oom"] = _torchrun(_mkdir(where / "oom"), "oom", launcher=("--local-ranks-filter", "0"))
+        found = {mode: (proc.wait(180), proc.communicate()[0]) for mode, proc in jobs.items()}
+        (where / "logs.json").write_text(json.dumps(found))
+
+    found = json.loads((shared_once(tmp_path_factory, "torchrun-rank-failures", make) / "logs.json").read_text())
+    return {mode: (status, log) for mode, (status, log) in found.items()}
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
 
 
 @pytest.mark.slow
