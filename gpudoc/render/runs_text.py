@@ -159,7 +159,7 @@ def step_lines(record: RunRecord, *, chart: bool = False) -> list[str]:
     if left is not None:
         count, seconds, whole = left
         lines.append(f"  at this pace the {steps['total']} steps take {format_duration(whole)}"
-                     + (f"; {count} were left, {format_duration(seconds)} more" if count else ""))
+                     + (f"; {count} left: {format_duration(seconds)} more" if count else ""))
     series = [p for p in steps.get("series") or () if isinstance(p, dict)]
     if chart and len(series) >= 2:
         span = f"steps {series[0].get('step')}-{series[-1].get('step')}"

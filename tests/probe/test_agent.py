@@ -90,7 +90,9 @@ def test_the_job_cannot_tell_the_probe_is_there(isolated_home):
     for switches in ((), ("--no-probe",)):
         work = isolated_home / (switches[0].strip("-") if switches else "probed")
         work.mkdir()
-        code, record = run(work, "--oom-at", "backward:2", "--steps", "3", "--progress", switches=switches)
+        done = gpudoc_cli("run", "--no-check", *switches, "--", "python", str(JOB), "--oom-at", "backward:2",
+                          "--steps", "3", "--progress", cwd=work)
+        code, record = done.returncode, json.loads(gpudoc_cli("runs", "show", "--json", cwd=work).stdout)["run"]
         log = (work / ".gpudoc" / "runs" / record["id"] / "output.log").read_bytes()
         outputs[switches] = (code, log.replace(str(work).encode(), b"WORK"))
         assert (record["oom"] is None) == bool(switches)
@@ -99,6 +101,7 @@ def test_the_job_cannot_tell_the_probe_is_there(isolated_home):
         steps = record["steps"]
         assert (steps["source"], steps["count"], steps["total"]) == ("log:tqdm" if switches else "probe", 2, 3)
         assert steps["seconds_per_step"] > 0 and 1 <= len(steps["series"]) <= 2
+        assert "  at this pace the 3 steps take " in done.stderr and "; 1 left: " in done.stderr  # the run's end
     outputs = {k: (code, re.sub(rb"\[[^]]*\]", b"[TIMES]", log)) for k, (code, log) in outputs.items()}  # tqdm's clock
     assert outputs[()] == outputs[("--no-probe",)]
     assert b"Traceback" in outputs[()][1] and b"OutOfMemoryError" in outputs[()][1]

@@ -138,7 +138,7 @@ def test_show_draws_step_time_and_the_allocators_peak_over_the_run_and_what_the_
     shown = console.out.getvalue()
     assert ("  steps: 40 of 1000 optimizer step(s), 0.5 s each (median, the first left out), 64 samples/s, "
             "3.28e+04 tokens/s, peak allocated 40.0 GiB, reserved 41.0 GiB of 80.0 GiB (51%)") in shown
-    assert "  at this pace the 1000 steps take 8m20s; 960 were left, 8m00s more" in shown
+    assert "  at this pace the 1000 steps take 8m20s; 960 left: 8m00s more" in shown
     # The slow stretch (step 30) stands out; the peak grows toward the card's capacity.
     assert "  step time over the run (steps 10-40, full height = 1 s): ▅▅█▅" in shown
     assert "  peak reserved over the run (steps 10-40, full height = 80.0 GiB): ▂▃▄▅" in shown
@@ -158,7 +158,7 @@ def test_the_runs_end_says_the_step_time_what_the_rest_would_take_and_the_alloca
     text(RunResult(record=_stepped(), exit_code=1, log_path="/x/output.log"), console)
     said = console.out.getvalue()
     assert "peak allocated 40.0 GiB, reserved 41.0 GiB of 80.0 GiB (51%)" in said
-    assert "at this pace the 1000 steps take 8m20s; 960 were left, 8m00s more" in said
+    assert "at this pace the 1000 steps take 8m20s; 960 left: 8m00s more" in said
     assert "over the run" not in said  # the chart is `runs show`'s
 
 
