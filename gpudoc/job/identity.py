@@ -54,11 +54,15 @@ def _at_most(value: str | None) -> int | None:
         return None
 
 
-def world(command: JobCommand) -> World:
-    """What the launcher's own options say, exactly."""
+def world(command: JobCommand, environ: Mapping[str, str] | None = None) -> World:
+    """What the launcher's own options say, exactly; with the job's ``environ``, also torchrun's
+    ``--nproc_per_node=gpu`` (one process per GPU its CUDA_VISIBLE_DEVICES shows)."""
     o = command.options
     if command.launcher in ("torchrun", "tune"):
         nproc = _exact(o.get("--nproc_per_node"))
+        if nproc is None and o.get("--nproc_per_node") == "gpu" and environ is not None:
+            indices, uuids = visible_selection(environ)
+            nproc = len(indices or uuids or ()) or None
         if o.has("--nnodes"):
             return World(nproc, _exact(o.get("--nnodes")))
         if command.wrapper is not None:

@@ -169,6 +169,6 @@ def read_job(command: Sequence[str], cwd: Path, environ: Mapping[str, str] | Non
 
     job = parse_command(list(command))
     reading = registry.read(job, Path(cwd), environ)
-    reading.launch.update(world(job).as_launch())
+    reading.launch.update(world(job, environ).as_launch())
     reading.command = tuple(command)
     return reading

@@ -45,7 +45,8 @@ def with_command(profile: Profile, command: Sequence[str], cwd: Path,
     from gpudoc.job.identity import world
 
     job = parse_command(list(command))
-    said = {**registry.launches(job, cwd, job_environment(profile, command, environ)), **world(job).as_launch()}
+    job_environ = job_environment(profile, command, environ)
+    said = {**registry.launches(job, cwd, job_environ), **world(job, job_environ).as_launch()}
     return replace(profile, launch=_launcher_world(profile, said))
 
 

@@ -101,3 +101,14 @@ def test_visible_selection_reads_indices_and_uuids():
     assert visible_selection({"CUDA_VISIBLE_DEVICES": "0,2"}) == ({0, 2}, None)
     assert visible_selection({"CUDA_VISIBLE_DEVICES": "GPU-abc,1"}) == ({1}, {"GPU-abc"})
     assert visible_selection({"CUDA_VISIBLE_DEVICES": "1,foo,2"}) == ({1}, None)  # CUDA stops at "foo"
+
+
+def test_torchrun_one_process_per_visible_gpu_counts_what_the_jobs_environment_shows():
+    from gpudoc.job.identity import World
+
+    command = parse_command(["torchrun", "--nproc_per_node=gpu", "--nnodes=2", "train.py"])
+    assert world(command, {"CUDA_VISIBLE_DEVICES": "0,1,2"}) == World(3, 2)
+    # No CUDA_VISIBLE_DEVICES: the machine's GPUs decide, not known here.
+    assert world(command, {}) == world(command) == World(None, 2)
+    assert world(parse_command(["torchrun", "--nproc_per_node=auto", "t.py"]), {"CUDA_VISIBLE_DEVICES": "0"}) == \
+        World(None, None)  # auto is the CPUs on a machine without CUDA

@@ -149,3 +149,15 @@ def test_llamafactory_cli_that_starts_torchrun_itself_takes_its_world_from_the_j
     # A profile with its own [train] and no [launch] takes the same world.
     (tmp_path / "p.toml").write_text("[train]\nmicro_batch_size = 1\n")
     assert with_command(load_profile("p.toml", tmp_path), command, tmp_path, environ).world_size == 8
+
+
+def test_a_tier_takes_torchruns_one_process_per_visible_gpu_from_the_jobs_environment(tmp_path):
+    from gpudoc.profiles import load_profile
+    from gpudoc.profiles.from_job import with_command
+
+    write_hf_script(tmp_path)
+    command = ["torchrun", "--nproc_per_node=gpu", "train.py", "--per_device_train_batch_size", "8"]
+    tier = load_profile("gpu-24gb", tmp_path)
+    assert with_command(tier, command, tmp_path, {"CUDA_VISIBLE_DEVICES": "0,1"}).launch == {"nproc_per_node": 2,
+                                                                                            "nnodes": 1}
+    assert with_command(tier, ["env", "CUDA_VISIBLE_DEVICES=3", *command], tmp_path, {}).world_size == 1
