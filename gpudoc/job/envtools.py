@@ -56,15 +56,30 @@ def environment_python(argv: Sequence[str], environ: Mapping[str, str], cwd: str
     found = _tool_in(argv)
     if found is None:
         return None
-    tool, options = found
+    tool, options, program = found
     path = environ.get("PATH", os.defpath)
-    return _ask(tool, tuple(sorted(options.items())), os.path.abspath(cwd or os.getcwd()), path,
-                tuple(sorted(environ.items())))
+    where = os.path.abspath(cwd or os.getcwd())
+    options.pop("--script", None)  # `uv run --script s.py`: the program says
+    if tool == "uv" and _inline_script(os.path.join(where, program or "")):
+        options["--script"] = program or ""  # `uv run s.py` with `# /// script` metadata: its own environment
+    return _ask(tool, tuple(sorted(options.items())), where, path, tuple(sorted(environ.items())))
 
 
-def _tool_in(argv: Sequence[str]) -> tuple[str, dict[str, str]] | None:
-    """The tool and its ``run`` options, when ``TOOL run`` starts the job (after ``env VAR=...``,
-    ``srun``/``mpirun`` and their options: up to the program ``gpudoc.job.argv`` finds)."""
+def _inline_script(path: str) -> bool:
+    """Whether ``path`` is a Python file with inline script metadata (PEP 723's ``# /// script``)."""
+    if not path.endswith(".py") or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return any(line.rstrip() == "# /// script" for line in handle.read(_MAX_ANSWER).splitlines())
+    except OSError:
+        return False
+
+
+def _tool_in(argv: Sequence[str]) -> tuple[str, dict[str, str], str | None] | None:
+    """The tool, its ``run`` options and the program it runs, when ``TOOL run`` starts the job
+    (after ``env VAR=...``, ``srun``/``mpirun`` and their options: up to the program
+    ``gpudoc.job.argv`` finds)."""
     from gpudoc.job.argv import parse_command
 
     last = min(parse_command(argv).program_index, len(argv) - 2)
@@ -85,7 +100,9 @@ def _tool_in(argv: Sequence[str]) -> tuple[str, dict[str, str]] | None:
         else:  # a flag (uv's --active, --no-project)
             options[name] = ""
         j += 1
-    return tool, options
+    if j < len(argv) and argv[j] == "--":
+        j += 1
+    return tool, options, argv[j] if j < len(argv) else None
 
 
 @functools.lru_cache(maxsize=32)
@@ -130,15 +147,15 @@ def _ask(tool: str, options: tuple[tuple[str, str], ...], cwd: str, path: str,
 
 
 # `uv sync --dry-run`'s line on stderr naming the project environment `uv run` would use (or create).
-_UV_PROJECT_ENV = re.compile(r"^Would (use|create) project environment at: (.+)$", re.MULTILINE)
+_UV_PROJECT_ENV = re.compile(r"^Would (use|create) (project|script) environment at: (.+)$", re.MULTILINE)
 
 
 def _uv_project_environment(exe: str, said: Mapping[str, str], cwd: str,
                             environ: tuple[tuple[str, str], ...]) -> EnvPython | None:
     """The project environment ``uv run`` would use, as ``uv sync --dry-run`` names it; None when
     uv names none (not a project, an older uv): ``uv python find`` answers then."""
-    args = ["sync", "--dry-run", "--offline", "--no-python-downloads", *_pass(said, "--project", "--directory"),
-            *[flag for flag in ("--active",) if flag in said]]
+    args = ["sync", "--dry-run", "--offline", "--no-python-downloads",
+            *_pass(said, "--script", "--project", "--directory"), *[flag for flag in ("--active",) if flag in said]]
     try:
         done = run_bounded([exe, *args], timeout_s=TIMEOUT_S, env=dict(environ), cwd=cwd, tail_bytes=_MAX_ANSWER)
     except OSError:
@@ -147,11 +164,11 @@ def _uv_project_environment(exe: str, said: Mapping[str, str], cwd: str,
     if match is None:
         return None
     # A relative path is the folder uv ran in's: the --directory it changed to, else the job's own.
-    prefix = os.path.normpath(os.path.join(cwd, said.get("--directory", ""), match.group(2).strip()))
+    prefix = os.path.normpath(os.path.join(cwd, said.get("--directory", ""), match.group(3).strip()))
     python = os.path.join(prefix, "bin", "python")
     if match.group(1) == "use" and os.path.isfile(python):
         return EnvPython("uv", python=python)
-    return EnvPython("uv", note=f"uv run: the project's environment {prefix} is not created yet (`uv "
+    return EnvPython("uv", note=f"uv run: the {match.group(2)}'s environment {prefix} is not created yet (`uv "
                                 f"{' '.join(args)}`: uv run would create it, gpudoc does not); the python on PATH "
                                 "is assumed")
 

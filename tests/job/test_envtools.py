@@ -152,3 +152,23 @@ def test_an_environment_not_created_yet_or_a_silent_tool_is_one_note_and_the_pyt
     assert note == "uv run: `uv python find` did not answer within 0.5 s; the python on PATH is assumed"
     note = interpreter_note(["pixi", "run", "python", "t.py"], {"PATH": str(tmp_path / "none")}, str(tmp_path))
     assert note is not None and "pixi is not on the job's PATH" in note
+
+
+def test_real_uv_run_of_a_script_with_inline_metadata_is_the_scripts_own_environment(tmp_path):
+    """`uv run s.py` where s.py declares its dependencies (PEP 723 `# /// script`) runs in an
+    environment uv keeps for that script, not the project's: asked with `uv sync --script`."""
+    environ = _real_uv(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "proj"\nversion = "0"\ndependencies = []\n')
+    _uv_venv(environ, tmp_path / ".venv")
+    (tmp_path / "s.py").write_text('# /// script\n# requires-python = ">=3.10"\n# dependencies = []\n# ///\n'
+                                   "print('hi')\n")
+    note = interpreter_note(["uv", "run", "s.py"], environ, str(tmp_path))
+    assert note is not None and note.startswith("uv run: the script's environment ")
+    assert "is not created yet (`uv sync --dry-run --offline --no-python-downloads --script s.py`" in note
+    import subprocess
+
+    subprocess.run(["uv", "run", "-q", "s.py"], cwd=tmp_path, env=environ, check=True, timeout=60)  # uv makes it
+    envtools._ask.cache_clear()
+    python = target_python(["uv", "run", "s.py"], environ, str(tmp_path))
+    assert python is not None and python.startswith(str(tmp_path / "uv-cache")) and python.endswith("/bin/python")
+    assert target_python(["uv", "run", "python", "s.py"], environ, str(tmp_path)) == str(tmp_path / ".venv" / "bin" / "python")
