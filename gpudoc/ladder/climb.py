@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.ladder.context import Context, Savings, capacity_from, shortfall
-from gpudoc.ladder.cost import cheaper_first, speed_back
+from gpudoc.ladder.cost import cheaper_first, measured, speed_back
 from gpudoc.ladder.evidence import Evidence, family_of
 from gpudoc.ladder.model import LadderResult, PastRun, Skipped, Suggestion
 from gpudoc.ladder.rungs import BUILTIN_RUNGS, RUNG_NAMES, split_global_batch, user_rung
@@ -239,7 +239,7 @@ def upward_result(profile: Profile, record: PastRun, facts: Any = None, *, estim
         ])
     savings = Savings(profile, estimate=estimate, history=(*history, record), capacity_bytes=capacity)
     # The rung that buys speed back (checkpointing off) comes first: its step time is known to drop.
-    speed, said = speed_back(knobs, record, savings, budget, history)
+    speed, said, speed_cost = speed_back(knobs, record, savings, budget, history)
     notes += [said] if said else []
     if "micro_batch_size" not in knobs:
         return LadderResult(suggestions=[speed] if speed else [],
@@ -289,13 +289,13 @@ def upward_result(profile: Profile, record: PastRun, facts: Any = None, *, estim
         f"{micro * accum * world} and is predicted to peak at {format_bytes(predicted_peak)} "
         f"(target {format_bytes(budget)}, from {basis}); fewer, larger steps run faster"
     )
-    suggestion = Suggestion(
-        "raise-micro-batch",
-        {"micro_batch_size": [micro, new_micro], "gradient_accumulation_steps": [accum, new_accum]},
-        {},
-        False,
-        -int(extra),
-        why,
-    )
-    return LadderResult(suggestions=[speed, suggestion] if speed else [suggestion], notes=notes)
+    changes = {"micro_batch_size": [micro, new_micro], "gradient_accumulation_steps": [accum, new_accum]}
+    faster = measured(changes, (*history, record))  # tune's trials at both micro batches, say
+    suggestion = Suggestion("raise-micro-batch", changes, {}, False, -int(extra),
+                            why + (f" ({faster.text()})" if faster else ""))
+    if speed is None:
+        return LadderResult(suggestions=[suggestion], notes=notes)
+    # The one known to buy back more step time first; checkpointing's when only its figure is known.
+    first = faster is not None and speed_cost is not None and faster.change < speed_cost.change
+    return LadderResult(suggestions=[suggestion, speed] if first else [speed, suggestion], notes=notes)
 

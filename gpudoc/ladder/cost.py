@@ -100,16 +100,17 @@ def cheaper_first(candidates: list[Any], shortfall: int | None, history: Iterabl
 
 
 def speed_back(knobs: Mapping[str, Any], record: Any, savings: Any, budget: int,
-               history: Iterable[Any]) -> tuple[Any, str | None]:
+               history: Iterable[Any]) -> tuple[Any, str | None, StepCost | None]:
     """After a run that left memory unused: gradient checkpointing turned back off, when its peak
-    without it is predicted to fit ``budget``; ``(Suggestion or None, a note when not)``. The
+    without it is predicted to fit ``budget``; ``(Suggestion or None, a note when not, the step
+    time it buys back)``. The
     predicted peak: a run of this job without it (measured), else the estimate's growth; the step
     time it buys back: measured the same way, else the published figure."""
     from gpudoc.ladder.model import Suggestion
     from gpudoc.units import format_bytes
 
     if knobs.get("gradient_checkpointing") is not True:
-        return None, None
+        return None, None, None
     history = tuple(history)
     off = {**knobs, "gradient_checkpointing": False}
     ran = [r for r in history if r.succeeded and r.knobs == off and r.peak_bytes]
@@ -120,11 +121,11 @@ def speed_back(knobs: Mapping[str, Any], record: Any, savings: Any, budget: int,
         estimated, current = savings.predicted_peak({"gradient_checkpointing": False}), savings.current_peak
         if estimated is None or current is None:
             return None, ("gradient checkpointing could be turned off for speed, but nothing predicts the peak "
-                          "without it (no estimate, no run of this job without it)")
+                          "without it (no estimate, no run of this job without it)"), None
         predicted, basis = peak + max(estimated - current, 0), "the estimate's growth"
     if predicted > budget:
         return None, (f"gradient checkpointing stays on: without it the peak is predicted at "
-                      f"{format_bytes(predicted)}, over the target {format_bytes(budget)} ({basis})")
+                      f"{format_bytes(predicted)}, over the target {format_bytes(budget)} ({basis})"), None
     changes = {"gradient_checkpointing": [True, False]}
     cost = measured(changes, (*history, record))
     if cost is None:
@@ -135,4 +136,4 @@ def speed_back(knobs: Mapping[str, Any], record: Any, savings: Any, budget: int,
     why = (f"the run peaked at {format_bytes(peak)}; gradient_checkpointing True -> False is predicted to peak at "
            f"{format_bytes(predicted)} (target {format_bytes(budget)}, from {basis}) and to change the step time "
            f"by {cost.change:+.0%}{faster} ({cost.basis}): no activation is computed twice")
-    return Suggestion("drop-gradient-checkpointing", changes, {}, False, -int(predicted - peak), why), None
+    return Suggestion("drop-gradient-checkpointing", changes, {}, False, -int(predicted - peak), why), None, cost
