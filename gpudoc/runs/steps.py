@@ -132,7 +132,8 @@ def from_log_text(text: str) -> dict[str, Any] | None:
                 said = None
             if isinstance(said, dict) and "train_runtime" in said:
                 metrics = {k: _number(said.get(k)) for k in
-                           ("train_runtime", "train_steps_per_second", "train_samples_per_second", "step")}
+                           ("train_runtime", "train_steps_per_second", "train_samples_per_second",
+                            "train_tokens_per_second", "step")}
             continue
         bar = _BAR.search(line)
         if bar is None:
@@ -166,7 +167,7 @@ def from_log_text(text: str) -> dict[str, Any] | None:
     if count is None and runtime and steps_per_second:
         count = round(runtime * steps_per_second)
     return {"count": count, "seconds_per_step": per_step, "samples_per_second": metrics.get("train_samples_per_second"),
-            "tokens_per_second": None, "peak_allocated_bytes": None, "peak_reserved_bytes": None,
+            "tokens_per_second": metrics.get("train_tokens_per_second"), "peak_allocated_bytes": None, "peak_reserved_bytes": None,
             "capacity_bytes": None, "total": total, "unit": "batch" if per_batch else "step",
             "source": "log:lightning" if per_batch else "log:hf-trainer" if hf else "log:tqdm",
             "series": _series(points)}

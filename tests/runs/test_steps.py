@@ -89,6 +89,15 @@ def test_a_bar_without_bar_characters_counts_and_a_named_bar_is_not_the_training
     assert steps["seconds_per_step"] == pytest.approx(1 / 2.06)
 
 
+def test_the_trainers_tokens_per_second_is_taken_when_it_counted_them():
+    # With include_tokens_per_second, as a public project's log parser quotes the Trainer's line.
+    line = ("{'train_runtime': 1.5203, 'train_samples_per_second': 6.578, 'train_steps_per_second': 0.658, "
+            "'train_tokens_per_second': 306.518, 'train_loss': 4.817451000213623, 'epoch': 1.0}")
+    steps = from_log_text(line)
+    assert steps is not None and steps["tokens_per_second"] == 306.518
+    assert steps["count"] == round(1.5203 * 0.658)  # no bar, no step key: the runtime at its rate
+
+
 def test_a_log_with_no_progress_lines_says_nothing():
     assert from_log_text("iter 0: loss 4.1\nstep 1 done\n") is None
 
