@@ -306,6 +306,9 @@ def compute_phases(inputs: Inputs) -> Phases:
     # share flattened and cast to fp32 (``terms.zero12_*``).
     deepspeed12 = stage in (1, 2) and not setup.fsdp
     step_grads: tuple[float, float] | None = None
+    # DeepSpeed ZeRO-3 (``zero_stage = 3`` without ``fsdp``), sharded or offloaded on one GPU.
+    deepspeed3 = setup.zero_stage >= 3 and not setup.fsdp and (stage >= 3 or setup.offload_params
+                                                                or setup.offload_optimizer)
     if deepspeed12 and not setup.offload_optimizer:
         step_grads = terms.zero12_step_gradient_bytes(stage, trainable, world, grad_b, step_temp)
         workspace_fb += terms.zero12_bucket_bytes(grad_b)
@@ -313,7 +316,7 @@ def compute_phases(inputs: Inputs) -> Phases:
     if stage >= 2:
         full_grads = grads
         grads = terms.zero_shard(grads, world)
-        if not deepspeed12:  # the unsharded gradients of the units FSDP is reducing
+        if not deepspeed12 and not deepspeed3:  # the unsharded gradients of the units FSDP is reducing
             workspace_fb += min(full_grads, 2 * unit * grad_b)
     if stage >= 3:
         weights = terms.zero_shard(weights, world)
@@ -330,9 +333,20 @@ def compute_phases(inputs: Inputs) -> Phases:
         weights = 0.0
         if stage < 3:  # one GPU: the engine still gathers the parameters it computes with
             workspace_fb += _gathered_params(total, unit, setup, notes) * compute_bytes
-        if setup.offload_optimizer and not setup.fsdp:
+        if setup.offload_optimizer and not setup.fsdp and not deepspeed3:
             # ZeRO-Infinity: gradients leave the GPU through the reduce bucket to the CPU optimizer.
             grads = min(grads, terms.REDUCE_BUCKET_SIZE * grad_b)
+    if deepspeed3:
+        # Its reduce bucket, the reduce's flattened copy and, offloaded, the largest share's copies
+        # (``terms.zero3_gradient_buffer_bytes``): FSDP's two units of gradients where those are more
+        # (``zero_stage = 3`` does not say which engine).
+        largest = min(trainable, largest_matrix)
+        buffers = terms.zero3_gradient_buffer_bytes(trainable, largest, world, grad_b,
+                                                    offload_optimizer=setup.offload_optimizer)
+        workspace_fb += max(buffers, min(trainable * grad_b, 2 * unit * grad_b))
+        workspace_step += terms.zero12_bucket_bytes(grad_b)  # held for good
+        if setup.offload_optimizer:
+            grads = 0.0  # the gradients' share is the host's (grad_partitions_flat_buffer)
     if setup.zero_stage and world <= 1:
         notes.append("zero_stage > 0 with a world size of 1 shards nothing")
 

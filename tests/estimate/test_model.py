@@ -248,11 +248,30 @@ def test_zero3_parameter_offload_on_one_gpu_holds_the_engines_live_budget():
     assert fb["workspace"] >= 1.5e9 * 2  # bf16 elements, 8.03e9 parameters in all
     assert step["gradients"] <= 5e8 * 2
     assert not any("counted as offloaded anyway" in n for n in offload.notes)
-    # A model smaller than the budget is gathered whole, never more.
+    # A model smaller than the budget is gathered whole, never more (beside the gradient path's
+    # bucket, whole whatever the model, and the reduce's copy of the model's gradients).
     small = _inputs(shape=ModelShape(layers=12, hidden=768, heads=12, kv_heads=12, ffn=3072, vocab=50257,
                                      params=124e6, gated_mlp=False), precision="bf16-true", zero_stage=3,
                     offload_params=True)
-    assert compute_phases(small).forward_backward["workspace"] <= 124e6 * 2
+    assert compute_phases(small).forward_backward["workspace"] <= 124e6 * 2 + 5e8 * 2 + 124e6 * 2
+
+
+def test_deepspeed_zero3_gradient_path_holds_its_bucket_and_offloaded_the_largest_shares_copies():
+    """stage3.py: the reduce bucket for good, reduce_scatter_coalesced's flattened copy while it reduces,
+    and with offload_optimizer the largest parameter's share brought back and cast to fp32 (2 + 4 B);
+    the gradients' share itself is the host's."""
+    shape = ModelShape(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000, params=7.5e9,
+                       gated_mlp=True)
+    on_gpu = compute_phases(_inputs(shape, precision="bf16-true", zero_stage=3, world_size=8))
+    offload = compute_phases(_inputs(shape, precision="bf16-true", zero_stage=3, world_size=8,
+                                     offload_optimizer=True))
+    embedding = 32000 * 4096
+    assert offload.forward_backward["workspace"] - on_gpu.forward_backward["workspace"] == \
+        pytest.approx(6 * embedding / 8)
+    assert offload.optimizer_step["gradients"] == 0 < on_gpu.optimizer_step["gradients"]
+    assert offload.optimizer_step["workspace"] == pytest.approx(5e8 * 2)
+    fsdp = compute_phases(_inputs(shape, precision="bf16-true", zero_stage=3, world_size=8, fsdp=True))
+    assert on_gpu.forward_backward["workspace"] - fsdp.forward_backward["workspace"] >= 5e8 * 2
     # FSDP gathers the unit it computes and the next: less than DeepSpeed's budgets.
     fsdp = compute_phases(_inputs(precision="bf16-true", fsdp=True, world_size=8, offload_params=True))
     deepspeed = compute_phases(_inputs(precision="bf16-true", zero_stage=3, world_size=8, offload_params=True))

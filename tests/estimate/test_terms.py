@@ -130,6 +130,22 @@ def test_zero_shards_evenly_and_working_set_is_two_units():
     assert terms.gathered_working_set_bytes(200e6, 2.0) == 800e6
 
 
+def test_deepspeed_buffers_follow_stage_1_and_2_and_stage3():
+    # The reduce bucket is allocated whole (5e8 elements), two with overlap_comm.
+    assert terms.zero12_bucket_bytes(2.0) == 1e9
+    assert terms.zero12_bucket_bytes(2.0, overlap_comm=True) == 2e9
+    # Stage 2 step, 8e9 parameters over 8 ranks: the bf16 share, its flattened copy and the fp32 cast;
+    # the optimizer's temporaries come after the half copies are gone.
+    assert terms.zero12_step_gradient_bytes(2, 8e9, 8, 2.0, step_temp=0.0) == (8e9, 0.0)
+    assert terms.zero12_step_gradient_bytes(2, 8e9, 8, 2.0, step_temp=8e9) == (8e9, 4e9)
+    # Stage 1: the whole gradients, the bucket and the share at the boundary's reduce.
+    assert terms.zero12_step_gradient_bytes(1, 8e9, 8, 2.0, step_temp=0.0)[0] == 16e9 + 1e9 + 2e9
+    # ZeRO-3: the bucket, the reduce's copy (never more than the gradients), offloaded the largest
+    # share brought back and cast to fp32.
+    assert terms.zero3_gradient_buffer_bytes(124e6, 38e6, 1, 2.0, offload_optimizer=False) == 1e9 + 248e6
+    assert terms.zero3_gradient_buffer_bytes(8e9, 1e9, 4, 2.0, offload_optimizer=True) == 1e9 + 1e9 + 6e9 / 4
+
+
 def test_context_and_slack_are_outside_the_peak():
     assert 300 * 1024**2 <= terms.cuda_context_bytes() <= 500 * 1024**2
     assert terms.allocator_slack_bytes(10e9, expandable_segments=False) > \
