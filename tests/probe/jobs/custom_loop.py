@@ -52,7 +52,7 @@ step = 0
 if args.progress:
     from tqdm import tqdm
 
-    bar = tqdm(total=args.steps, mininterval=0)
+    bar = tqdm(total=args.steps, mininterval=0, miniters=1)  # every step drawn, however quick
 for i, x in enumerate(data):
     if (phase == "forward" and step == int(at)) or (args.oom_above and step >= 1 and x.numel() > args.oom_above):
         model[2].register_forward_hook(out_of_memory)
