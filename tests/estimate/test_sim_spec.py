@@ -21,10 +21,11 @@ LLAMA_SHAPE = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "head_dim":
 TRAIN = {"micro_batch_size": 2, "max_seq_len": 128, "precision": "bf16"}
 
 
-def _profile(tmp_path: Path, model: dict, train: dict | None = None) -> Profile:
+def _profile(tmp_path: Path, model: dict, train: dict | None = None, launch: dict | None = None) -> Profile:
     path = tmp_path / "gpudoc.toml"
     path.write_text("")
-    return Profile(name="p", path=path, chain=(path,), model=model, train={**TRAIN, **(train or {})})
+    return Profile(name="p", path=path, chain=(path,), model=model, train={**TRAIN, **(train or {})},
+                   launch=launch or {})
 
 
 def _read(profile: Profile) -> tuple[dict, list[str], str | None, list[str]]:
@@ -151,11 +152,7 @@ def test_each_named_layer_is_one_adapter_a_fused_one_too(tmp_path, named, module
     ({"zero_stage": 2}, {}, None),  # one GPU: nothing to shard, the plain step
 ])
 def test_deepspeed_zero_1_and_2_are_simulated_as_one_ranks_share(tmp_path, train, launch, simulated):
-    path = tmp_path / "gpudoc.toml"
-    path.write_text("")
-    profile = Profile(name="p", path=path, chain=(path,), model=LLAMA_SHAPE, train={**TRAIN, **train},
-                      launch=launch)
-    spec, said, reason, _ = _read(profile)
+    spec, said, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, train, launch))
     assert reason is None and spec.get("zero") == simulated
     assert any(n.startswith(f"ZeRO-{train['zero_stage']} over 4 GPUs: one rank's share") for n in said) == bool(simulated)
 
@@ -166,8 +163,4 @@ def test_deepspeed_zero_1_and_2_are_simulated_as_one_ranks_share(tmp_path, train
     ({"zero_stage": 2, "offload_optimizer": True}, "CPU offload is not simulated"),
 ])
 def test_zero_3_fsdp_and_offload_stay_the_formulas(tmp_path, train, why):
-    path = tmp_path / "gpudoc.toml"
-    path.write_text("")
-    profile = Profile(name="p", path=path, chain=(path,), model=LLAMA_SHAPE, train={**TRAIN, **train},
-                      launch={"nproc_per_node": 4})
-    assert why in (_read(profile)[2] or "")
+    assert why in (_read(_profile(tmp_path, LLAMA_SHAPE, train, {"nproc_per_node": 4}))[2] or "")
