@@ -123,23 +123,29 @@ cli.trainer.fit(cli.model, cli.datamodule)
 """
 
 
-@pytest.mark.parametrize(("script", "args", "config", "key"), [
-    # run=False: no subcommand at all, the config is everything the command says.
-    ("lightning_run_false.py", ["--config", "cfg.yaml"], LIGHTNING_CFG, "data.batch_size"),
-    # A config before the subcommand is the top-level parser's: its keys sit under "fit".
-    ("lightning_cli.py", ["--config", "cfg.yaml", "fit"],
-     "fit:\n" + "".join(f"  {line}\n" for line in LIGHTNING_CFG.splitlines()), "fit.data.batch_size"),
-])
-def test_lightning_config_alone_or_before_the_subcommand_is_read_and_edited(tmp_path, script, args, config, key):
+def test_lightning_config_alone_is_read_where_the_batch_lives(tmp_path):
+    # run=False: no subcommand at all, the config is everything the command says. (The edit of
+    # data.batch_size in that file: the chain of the config-file test below.)
     cwd = _job_dir(tmp_path)
     (cwd / "lightning_run_false.py").write_text(LIGHTNING_RUN_FALSE)
-    (cwd / "cfg.yaml").write_text(config)
-    command = _launch(1, script, *args)
+    (cwd / "cfg.yaml").write_text(LIGHTNING_CFG)
+    dry = gpudoc_cli("run", "--dry-run", "--", *_launch(1, "lightning_run_false.py", "--config", "cfg.yaml"), cwd=cwd)
+    assert dry.returncode == 0, dry.stderr
+    [read] = [line for line in dry.stderr.splitlines() if line.startswith("gpudoc: read from the command (lightning): ")]
+    assert "gradient_accumulation_steps = 2 (file:cfg.yaml:trainer.accumulate_grad_batches)" in read
+    assert "micro_batch_size = 8 (file:cfg.yaml:data.batch_size)" in read
+
+
+def test_lightning_config_before_the_subcommand_is_read_and_edited(tmp_path):
+    # A config before the subcommand is the top-level parser's: its keys sit under "fit".
+    cwd = _job_dir(tmp_path)
+    (cwd / "cfg.yaml").write_text("fit:\n" + "".join(f"  {line}\n" for line in LIGHTNING_CFG.splitlines()))
+    command = _launch(1, "lightning_cli.py", "--config", "cfg.yaml", "fit")
     done, records = _retry(cwd, command, oom_above=4)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "no knobs" not in done.stderr
     assert [r.cause for r in records] == ["gpu_oom", "ok"]
-    assert records[0].profile["knobs"]["micro_batch_size"] == {"value": 8, "where": f"file:cfg.yaml:{key}"}
+    assert records[0].profile["knobs"]["micro_batch_size"] == {"value": 8, "where": "file:cfg.yaml:fit.data.batch_size"}
     assert records[-1].argv == command
     text = (cwd / "cfg.yaml").read_text()
     assert "batch_size: 4\n" in text and "accumulate_grad_batches: 4   # per optimizer step\n" in text
@@ -218,46 +224,6 @@ def test_profile_new_from_run_writes_what_was_read(tmp_path_factory, tmp_path):
     assert wrong.returncode == 2 and "nosuchrun" in wrong.stderr and "Traceback" not in wrong.stderr
 
 
-def test_hf_trainer_relaunch_resumes_from_its_newest_complete_checkpoint(tmp_path):
-    cwd = _job_dir(tmp_path)
-    # Two checkpoint directories a killed save left half-written, numbered above the real one: one
-    # without its trainer state, one whose trainer state was cut short.
-    (cwd / "out" / "checkpoint-6").mkdir(parents=True)
-    (cwd / "out" / "checkpoint-6" / "model.safetensors").write_bytes(b"\0" * 64)
-    (cwd / "out" / "checkpoint-8").mkdir()
-    (cwd / "out" / "checkpoint-8" / "model.safetensors").write_bytes(b"\0" * 64)
-    (cwd / "out" / "checkpoint-8" / "trainer_state.json").write_text('{"global_step": 8, "log_hi')
-    # Two complete ones no run of the chain wrote, stamped as if written while it ran: another job's
-    # save into the same output_dir, and a link into a directory outside it (SPEC "Trust").
-    future = time.time() + 3600
-    os.utime(_complete(cwd / "out" / "checkpoint-9") / "trainer_state.json", (future, future))
-    os.utime(_complete(cwd / "elsewhere" / "checkpoint-7") / "trainer_state.json", (future, future))
-    (cwd / "out" / "checkpoint-7").symlink_to(cwd / "elsewhere" / "checkpoint-7")
-    flags = [*HF_FLAGS, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]
-    # Steps 1 and 2 (two forwards each) go through and checkpoint-2 is saved; step 3 runs out of memory.
-    done = gpudoc_cli("run", "--no-check", "--retry-oom", "2", "--", *_launch(1, "hf_trainer.py", *flags), cwd=cwd,
-                      env={"OOM_ABOVE": "4", "OOM_AFTER": "4", "OMP_NUM_THREADS": "1"}, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = sorted(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
-    assert [r.cause for r in records] == ["gpu_oom", "ok"]
-    first, last = records
-    assert [stamp["path"] for stamp in first.checkpoints] == ["out/checkpoint-2"]  # what the first run wrote
-    assert "gpudoc: not resuming from out/checkpoint-9: no run of this chain wrote it" in done.stderr
-    assert f"gpudoc: not resuming from out/checkpoint-7: {cwd / 'out' / 'checkpoint-7'} (owner " in done.stderr
-    assert "leads out of the output folder" in done.stderr
-    assert "gpudoc: resuming from out/checkpoint-2 (step 2): --resume_from_checkpoint out/checkpoint-2" in done.stderr
-    assert last.resumed_from == {"framework": "hf-trainer", "path": "out/checkpoint-2", "step": 2,
-                                 "switch": ["--resume_from_checkpoint", "out/checkpoint-2"]}
-    assert first.resumed_from is None and "--resume_from_checkpoint" not in last.command  # the user's command
-    assert last.argv[last.argv.index("--resume_from_checkpoint") + 1] == "out/checkpoint-2"
-    log = _last_log(cwd, records)
-    # The Trainer's own account: it continued at step 2 with the halved batch, and finished at step 4.
-    assert "Resuming training from checkpoint with epoch 0 and global step 2" in log
-    assert re.search(r"Instantaneous batch size per device = 4\b", log)
-    final = json.loads((cwd / "out" / "checkpoint-4" / "trainer_state.json").read_text())
-    assert final["global_step"] == 4
-
-
 def _complete(folder: Path) -> Path:
     """A checkpoint directory gpudoc takes for a whole save (its trainer state and weights)."""
     folder.mkdir(parents=True)
@@ -299,11 +265,26 @@ def test_lightning_config_file_is_edited_where_the_batch_lives_the_relaunch_resu
 
 def test_fix_with_no_profile_offers_the_flags_writes_no_profile_and_its_rerun_resumes(tmp_path):
     cwd = _job_dir(tmp_path)
+    # Two checkpoint directories a killed save left half-written, numbered above the real one: one
+    # without its trainer state, one whose trainer state was cut short.
+    (cwd / "out" / "checkpoint-6").mkdir(parents=True)
+    (cwd / "out" / "checkpoint-6" / "model.safetensors").write_bytes(b"\0" * 64)
+    (cwd / "out" / "checkpoint-8").mkdir()
+    (cwd / "out" / "checkpoint-8" / "model.safetensors").write_bytes(b"\0" * 64)
+    (cwd / "out" / "checkpoint-8" / "trainer_state.json").write_text('{"global_step": 8, "log_hi')
+    # Two complete ones no run of the chain wrote, stamped as if written while it ran: another job's
+    # save into the same output_dir, and a link into a directory outside it (SPEC "Trust").
+    future = time.time() + 3600
+    os.utime(_complete(cwd / "out" / "checkpoint-9") / "trainer_state.json", (future, future))
+    os.utime(_complete(cwd / "elsewhere" / "checkpoint-7") / "trainer_state.json", (future, future))
+    (cwd / "out" / "checkpoint-7").symlink_to(cwd / "elsewhere" / "checkpoint-7")
     flags = [*HF_FLAGS, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]
     env = {"OOM_ABOVE": "4", "OOM_AFTER": "4", "OMP_NUM_THREADS": "1"}
     # Steps 1 and 2 (two forwards each) go through and checkpoint-2 is saved; step 3 runs out of memory.
     first = gpudoc_cli("run", "--no-check", "--", *_launch(1, "hf_trainer.py", *flags), cwd=cwd, env=env, timeout=300)
     assert first.returncode == 1
+    [failed] = RunStore(cwd / ".gpudoc").records()
+    assert [stamp["path"] for stamp in failed.checkpoints] == ["out/checkpoint-2"]  # what the run wrote
     shown = gpudoc_cli("fix", cwd=cwd)
     assert shown.returncode == 0, shown.stderr
     assert "micro_batch_size (argv:--per_device_train_batch_size)" in shown.stdout
@@ -318,17 +299,27 @@ def test_fix_with_no_profile_offers_the_flags_writes_no_profile_and_its_rerun_re
     assert any(note.startswith("run next: PYTORCH_ALLOC_CONF=expandable_segments:True gpudoc run --no-check -- "
                                "python") for note in body["notes"])
     assert not (cwd / "gpudoc.toml").exists()
-    # --rerun relaunches the changed command from the checkpoint the failed run saved, and it fits.
+    # --rerun relaunches the changed command from the newest checkpoint the failed run saved, and it fits.
     rerun = gpudoc_cli("fix", "--rerun", cwd=cwd, env=env, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     # The relaunch is announced as it will run: the halved flag, not the command as first typed.
     [line] = [ln for ln in rerun.stdout.splitlines() if ln.startswith("Relaunching in")]
     assert "--per_device_train_batch_size 4" in line and "--per_device_train_batch_size 8" not in line
-    assert "gpudoc: resuming from out/checkpoint-2 (step 2)" in rerun.stderr
+    assert "gpudoc: not resuming from out/checkpoint-9: no run of this chain wrote it" in rerun.stderr
+    assert f"gpudoc: not resuming from out/checkpoint-7: {cwd / 'out' / 'checkpoint-7'} (owner " in rerun.stderr
+    assert "leads out of the output folder" in rerun.stderr
+    assert "gpudoc: resuming from out/checkpoint-2 (step 2): --resume_from_checkpoint out/checkpoint-2" in rerun.stderr
     latest = max(RunStore(cwd / ".gpudoc").records(), key=lambda r: r.started_at or "")
     assert latest.cause == "ok" and latest.knobs["micro_batch_size"] == 4
-    assert latest.resumed_from is not None and latest.resumed_from["path"] == "out/checkpoint-2"
-    assert "Resuming training from checkpoint with epoch 0 and global step 2" in _last_log(cwd, [latest])
+    assert latest.resumed_from == {"framework": "hf-trainer", "path": "out/checkpoint-2", "step": 2,
+                                   "switch": ["--resume_from_checkpoint", "out/checkpoint-2"]}
+    assert "--resume_from_checkpoint" not in latest.command  # the user's command
+    assert latest.argv[latest.argv.index("--resume_from_checkpoint") + 1] == "out/checkpoint-2"
+    log = _last_log(cwd, [latest])
+    # The Trainer's own account: it continued at step 2 with the halved batch, and finished at step 4.
+    assert "Resuming training from checkpoint with epoch 0 and global step 2" in log
+    assert re.search(r"Instantaneous batch size per device = 4\b", log)
+    assert json.loads((cwd / "out" / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
     shown = gpudoc_cli("runs", "show", latest.id, cwd=cwd)
     assert "resumed from: out/checkpoint-2 (hf-trainer, step 2)" in shown.stdout
 
