@@ -148,7 +148,7 @@ def step_lines(record: RunRecord, *, chart: bool = False) -> list[str]:
         figures.append(f"{per_step:.3g} s each ({how})")
     for key, word in (("samples_per_second", "samples/s"), ("tokens_per_second", "tokens/s")):
         if isinstance(steps.get(key), (int, float)):
-            figures.append(f"{steps[key]:.3g} {word}")
+            figures.append(f"{_rate(steps[key])} {word}")
     peak, reserved = steps.get("peak_allocated_bytes"), steps.get("peak_reserved_bytes")
     capacity = steps.get("capacity_bytes") or min(record.gpu_totals.values(), default=None)
     if peak:
@@ -174,6 +174,11 @@ def step_lines(record: RunRecord, *, chart: bool = False) -> list[str]:
             lines.append(f"  peak reserved over the run ({span}, full height = {format_bytes(top)}): "
                          + sparkline([v if isinstance(v, int) else None for v in peaks], top))
     return lines
+
+
+def _rate(value: float) -> str:
+    """``10.3``, ``830``, ``32,768``: a throughput as people read it, never in exponent form."""
+    return f"{value:.3g}" if value < 1000 else f"{value:,.0f}"
 
 
 def _step_time(record: RunRecord) -> str:
@@ -221,7 +226,7 @@ def _shown(what: str, value: Any) -> str:
     if what == "seconds_per_step" and isinstance(value, (int, float)):
         return f"{value:.3g} s"
     if what in ("samples_per_second", "tokens_per_second") and isinstance(value, (int, float)):
-        return f"{value:.3g}"
+        return _rate(value)
     if what in ("peak_bytes", "peak_allocated_bytes") and isinstance(value, (int, float)):
         return format_bytes(value)
     if what == "duration_s" and isinstance(value, (int, float)):

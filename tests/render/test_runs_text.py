@@ -137,7 +137,7 @@ def test_show_draws_step_time_and_the_allocators_peak_over_the_run_and_what_the_
     text(RunShowResult(record=_stepped(), live_status="failed", start=None, end=None, used={}, total={}), console)
     shown = console.out.getvalue()
     assert ("  steps: 40 of 1000 optimizer step(s), 0.5 s each (median, the first left out), 64 samples/s, "
-            "3.28e+04 tokens/s, peak allocated 40.0 GiB, reserved 41.0 GiB of 80.0 GiB (51%)") in shown
+            "32,768 tokens/s, peak allocated 40.0 GiB, reserved 41.0 GiB of 80.0 GiB (51%)") in shown
     assert "  at this pace the 1000 steps take 8m20s; 960 left: 8m00s more" in shown
     # The slow stretch (step 30) stands out; the peak grows toward the card's capacity.
     assert "  step time over the run (steps 10-40, full height = 1 s): ▅▅█▅" in shown
@@ -177,5 +177,5 @@ def test_diff_says_what_a_rung_cost_in_tokens_and_allocator_peak():
                                  ("peak_allocated_bytes", 8 * 2**30, 6 * 2**30))), console)
     said = console.out.getvalue()
     assert "    step time: 0.78 s -> 0.94 s (+21%)" in said
-    assert "    tokens/s: 1e+03 -> 830 (-17%)" in said
+    assert "    tokens/s: 1,000 -> 830 (-17%)" in said
     assert "    peak allocated: 8.0 GiB -> 6.0 GiB (-25%)" in said
