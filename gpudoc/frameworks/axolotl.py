@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,10 @@ from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.trainer_configs import follows_deepspeed, lora_key, precision_bools, read_simple
 from gpudoc.frameworks import base, trainer_yaml
 from gpudoc.frameworks.base import Recognition
-from gpudoc.job.argv import JobCommand
+from gpudoc.job.argv import JobCommand, parse_command
+from gpudoc.job.identity import world
 from gpudoc.job.knobs import JobReading
+from gpudoc.job.sources import flag_value
 
 name = "axolotl"
 arg_names: tuple[str, ...] = ()
@@ -41,6 +44,10 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
         r.knobs.pop("precision", None)  # axolotl sets bf16 or fp16 itself, over accelerate's
     args = job.script_args
     after = args[args.index(config) + 1:]
+    after = after[:after.index("--")] if "--" in after else after  # the launcher's own options (``launches``)
+    hit = flag_value(after, ("--launcher",))
+    if hit is not None:
+        after = [tok for tok in after if tok not in (hit[0], hit[1], f"{hit[0]}={hit[1]}")]
     if any(tok.startswith("-") for tok in after):
         r.notes.append(f"axolotl: the options after {config} ({' '.join(after)}) were not read; the knobs are "
                        f"{config}'s")
@@ -64,7 +71,27 @@ edit_args = base.no_edit_args
 step_limit = base.no_step_limit
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
-launches = base.no_launches
+
+
+def launches(job: JobCommand, environ: Mapping[str, str], r: JobReading) -> None:
+    """``axolotl train cfg.yml --launcher torchrun -- ARGS`` runs ``torchrun ARGS -m axolotl.cli.train
+    cfg.yml`` (``accelerate launch ARGS ...`` for the default launcher; axolotl/cli/utils/train.py):
+    the processes per node and nodes that launcher's own options say, srun's in front counting nodes."""
+    args = job.script_args
+    if job.launcher is not None or os.path.basename(job.script or "") not in _PROGRAMS or "--" not in args:
+        return
+    hit = flag_value(args[:args.index("--")], ("--launcher",))
+    launcher = hit[1] if hit is not None else "accelerate"
+    if launcher not in ("torchrun", "accelerate"):
+        return
+    program = ["torchrun"] if launcher == "torchrun" else ["accelerate", "launch"]
+    inner = parse_command([*job.argv[:job.program_index], *program, *args[args.index("--") + 1:], "-m",
+                           "axolotl.cli.train"])
+    counts = world(inner, environ).as_launch()
+    r.launch.update(counts)
+    if counts:
+        r.notes.append(f"axolotl: its CLI starts {launcher} itself with the options after `--`: "
+                       + ", ".join(f"{key} = {value}" for key, value in counts.items()))
 
 
 # -- its config file ---------------------------------------------------------------------------------

@@ -36,6 +36,9 @@ _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "tune"})
 _WRAPPERS = {"srun": _SRUN_FLAGS, "mpirun": _MPIRUN_FLAGS, "mpiexec": _MPIRUN_FLAGS}
+# Training CLIs that start their own launcher: a launcher's name among their arguments is an option's
+# value (axolotl's ``--launcher torchrun -- --nproc_per_node 4``), never the program that runs the job.
+FRONT_ENDS = frozenset({"axolotl", "llamafactory-cli", "lmf", "litgpt", "trl"})
 
 
 def option_key(name: str) -> str:
@@ -192,7 +195,7 @@ def _read(argv: tuple[str, ...], i: int, wrapper: str | None, wrapper_options: O
             j += 1
         return plain(j + 1, argv[j] if j < len(argv) else None)
     # uv run / conda run / ... in front: when a known launcher or Python appears later, it is the one.
-    for j in range(i + 1, len(argv)):
+    for j in range(i + 1, len(argv) if prog not in FRONT_ENDS else i + 1):
         name = os.path.basename(argv[j])
         if name in _LAUNCHERS or _PYTHON.match(name):
             return _read(argv, j, wrapper, wrapper_options)

@@ -66,7 +66,7 @@ def world(command: JobCommand, environ: Mapping[str, str] | None = None) -> Worl
         if o.has("--nnodes"):
             return World(nproc, _exact(o.get("--nnodes")))
         if command.wrapper is not None:
-            return _wrapped(command, World(nproc, None))
+            return _wrapped(command, World(nproc, None), environ)
         return World(nproc, 1 if nproc is not None else None)
     if command.launcher == "deepspeed":
         nproc = _exact(o.get("--num_gpus"))
@@ -78,18 +78,27 @@ def world(command: JobCommand, environ: Mapping[str, str] | None = None) -> Worl
         total = _exact(o.get("--num_processes"))
         nnodes = _exact(o.get("--num_machines")) or (1 if total is not None else None)
         return World(total // nnodes if total is not None and nnodes else None, nnodes)
-    return _wrapped(command, World())
+    return _wrapped(command, World(), environ)
 
 
-def _wrapped(command: JobCommand, inner: World) -> World:
-    """srun/mpirun in front: their node and task counts, where the launcher itself says nothing."""
+# srun's input variables, one per option (its man page): inside sbatch or salloc they hold the
+# allocation's counts, which srun takes for each option its command line does not give.
+_SLURM_ENV = (("-N", "SLURM_NNODES"), ("-n", "SLURM_NTASKS"), ("--ntasks-per-node", "SLURM_NTASKS_PER_NODE"))
+
+
+def _wrapped(command: JobCommand, inner: World, environ: Mapping[str, str] | None = None) -> World:
+    """srun/mpirun in front: their node and task counts, where the launcher itself says nothing;
+    srun takes each one its options leave out from ``environ`` (``SLURM_NNODES``, ``SLURM_NTASKS``)."""
     if command.wrapper is None:
         return inner
     w = command.wrapper_options
     if command.wrapper == "srun":
-        nodes = _exact(w.get("-N", "--nodes"))
-        tasks = _exact(w.get("-n", "--ntasks"))
-        per_node = _exact(w.get("--ntasks-per-node"))
+        said = {"-N": w.get("-N", "--nodes"), "-n": w.get("-n", "--ntasks"),
+                "--ntasks-per-node": w.get("--ntasks-per-node")}
+        for option, variable in _SLURM_ENV:
+            if said[option] is None and environ is not None:
+                said[option] = environ.get(variable)
+        nodes, tasks, per_node = _exact(said["-N"]), _exact(said["-n"]), _exact(said["--ntasks-per-node"])
     else:  # mpirun / mpiexec
         nodes = None
         tasks = _exact(w.get("-np", "-n", "--np"))

@@ -169,6 +169,9 @@ def read_job(command: Sequence[str], cwd: Path, environ: Mapping[str, str] | Non
 
     job = parse_command(list(command))
     reading = registry.read(job, Path(cwd), environ)
-    reading.launch.update(world(job, environ).as_launch())
+    # A front-end that starts its own launcher (LitGPT's devices, LLaMA-Factory's NPROC_PER_NODE, axolotl's
+    # --launcher torchrun) counts the workers; srun in front of it counts the launchers it starts.
+    for key, value in world(job, environ).as_launch().items():
+        reading.launch.setdefault(key, value)
     reading.command = tuple(command)
     return reading

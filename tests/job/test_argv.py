@@ -56,3 +56,13 @@ def test_the_variables_an_env_in_front_of_the_program_sets():
             "cfg.yaml", "A=b"]
     assert env_assignments(argv) == {"FORCE_TORCHRUN": "1", "NNODES": "2"}  # the script's key=value is its own
     assert env_assignments(["torchrun", "train.py", "X=1"]) == {}
+
+
+def test_a_front_end_that_starts_its_own_launcher_is_the_program_not_the_launcher_it_names():
+    # axolotl's `--launcher torchrun -- ARGS`: torchrun is an option's value, not the program.
+    job = parse_command(["srun", "-N2", "axolotl", "train", "cfg.yml", "--launcher", "torchrun", "--",
+                         "--nproc_per_node", "4"])
+    assert (job.launcher, job.script, job.wrapper) == (None, "axolotl", "srun")
+    assert job.script_args == ["train", "cfg.yml", "--launcher", "torchrun", "--", "--nproc_per_node", "4"]
+    # uv run in front still finds the launcher behind it.
+    assert parse_command(["uv", "run", "torchrun", "--nproc_per_node", "2", "t.py"]).launcher == "torchrun"

@@ -112,3 +112,18 @@ def test_torchrun_one_process_per_visible_gpu_counts_what_the_jobs_environment_s
     assert world(command, {}) == world(command) == World(None, 2)
     assert world(parse_command(["torchrun", "--nproc_per_node=auto", "t.py"]), {"CUDA_VISIBLE_DEVICES": "0"}) == \
         World(None, None)  # auto is the CPUs on a machine without CUDA
+
+
+@pytest.mark.parametrize(("argv", "environ", "nproc", "nnodes"), [
+    # Inside an allocation srun takes the allocation's nodes and tasks (its input variables).
+    (["srun", "torchrun", "--nproc_per_node=4", "t.py"], {"SLURM_NNODES": "2", "SLURM_NTASKS": "2"}, 4, 2),
+    (["srun", "python", "t.py"], {"SLURM_NNODES": "2", "SLURM_NTASKS": "8"}, 4, 2),
+    (["srun", "--ntasks-per-node=4", "python", "t.py"], {"SLURM_NNODES": "3", "SLURM_NTASKS": "12"}, 4, 3),
+    # Each option it gives wins over its variable; the others still come from the allocation.
+    (["srun", "-N1", "python", "t.py"], {"SLURM_NNODES": "2", "SLURM_NTASKS": "8"}, 8, 1),
+    (["srun", "-n", "2", "python", "t.py"], {"SLURM_NNODES": "2", "SLURM_NTASKS": "8"}, 1, 2),
+    (["srun", "python", "t.py"], {}, None, None),
+])
+def test_srun_without_counts_takes_the_allocations(argv, environ, nproc, nnodes):
+    got = world(parse_command(argv), environ)
+    assert (got.nproc_per_node, got.nnodes) == (nproc, nnodes)
