@@ -340,11 +340,12 @@ def compute_phases(inputs: Inputs) -> Phases:
         # Its reduce bucket, the reduce's flattened copy and, offloaded, the largest share's copies
         # (``terms.zero3_gradient_buffer_bytes``): FSDP's two units of gradients where those are more
         # (``zero_stage = 3`` does not say which engine).
-        largest = min(trainable, largest_matrix)
-        buffers = terms.zero3_gradient_buffer_bytes(trainable, largest, world, grad_b,
+        # In the engine's gradient dtype: on one GPU the rest of the formula reads fp32 parameters.
+        largest, engine_grad = min(trainable, largest_matrix), terms.gradient_bytes(setup.precision, True)
+        buffers = terms.zero3_gradient_buffer_bytes(trainable, largest, world, engine_grad,
                                                     offload_optimizer=setup.offload_optimizer)
         workspace_fb += max(buffers, min(trainable * grad_b, 2 * unit * grad_b))
-        workspace_step += terms.zero12_bucket_bytes(grad_b)  # held for good
+        workspace_step += terms.zero12_bucket_bytes(engine_grad)  # held for good
         if setup.offload_optimizer:
             grads = 0.0  # the gradients' share is the host's (grad_partitions_flat_buffer)
     if setup.zero_stage and world <= 1:

@@ -270,6 +270,10 @@ def test_deepspeed_zero3_gradient_path_holds_its_bucket_and_offloaded_the_larges
         pytest.approx(6 * embedding / 8)
     assert offload.optimizer_step["gradients"] == 0 < on_gpu.optimizer_step["gradients"]
     assert offload.optimizer_step["workspace"] == pytest.approx(5e8 * 2)
+    # On one GPU the formula reads bf16 as fp32 parameters under autocast; DeepSpeed's bucket is bf16.
+    one = compute_phases(_inputs(shape, precision="bf16", zero_stage=3, world_size=1, offload_params=True,
+                                 offload_optimizer=True))
+    assert one.optimizer_step["workspace"] == pytest.approx(5e8 * 2)
     fsdp = compute_phases(_inputs(shape, precision="bf16-true", zero_stage=3, world_size=8, fsdp=True))
     assert on_gpu.forward_backward["workspace"] - fsdp.forward_backward["workspace"] >= 5e8 * 2
     # FSDP gathers the unit it computes and the next: less than DeepSpeed's budgets.
