@@ -42,6 +42,10 @@ def restore(ws: Workspace, run_id: str | None = None, *, dry_run: bool = False, 
     """Put back every file the run's chain edited; 0 when done (or nothing to do)."""
     store = ws.store
     record = store.named_or_latest(run_id)
+    if run_id is None and record.trial_of and not record.applied_edits:
+        # A trial edits copies of its own; only `tune --apply` writes the user's files through one.
+        raise InputError(f"the latest run {record.id} is a trial of `gpudoc tune` {record.trial_of}, which edited only "
+                         "copies of its own: `gpudoc restore RUN_ID` names the run whose edits to undo")
     chain = chain_of(store, record)
     every = [edit for rec in store.records() for edit in record_edits(rec)]
     paths = sorted({edit.path for rec in chain for edit in record_edits(rec)} | _files_launched_as_edited(chain, every))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -96,7 +97,7 @@ def tune(options: TuneOptions, ws: Workspace) -> int:
     if not options_:
         raise LaunchError(f"no micro batch from --min {options.low} to --max {high} keeps the global batch of "
                           f"{global_batch} ({micro} x {accum} x {world} processes) exact")
-    _refuse_file_edits(profile, options.command, ws)
+    copies = _edited_files(profile, options.command, ws)
     tune_id = new_run_id()
     how = f"{stop.framework}'s step limit" if stop.framework else "the probe"
     ws.console.error(f"gpudoc tune {tune_id}: global batch {global_batch} ({micro} x {accum} x {world}); "
@@ -106,7 +107,7 @@ def tune(options: TuneOptions, ws: Workspace) -> int:
     records: dict[str, RunRecord] = {}
 
     def run(m: int) -> Trial:
-        trial, record = _trial(options, profile, stop, tune_id, m, global_batch // world // m, ws)
+        trial, record = _trial(options, profile, stop, tune_id, m, global_batch // world // m, copies, ws)
         if record is not None:
             records[record.id] = record
         ws.console.error(f"gpudoc tune: micro batch {m} x accumulation {trial.gradient_accumulation_steps}: "
@@ -160,7 +161,7 @@ def _first_guess(profile: Profile, micro: int, ws: Workspace) -> tuple[int, int 
 
 def _stop_of(profile: Profile, command: list[str], cwd: Path) -> Stop:
     from gpudoc.frameworks import registry
-    from gpudoc.runs.probe import unreachable
+    from gpudoc.runs.reach import unreachable
 
     adapter = registry.get(profile.job.framework if profile.job is not None else _framework(command, cwd))
     if adapter is not None and adapter.step_limit([], 1) is not None:
@@ -180,15 +181,42 @@ def _framework(command: list[str], cwd: Path) -> str | None:
         return None
 
 
-def _refuse_file_edits(profile: Profile, command: list[str], ws: Workspace) -> None:
-    """A knob living in a config file would be edited in the user's file: not in this version."""
+def _edited_files(profile: Profile, command: list[str], ws: Workspace) -> tuple[str, ...]:
+    """The project's files a trial edits, relative to its working directory: the config files that
+    hold the micro batch (and the accumulation beside it). Each trial edits a copy of its own; a
+    file outside the project is refused (125): tune never writes the user's files."""
     from gpudoc.commands.run import resolve_command
 
     moved = profile.with_train({"micro_batch_size": int(profile.train["micro_batch_size"]) + 1})
     resolved, _ = refusing(lambda: resolve_command(moved, command, cwd=ws.cwd, environ=ws.environ))
-    if resolved.file_edits:
-        raise LaunchError(f"the micro batch lives in {resolved.file_edits[0].path}: tune changes it only on the "
-                          "command line (a flag, an override) in this version, never in the user's files")
+    project, found = ws.cwd.resolve(), []
+    for edit in resolved.file_edits:
+        path = (ws.cwd / edit.path).resolve()
+        if not path.is_relative_to(project) or ".gpudoc" in path.relative_to(project).parts:
+            raise LaunchError(f"the micro batch lives in {edit.path}, outside the project {ws.cwd}: tune edits "
+                              "only its own copies of the project's files, never the user's")
+        found.append(str(path.relative_to(project)))
+    return tuple(found)
+
+
+def _copy_in(work: Path, relative: str) -> None:
+    """``work/relative`` made a file of the trial's own (a copy) where the trial's working directory
+    holds links to the project's: each linked directory on the way becomes a real one of links, so
+    an edit of the copy never reaches the user's file."""
+    here = work
+    parts = Path(relative).parts
+    for name in parts[:-1]:
+        here = here / name
+        if here.is_symlink():
+            target = here.resolve()
+            here.unlink()
+            here.mkdir()
+            for entry in os.scandir(target):
+                (here / entry.name).symlink_to(entry.path)
+    leaf = here / parts[-1]
+    source = leaf.resolve()
+    leaf.unlink()
+    shutil.copy2(source, leaf)
 
 
 def trial_command(command: list[str], stop: Stop, steps: int, output: str, declared: set[str]) -> list[str]:
@@ -225,9 +253,10 @@ def _declared(command: list[str], cwd: Path) -> set[str]:
 
 
 def _trial(options: TuneOptions, profile: Profile, stop: Stop, tune_id: str, micro: int, accum: int,
-           ws: Workspace) -> tuple[Trial, RunRecord | None]:
+           copies: tuple[str, ...], ws: Workspace) -> tuple[Trial, RunRecord | None]:
     """One trial: launched as `gpudoc run` launches, in a working directory of its own where the
-    user's files are links (read as they are; what the job writes lands beside them, and goes)."""
+    user's files are links (read as they are; what the job writes lands beside them, and goes),
+    except ``copies``: the config files the trial edits, copies of its own."""
     from gpudoc.commands.run import launch_once
     from gpudoc.commands.run_options import RunOptions
 
@@ -237,6 +266,8 @@ def _trial(options: TuneOptions, profile: Profile, stop: Stop, tune_id: str, mic
         for entry in os.scandir(ws.cwd):
             if entry.name != ".gpudoc":
                 (work / entry.name).symlink_to(entry.path)
+        for relative in copies:
+            _copy_in(work, relative)
         command = trial_command(options.command, stop, options.steps, str(output), _declared(options.command, ws.cwd))
         environ = dict(ws.environ, **({} if stop.framework else {"GPUDOC_PROBE_STOP_AFTER": str(options.steps)}))
         # The job's output goes to stderr (stdout is tune's answer); each trial's own summary stays unsaid.

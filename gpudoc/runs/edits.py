@@ -135,9 +135,12 @@ class Edit:
 
 
 def record_edits(record: RunRecord) -> list[Edit]:
-    """Every edit a record lists that carries fingerprints (older records' edits cannot be undone)."""
+    """Every edit a record lists that carries fingerprints (older records' edits cannot be undone).
+    A `gpudoc tune` trial's own edits are none of the user's files (it edited copies of its own, gone
+    with its working directory); what `tune --apply` wrote through it is."""
     found = []
-    for doc in (*record.file_edits, *getattr(record, "applied_edits", ())):
+    launched = () if record.trial_of else record.file_edits
+    for doc in (*launched, *getattr(record, "applied_edits", ())):
         if not isinstance(doc, dict) or "new_sha256" not in doc or not doc.get("path"):
             continue
         path = os.path.abspath(os.path.join(record.cwd or ".", str(doc["path"])))

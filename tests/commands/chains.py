@@ -16,6 +16,19 @@ from pathlib import Path
 from tests.conftest import REPO, VENV_BIN, gpudoc_cli, shared_once
 
 FRAMEWORK_JOBS = Path(__file__).with_name("jobs") / "frameworks"
+# LightningCLI's config for FRAMEWORK_JOBS' lightning_cli.py: the batch and the accumulation in the file.
+LIGHTNING_CFG = """\
+trainer:
+  max_steps: 1
+  accelerator: cpu
+  logger: false
+  enable_checkpointing: false
+  enable_progress_bar: false
+  enable_model_summary: false
+  accumulate_grad_batches: 2   # per optimizer step
+data:
+  batch_size: 8
+"""
 
 
 @dataclass(frozen=True)

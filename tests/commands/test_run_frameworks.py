@@ -21,6 +21,7 @@ import pytest
 
 from gpudoc.runs.store import RunStore
 from tests.commands import chains
+from tests.commands.chains import LIGHTNING_CFG
 from tests.conftest import CONFIGS, gpudoc_cli, shared_once
 
 JOBS = chains.FRAMEWORK_JOBS
@@ -29,18 +30,6 @@ pytestmark = pytest.mark.slow
 HF_FLAGS = ["--output_dir", "out", "--max_steps", "1", "--use_cpu", "--report_to", "none", "--log_level", "info",
             "--save_strategy", "no", "--disable_tqdm", "True", "--per_device_train_batch_size", "8",
             "--gradient_accumulation_steps", "2"]
-LIGHTNING_CFG = """\
-trainer:
-  max_steps: 1
-  accelerator: cpu
-  logger: false
-  enable_checkpointing: false
-  enable_progress_bar: false
-  enable_model_summary: false
-  accumulate_grad_batches: 2   # per optimizer step
-data:
-  batch_size: 8
-"""
 
 
 def _launch(nproc: int, script: str, *args: str) -> list[str]:

@@ -18,6 +18,7 @@ from gpudoc.profiles.from_job import with_command
 from gpudoc.results.tune import FITS, Trial
 from gpudoc.runs.record import RunRecord
 from gpudoc.runs.store import RunStore
+from tests.commands.chains import LIGHTNING_CFG
 from tests.conftest import captured_workspace, gpudoc_cli, shared_once
 from tests.render.test_envelope_contract import assert_envelope
 
@@ -207,3 +208,51 @@ def test_an_hf_trainer_trial_stops_at_its_max_steps_with_saving_and_trackers_off
     assert argv[argv.index("--max_steps") + 1] == "3" and argv[argv.index("--save_strategy") + 1] == "no"
     assert "--report_to=none" in argv and argv[argv.index("--per_device_train_batch_size") + 1] == "4"
     assert _files(isolated_home) == before and not (isolated_home / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_lightning_trial_edits_a_copy_of_its_config_and_apply_writes_the_users(isolated_home):
+    # LightningCLI's batch and accumulation live in cfg.yaml: each trial edits a copy of its own in its
+    # working directory; the project's file changes only with --apply, as fix --apply writes a rung.
+    for job in ("lightning_cli.py", "oom.py"):
+        shutil.copy(FRAMEWORKS / job, isolated_home / job)
+    config = LIGHTNING_CFG.replace("max_steps: 1", "max_steps: 100")
+    (isolated_home / "cfg.yaml").write_text(config)
+    done = gpudoc_cli("tune", "--min", "4", "--max", "8", "--apply", "--json", "--", "python", "lightning_cli.py",
+                      "fit", "--config", "cfg.yaml", cwd=isolated_home, env={"OOM_ABOVE": "4", "OMP_NUM_THREADS": "1"},
+                      timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert [(t["micro_batch_size"], t["outcome"]) for t in doc["trials"]] == [(8, "oom"), (4, "fits")]
+    assert (doc["best"]["micro_batch_size"], doc["best"]["gradient_accumulation_steps"]) == (4, 4)
+    records = {r.id: r for r in RunStore(isolated_home / ".gpudoc").records()}
+    fitted = records[doc["best"]["run_id"]]
+    argv = fitted.argv
+    assert fitted.steps["count"] == 3 and argv[argv.index("--trainer.max_steps") + 1] == "3"  # Lightning's own limit
+    [edit] = fitted.file_edits  # the trial's own copy, in a working directory that is gone
+    assert not Path(edit["path"]).is_relative_to(isolated_home) and not Path(edit["path"]).exists()
+    # --apply wrote the user's file, its first backup kept.
+    text = (isolated_home / "cfg.yaml").read_text()
+    assert "  batch_size: 4\n" in text and "  accumulate_grad_batches: 4   # per optimizer step\n" in text
+    assert (isolated_home / "cfg.yaml.gpudoc.bak").read_text() == config
+    # restore undoes what --apply wrote, never a trial's own copies.
+    restored = gpudoc_cli("restore", "--json", cwd=isolated_home)
+    assert restored.returncode == 0, restored.stderr
+    assert [f["path"] for f in json.loads(restored.stdout)["files"]] == [str(isolated_home / "cfg.yaml")]
+    assert (isolated_home / "cfg.yaml").read_text() == config
+
+
+@pytest.mark.slow
+def test_no_micro_batch_that_fits_is_exit_1_with_every_trial_said(isolated_home):
+    shutil.copy(JOB, isolated_home / "train.py")
+    (isolated_home / "gpudoc.toml").write_text(PROFILE)
+    # 2 x 16 tokens already over the budget from the second step on: nothing from 2 to 2 fits.
+    done = gpudoc_cli("tune", "--min", "2", "--max", "2", "--json", "--", "python", "train.py", "--oom-above", "16",
+                      "--steps", "100", cwd=isolated_home, env={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert doc["best"] is None and [(t["micro_batch_size"], t["outcome"]) for t in doc["trials"]] == [(2, "oom")]
+    assert "micro batch 2 x accumulation 6: oom" in done.stderr
+    # The trial is not the run `restore` undoes by default: it edited only its own copies.
+    restored = gpudoc_cli("restore", cwd=isolated_home)
+    assert restored.returncode == 2 and f"the latest run {doc['trials'][0]['run_id']} is a trial" in restored.stderr
