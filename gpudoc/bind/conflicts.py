@@ -37,15 +37,20 @@ def launch_contradictions(profile: Profile, launcher: str | None, cmd: World) ->
 
 
 def deepspeed_batch_contradiction(st: FileState, knobs: Mapping[str, Any], world_size: int) -> str | None:
-    """DeepSpeed asserts ``train_batch_size == micro x accumulation x world size`` at start-up;
-    checked on the file as it will be written (``"auto"`` values are filled by the Trainer)."""
+    """DeepSpeed asserts ``train_batch_size == micro x accumulation x world size`` at start-up, its world
+    size the data-parallel ranks; checked on the file as it will be written (``"auto"`` values are filled
+    by the Trainer, an accumulation nothing says is DeepSpeed's to derive)."""
     if st.data is None:
         return None
     tbs = num(get(st.data, ("train_batch_size",)))
     micro = num(get(st.data, ("train_micro_batch_size_per_gpu",)))
     accum = num(get(st.data, ("gradient_accumulation_steps",)))
     micro = micro if micro is not None else num(knobs.get("micro_batch_size"))
-    accum = accum if accum is not None else num(knobs.get("gradient_accumulation_steps", 1))
+    accum = accum if accum is not None else num(knobs.get("gradient_accumulation_steps"))
+    if accum is None and tbs is not None and micro:
+        # Neither the JSON nor the job says: DeepSpeed derives it, train_batch_size // micro // ranks
+        # (deepspeed/runtime/config.py, _set_batch_related_parameters), then asserts the product.
+        accum = max(1, int(tbs // micro // world_size))
     if tbs is None or micro is None or accum is None or micro * accum * world_size == tbs:
         return None
     product = micro * accum * world_size

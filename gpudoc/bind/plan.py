@@ -146,7 +146,11 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     env = env_for(knobs) if profile.bind_env else {}
     parts = parse_command(argv)
     cmd_world = job_world(parts)
+    # The batch arithmetic's ranks (DeepSpeed's train_batch_size, LitGPT's global batch): the data-parallel
+    # ones, the launcher's world over the profile's pipeline stages and tensor/context ranks.
     world = cmd_world.world_size or profile.world_size
+    parallel = profile.world_size // profile.data_parallel_size
+    world = world // parallel if world % parallel == 0 else world
     contradictions = launch_contradictions(profile, parts.launcher, cmd_world)
     conflicts: list[str] = []
     notes: list[str] = []

@@ -6,6 +6,7 @@ Batch, accumulation, precision and ZeRO stage are the JSON's, and edits go there
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ from gpudoc.bind.values import is_neutral
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.presetfiles import read_preset_file
+from gpudoc.job import recognise as source
 from gpudoc.job.argv import JobCommand
+from gpudoc.job.identity import world
 from gpudoc.job.knobs import JobReading
 from gpudoc.job.sources import flag_value
 
@@ -35,8 +38,63 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     hit = flag_value(job.script_args, _CONFIG_FLAGS)
     if hit is None:
         return
-    if read_preset_file(r, cwd, hit[1], "deepspeed") is None:
+    data = read_preset_file(r, cwd, hit[1], "deepspeed")
+    if data is None:
         r.notes.append(f"deepspeed: {hit[0]} {hit[1]} not read")
+        return
+    parallel = model_parallel(job, cwd)
+    r.launch.update(parallel)
+    ranks = world(job).world_size
+    data_parallel = ranks // math.prod(parallel.values()) if ranks else None
+    for knob, value in derived_batch(data, data_parallel).items():
+        r.set(knob, value, "file", "", hit[1])
+    if data_parallel is None and count(get(data, ("train_batch_size",))) is not None \
+            and "gradient_accumulation_steps" not in r.knobs:
+        r.notes.append(f"deepspeed: {hit[1]} derives its accumulation from train_batch_size over the data-parallel "
+                       "ranks, which the launcher counts at start (no --num_gpus): it stays unknown")
+
+
+# The script's own flags that split the ranks into model-parallel groups (DeepSpeedExamples'
+# pipeline example, Megatron-DeepSpeed): DeepSpeed's batch arithmetic counts the data-parallel ranks
+# only, world size / (pipeline stages x tensor-parallel ranks) (its config's mpu world size).
+_PARALLEL_FLAGS = (("pipeline_parallel", ("--pipeline-parallel-size", "--pipeline_parallel_size",
+                                          "--pipeline-model-parallel-size", "--pipeline_model_parallel_size")),
+                   ("tensor_parallel", ("--tensor-model-parallel-size", "--tensor_model_parallel_size")))
+
+
+def model_parallel(job: JobCommand, cwd: Path) -> dict[str, int]:
+    """The pipeline stages and tensor-parallel ranks the script's flags (or its parser's defaults, any
+    spelling of the option: ``-p 2``) set, where more than 1."""
+    options = source.argparse_options(job, cwd)
+    out: dict[str, int] = {}
+    for key, names in _PARALLEL_FLAGS:
+        spellings = next((flags for flags, _ in options if set(flags) & set(names)), list(names))
+        hit = flag_value(job.script_args, tuple(spellings))
+        default = next((value for flags, value in options if flags is spellings), None)
+        value = count(hit[1]) if hit is not None else count(default)
+        if isinstance(value, int) and value > 1:
+            out[key] = value
+    return out
+
+
+def derived_batch(data: Any, data_parallel: int | None) -> dict[str, int]:
+    """The micro batch and accumulation DeepSpeed derives from the JSON's ``train_batch_size``
+    (deepspeed/runtime/config.py, ``_set_batch_related_parameters``): any two of train_batch_size,
+    train_micro_batch_size_per_gpu and gradient_accumulation_steps give the third over the data-parallel
+    ranks; train_batch_size alone takes accumulation 1, a micro batch alone too."""
+    tbs, micro, accumulation = (count(get(data, (key,))) for key in (
+        "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
+    if accumulation is not None:
+        if tbs is not None and micro is None and data_parallel:
+            return {"micro_batch_size": tbs // data_parallel // accumulation}
+        return {}
+    if tbs is None:
+        return {"gradient_accumulation_steps": 1} if micro is not None else {}
+    if not data_parallel:
+        return {}
+    if micro is None:
+        return {"micro_batch_size": tbs // data_parallel, "gradient_accumulation_steps": 1}
+    return {"gradient_accumulation_steps": tbs // micro // data_parallel}
 
 
 defaults = base.no_defaults

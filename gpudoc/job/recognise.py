@@ -121,9 +121,15 @@ def argparse_defaults(job: JobCommand, cwd: Path) -> dict[str, Any]:
     the command leaves it out: ``default=`` when a constant, ``store_true`` False, ``store_false``
     True (``for flag in ("--bf16", "--fp16"): p.add_argument(flag, ...)`` declares each). A script's
     own default is the job's value, where a framework's would be a guess."""
+    return {flag: value for flags, value in argparse_options(job, cwd) for flag in flags if flag.startswith("--")}
+
+
+def argparse_options(job: JobCommand, cwd: Path) -> list[tuple[list[str], Any]]:
+    """Each option the script's ``add_argument`` calls declare with a default (as ``argparse_defaults``
+    takes it): all its spellings (``-p``, ``--pipeline-parallel-size``) and that default."""
     entry = _entry_file(job, cwd)
     tree = _parse(entry) if entry is not None else None
-    found: dict[str, Any] = {}
+    found: list[tuple[list[str], Any]] = []
     if tree is None:
         return found
     loops: dict[int, tuple[str, list[str]]] = {}  # id(call) -> (loop variable, the names it takes)
@@ -150,7 +156,5 @@ def argparse_defaults(job: JobCommand, cwd: Path) -> dict[str, Any]:
             value = default.value
         else:
             continue
-        for flag in flags:
-            if flag.startswith("--"):
-                found[flag] = value
+        found.append(([flag for flag in flags if flag.startswith("-")], value))
     return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -101,11 +102,21 @@ class Profile:
         )
 
     @property
+    def data_parallel_size(self) -> int:
+        """The ranks that each take their own micro batch: the world size over the model-parallel
+        degrees ``[launch]`` gives (pipeline stages, tensor and context ranks hold one model together);
+        the world size where they do not divide it (the estimate refuses that profile)."""
+        from gpudoc.estimate.defaults import PARALLEL_KEYS
+
+        parallel = math.prod(int(self.launch.get(key) or 1) for key in PARALLEL_KEYS)
+        return self.world_size // parallel if self.world_size % parallel == 0 else self.world_size
+
+    @property
     def global_batch_size(self) -> int | None:
         mbs = self.train.get("micro_batch_size")
         if mbs is None:
             return None
-        return int(mbs) * int(self.train.get("gradient_accumulation_steps") or 1) * self.world_size
+        return int(mbs) * int(self.train.get("gradient_accumulation_steps") or 1) * self.data_parallel_size
 
     @property
     def target_utilization(self) -> float:

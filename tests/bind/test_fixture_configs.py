@@ -89,6 +89,11 @@ CASES = [
      {"nproc_per_node": 2},
      {"train_micro_batch_size_per_gpu": 5, "zero_optimization.cpu_offload": False, "train_batch_size": 30},
      {}, ("train_micro_batch_size_per_gpu", "{")),
+    # 2 pipeline stages of 4 ranks: 4 x 32 x 2 data-parallel ranks keeps its train_batch_size 256.
+    ("DeepSpeedExamples__training__pipeline_parallelism__ds_config.json", "ds.json", "deepspeed",
+     {"micro_batch_size": 4, "gradient_accumulation_steps": 32}, {"nproc_per_node": 4, "pipeline_parallel": 2},
+     {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 32, "train_batch_size": 256},
+     {}, ("train_micro_batch_size_per_gpu", "{")),
     ("LLaMA-Factory__examples__deepspeed__ds_z2_offload_config.json", "ds.json", "deepspeed",
      {"micro_batch_size": 2, "gradient_accumulation_steps": 16, "zero_stage": 1, "offload_optimizer": False,
       "precision": "fp16"},

@@ -89,3 +89,81 @@ def test_a_zero3_json_without_offload_sections_reads_as_no_offload_so_the_offloa
     rungs = [s.rung for s in suggest(failed, Profile(name="t", train=train, launch={"nproc_per_node": 8}),
                                      estimate=no_estimate).suggestions]
     assert "offload-optimizer" in rungs and "offload-params" in rungs
+
+
+PIPE = CONFIGS / "DeepSpeedExamples__training__pipeline_parallelism__ds_config.json"  # 256, micro 8, no accumulation
+# Its train.py's parser (training/pipeline_parallelism/train.py): -p is PipelineModule(num_stages=...).
+PIPE_SCRIPT = """import argparse
+import deepspeed
+parser = argparse.ArgumentParser(description='CIFAR')
+parser.add_argument('-s', '--steps', type=int, default=100, help='quit after this many steps')
+parser.add_argument('-p', '--pipeline-parallel-size', type=int, default=2, help='pipeline parallelism')
+parser = deepspeed.add_config_arguments(parser)
+"""
+
+
+def _pipeline_example(tmp_path):
+    shutil.copy(PIPE, tmp_path / "ds_config.json")
+    (tmp_path / "train.py").write_text(PIPE_SCRIPT)
+    # Its run.sh's line, with the GPUs counted: 4 ranks in 2 pipeline stages are 2 data-parallel ranks.
+    return ["deepspeed", "--num_gpus", "4", "train.py", "--deepspeed_config=ds_config.json", "-p", "2", "--steps=200"]
+
+
+def test_accumulation_is_derived_from_train_batch_size_over_the_data_parallel_ranks(tmp_path):
+    from tests.conftest import gpudoc_cli
+
+    command = _pipeline_example(tmp_path)
+    done = gpudoc_cli("run", "--dry-run", "--json", "--", *command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    read = {b["knob"]: (b["old"], b["where"]) for b in json.loads(done.stdout)["bindings"]}
+    # DeepSpeed's _set_batch_related_parameters: 256 // 8 // (4 ranks / 2 stages) = 16.
+    assert read == {"micro_batch_size": (8, "file:ds_config.json"),
+                    "gradient_accumulation_steps": (16, "file:ds_config.json")}
+    # The stages from the script's own parser default when -p is left out: still 2.
+    from gpudoc.job.knobs import read_job
+
+    without = read_job([c for c in command if c not in ("-p", "2")], tmp_path)
+    assert without.values["gradient_accumulation_steps"] == 16 and without.launch["pipeline_parallel"] == 2
+    # No GPU count: the data-parallel ranks are the launcher's to count at start; nothing guessed.
+    unknown = read_job(["deepspeed", "train.py", "--deepspeed_config=ds_config.json"], tmp_path)
+    assert "gradient_accumulation_steps" not in unknown.values
+    assert any("derives its accumulation from train_batch_size" in note for note in unknown.notes)
+
+
+def test_a_pipeline_parallel_profile_is_planned_against_its_data_parallel_ranks(tmp_path):
+    command = _pipeline_example(tmp_path)
+    # 4 x 32 x 2 data-parallel ranks = 256: what DeepSpeed asserts, so the edit is planned.
+    train = {"micro_batch_size": 4, "gradient_accumulation_steps": 32}
+    bind = {"files": {"ds_config.json": "deepspeed"}}
+    plan = plan_bindings(Profile(name="t", train=train, launch={"nproc_per_node": 4, "pipeline_parallel": 2},
+                                 bind=bind), command, cwd=tmp_path)
+    (edit,) = plan.file_edits
+    assert {c["key"]: c["new"] for c in edit.changes} == {"train_micro_batch_size_per_gpu": 4,
+                                                          "gradient_accumulation_steps": 32}
+    piped = Profile(name="t", train=train, launch={"nproc_per_node": 4, "pipeline_parallel": 2})
+    assert (piped.data_parallel_size, piped.global_batch_size) == (2, 256)
+    # Without the stages the same profile is 4 x 32 x 4 = 512: refused, as DeepSpeed would stop it.
+    from gpudoc.errors import ProfileError
+
+    with pytest.raises(ProfileError, match=r"train_batch_size = 256 but .* = 4 x 32 x 4 = 512"):
+        plan_bindings(Profile(name="t", train=train, launch={"nproc_per_node": 4}, bind=bind), command,
+                      cwd=tmp_path)
+    # Nothing says the accumulation: DeepSpeed derives it (256 // 4 // 2 = 32), which is no contradiction.
+    assert plan_bindings(Profile(name="t", train={"micro_batch_size": 4}, bind=bind,
+                                 launch={"nproc_per_node": 4, "pipeline_parallel": 2}), command,
+                         cwd=tmp_path).file_edits
+
+
+@pytest.mark.parametrize(("data", "ranks", "derived"), [
+    ({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 8}, 2, {"gradient_accumulation_steps": 16}),
+    ({"train_batch_size": 256, "gradient_accumulation_steps": 4}, 2, {"micro_batch_size": 32}),
+    ({"train_batch_size": 64}, 8, {"micro_batch_size": 8, "gradient_accumulation_steps": 1}),
+    ({"train_micro_batch_size_per_gpu": 8}, None, {"gradient_accumulation_steps": 1}),
+    ({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2}, 4, {}),
+    ({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8}, None, {}),
+    ({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"}, 2, {}),
+])
+def test_any_two_batch_keys_give_the_third_as_deepspeed_derives_it(data, ranks, derived):
+    from gpudoc.frameworks.deepspeed import derived_batch
+
+    assert derived_batch(data, ranks) == derived
