@@ -64,9 +64,11 @@ def _series(points: list[_Point]) -> list[dict[str, Any]]:
 
 # -- from the probe ---------------------------------------------------------------------------------
 
-def from_probe(steps: list[dict], observed: Mapping[str, Any], total: int | None) -> dict[str, Any] | None:
+def from_probe(steps: list[dict], observed: Mapping[str, Any], total: int | None,
+               other_ranks: Iterable[list[dict]] = ()) -> dict[str, Any] | None:
     """The record's ``steps`` from one rank's ``step`` events (every step of the first hundred, then
-    one in a hundred, as the probe writes them)."""
+    one in a hundred, as the probe writes them); the peaks are the highest any rank reached
+    (``other_ranks``: the other ranks' events), since the fullest GPU is the one that runs out."""
     if not steps:
         return None
     seconds = [float(s["seconds"]) for s in steps if isinstance(s.get("seconds"), (int, float)) and s["seconds"] > 0]
@@ -75,7 +77,8 @@ def from_probe(steps: list[dict], observed: Mapping[str, Any], total: int | None
     for knob in ("micro_batch_size", "gradient_accumulation_steps", "world_size"):
         samples *= int((observed.get(knob) or {}).get("value") or 1)
     sequence = _count((observed.get("max_seq_len") or {}).get("value"))
-    peaks = {key: max((_count(s.get(field)) or 0 for s in steps), default=0) or None
+    every = [*steps, *(event for rank in other_ranks for event in rank)]
+    peaks = {key: max((_count(s.get(field)) or 0 for s in every), default=0) or None
              for key, field in (("peak_allocated_bytes", "peak_allocated"), ("peak_reserved_bytes", "peak_reserved"))}
     rate = samples / per_step if per_step else None
     tokens = rate * sequence if rate and sequence else None

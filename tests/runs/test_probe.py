@@ -51,6 +51,16 @@ def test_ranks_that_disagree_are_named(tmp_path):
                                {"step": 2, "seconds": 0.5, "peak_allocated_bytes": 7, "peak_reserved_bytes": None}]
 
 
+def test_the_peak_is_the_fullest_ranks(tmp_path):
+    # Rank 1 holds more (a rank that keeps extra buffers): its GPU is the one that runs out.
+    _write(tmp_path, "rank-0.jsonl", *_rank(4))
+    _write(tmp_path, "rank-1.jsonl", *[{**e, "peak_allocated": 11, "peak_reserved": 13} if e["event"] == "step" else e
+                                       for e in _rank(4)])
+    steps = probe.read(tmp_path)["steps"]
+    assert (steps["peak_allocated_bytes"], steps["peak_reserved_bytes"]) == (11, 13)
+    assert steps["seconds_per_step"] == 0.5 and steps["count"] == 2  # the rest: the first rank's
+
+
 def test_lines_that_are_not_events_are_skipped_and_counted(tmp_path):
     _write(tmp_path, "rank-0.jsonl", "not json", "[1, 2]", json.dumps({"no": "event"}), "x" * 70_000, *_rank(4))
     read = probe.read(tmp_path)
