@@ -38,8 +38,7 @@ def believe(profile: Profile, record: RunRecord | None) -> tuple[Profile, tuple[
     """``profile`` with the knobs the failed run was observed to train with; the lines that say what
     changed from the reading; and the knobs the job ran with that have no place gpudoc may write
     (knob -> why): the ladder knows their values (the global batch stays exact) but changes none."""
-    observed = (record.observed if record is not None else None) or {}
-    seen = {knob: view for knob in BELIEVED if isinstance(view := observed.get(knob), dict) and "value" in view}
+    seen = _believed_views(record)
     if not seen or record is None:
         return profile, (), {}
     job = profile.job
@@ -87,6 +86,16 @@ def believe(profile: Profile, record: RunRecord | None) -> tuple[Profile, tuple[
     unwritable = {knob: "the probe saw its value, but no place the job reads it from is known"
                   for knob, place in places.items() if place.kind == "default" and place.name == OBSERVED_ONLY}
     return profile.with_train(changes), tuple(notes), unwritable
+
+
+def believed_values(record: RunRecord | None) -> dict[str, Any]:
+    """Knob -> the value the probe saw ``record``'s job train with, for the knobs gpudoc believes it on."""
+    return {knob: view["value"] for knob, view in _believed_views(record).items()}
+
+
+def _believed_views(record: RunRecord | None) -> dict[str, dict]:
+    observed = (record.observed if record is not None else None) or {}
+    return {knob: view for knob in BELIEVED if isinstance(view := observed.get(knob), dict) and "value" in view}
 
 
 def _observed_place(framework: str | None, parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,

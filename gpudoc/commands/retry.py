@@ -51,8 +51,10 @@ LOG_HEAD_BYTES = 1 << 20  # frameworks print their settings at the start: the ba
 
 
 def verify_arrival(before: RunRecord, after: RunRecord, store: RunStore) -> Arrival | None:
-    """Whether ``after``'s knob changes (against ``before``, its parent) reached the job; kept in
-    ``after``'s record. None when no knob changed (an environment-only rung)."""
+    """Whether ``after``'s knob changes (against ``before``, its parent) reached the job: first from
+    what ``after``'s probe saw it train with, else from its log and OOM; kept in ``after``'s record.
+    None when no knob changed (an environment-only rung)."""
+    from gpudoc.commands.observed import believed_values
     from gpudoc.diagnose.echo import settings_seen
     from gpudoc.ladder.arrival import check_arrival
 
@@ -66,7 +68,7 @@ def verify_arrival(before: RunRecord, after: RunRecord, store: RunStore) -> Arri
     except OSError:
         head = ""
     arrival = check_arrival(changes, settings_seen(head), record_diagnosis(before, store),
-                            record_diagnosis(after, store))
+                            record_diagnosis(after, store), observed=believed_values(after))
     after.arrival = arrival.to_dict()
     try:
         store.save(after)

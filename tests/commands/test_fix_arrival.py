@@ -59,7 +59,9 @@ def test_rerun_says_a_flag_the_job_ignored_and_later_fixes_propose_no_further_ru
     first, child = _records(tmp_path)
     assert child.parent == first.id and child.knobs["micro_batch_size"] == 4
     assert child.arrival == {"missing": {"micro_batch_size": "the job printed micro_batch_size = 8 again, not 4"},
-                             "confirmed": ["gradient_accumulation_steps"]}
+                             "confirmed": ["gradient_accumulation_steps"],
+                             # The job never imports torch: its probe saw nothing, its print decided.
+                             "source": {"micro_batch_size": "echo", "gradient_accumulation_steps": "echo"}}
     assert ("gpudoc: micro_batch_size = 4 did not reach the job: the job printed micro_batch_size = 8 again, not 4; "
             "gpudoc wrote it to argv:--per_device_train_batch_size and the job did not use it") in done.stderr
     assert "gpudoc: the ladder stops at micro_batch_size: " in done.stderr
@@ -83,7 +85,8 @@ def test_rerun_of_a_flag_the_job_reads_is_confirmed_silently(tmp_path):
     done = gpudoc_cli("fix", "--rerun", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     child = _records(tmp_path)[-1]
-    assert child.arrival == {"missing": {}, "confirmed": ["micro_batch_size", "gradient_accumulation_steps"]}
+    assert child.arrival == {"missing": {}, "confirmed": ["micro_batch_size", "gradient_accumulation_steps"],
+                             "source": {"micro_batch_size": "echo", "gradient_accumulation_steps": "echo"}}
     assert "did not reach" not in done.stderr and "ladder stops" not in done.stderr
 
 

@@ -188,6 +188,14 @@ def test_the_chain_converges_with_the_global_batch_exact_on_both_sides(chain, re
     assert chain.knobs(chain.last)["gradient_accumulation_steps"][1] == "backward-per-step"
 
 
+def test_the_relaunchs_probe_saw_its_changes_arrive(chain):
+    # Decided by what the relaunched job trained with, not by its print or its OOM's figures.
+    arrival = chain.last["arrival"]
+    assert arrival["missing"] == {}
+    assert {"micro_batch_size", "gradient_accumulation_steps"} <= set(arrival["confirmed"])
+    assert arrival["source"] == dict.fromkeys(arrival["confirmed"], "probe")
+
+
 def test_the_relaunch_writes_only_what_the_jobs_parser_takes(chain, request):
     WRITTEN[request.node.callspec.params["chain"]](chain)
 

@@ -7,7 +7,7 @@ import socket
 import sys
 
 from gpudoc.commands.relaunch import next_step
-from gpudoc.commands.retry import job_torch_facts, record_diagnosis
+from gpudoc.commands.retry import job_torch_facts, record_diagnosis, verify_arrival
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.profiles.loader import load_profile_file
 from gpudoc.runs.record import RunRecord
@@ -123,7 +123,7 @@ def test_a_job_that_prints_its_old_value_stops_the_ladder_after_one_relaunch(tmp
         "gpudoc: --retry-oom stopped: the next rung would change a setting the job does not read "
         f"(see `gpudoc fix {records[1].id}`)"]
     assert records[1].arrival == {"missing": {"micro_batch_size": "the job printed micro_batch_size = 8 again, not 4"},
-                                  "confirmed": []}
+                                  "confirmed": [], "source": {"micro_batch_size": "echo"}}
 
 
 def test_a_silent_job_whose_oom_did_not_move_stops_the_ladder(tmp_path):
@@ -149,3 +149,31 @@ def test_fix_on_a_run_whose_change_did_not_arrive_says_so_and_proposes_no_furthe
                       "micro_batch_size = 8 again, not 4)"} in body["skipped"]
     gpudoc_cli("fix", "--apply", cwd=tmp_path)
     assert "micro_batch_size = 4\n" in (tmp_path / "gpudoc.toml").read_text()  # not halved again
+
+
+def _relaunched(tmp_path, observed: dict | None) -> tuple[RunStore, RunRecord, RunRecord]:
+    """A failed run at micro batch 4 and its relaunch at 2, whose banner printed 2 and whose OOM moved."""
+    profile, store, parent = setup(tmp_path, OOM_WITH_STRAY)
+    child = RunRecord(id="20250101-000100-bbbbbb", command=["python", "train.py"], cwd=str(tmp_path),
+                      profile=profile.with_train({"micro_batch_size": 2, "gradient_accumulation_steps": 4}).to_dict(),
+                      exit_code=1, status="failed", cause="gpu_oom", parent=parent.id, host=socket.gethostname())
+    child.observed = observed
+    store.create(child)
+    store.log_path(child.id).write_text("micro_batch_size = 2\n" + OOM_WITH_STRAY.replace("2.00 GiB", "1.00 GiB"))
+    return store, parent, child
+
+
+def test_the_relaunchs_probe_decides_arrival_over_its_print_and_the_record_keeps_it(tmp_path):
+    # The job printed the flag's value, but trained with its own batch of 4 (the probe saw it).
+    store, parent, child = _relaunched(tmp_path, {"micro_batch_size": {"value": 4, "how": "input-shape"},
+                                                  "max_seq_len": {"value": 16, "how": "input-shape"}})
+    arrival = verify_arrival(parent, child, store)
+    assert arrival.missing == {"micro_batch_size": "the probe saw the job still train with micro_batch_size = 4, not 2"}
+    assert store.load(child.id).arrival["source"] == {"micro_batch_size": "probe"}
+
+
+def test_without_the_probe_the_print_decides(tmp_path):
+    store, parent, child = _relaunched(tmp_path, None)
+    verify_arrival(parent, child, store)
+    assert store.load(child.id).arrival == {"missing": {}, "confirmed": ["micro_batch_size"],
+                                            "source": {"micro_batch_size": "echo"}}
