@@ -51,9 +51,10 @@ def run(options: RunOptions, ws: Workspace) -> int:
     # No profile, or one without [train]: the job's own command line and configs give the knobs.
     profile = refusing(lambda: with_command(ws.load_profile(options.profile), options.command, ws.cwd, ws.environ))
     # A run with --json ends with its record as the envelope on stderr: nothing of gpudoc's own before it.
-    from gpudoc.runs.probe import unreachable
+    from gpudoc.runs.reach import unreachable, wrapper_resets
 
-    watched = not options.no_probe and profile.run.get("probe", True) is not False and not unreachable(options.command)
+    watched = not options.no_probe and profile.run.get("probe", True) is not False and not (
+        unreachable(options.command) or wrapper_resets(options.command, ws.cwd))
     for line in describe(profile, observed=watched) if options.dry_run or not options.json else ():
         ws.console.error(f"gpudoc: {line}")
     from gpudoc.job.interpreter import interpreter_note

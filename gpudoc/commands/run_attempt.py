@@ -92,7 +92,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     probing = not options.no_probe and profile.run.get("probe", True) is not False
     if probing:  # the job's environment alone, never gpudoc's own
         child_env = probe.launch_environment(child_env, run_dir, resolved.argv, say=safe_warn if not options.attempt else None,
-                                             snapshot=probe.snapshot_setting(profile.run, store, parent))
+                                             snapshot=probe.snapshot_setting(profile.run, store, parent), cwd=cwd)
     log_path = store.log_path(run_id)
 
     watch = _Watch(multi_process=is_multi_process(job, profile),
@@ -205,7 +205,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     from gpudoc.diagnose.own_flags import refused_own_flags, user_command
     record.diagnosis = refused_own_flags(record.diagnosis, user_command(record, store), launched)
     record_written(record, profile, cwd)  # what a relaunch of this chain may resume from
-    record.take_observations(probe.read(run_dir) if probing else {})
+    record.take_observations(probe.observations(run_dir, resolved.argv, cwd, safe_warn) if probing else {})
     record.steps = steps.step_figures(record.steps, log_path)  # the probe's, else the job's progress lines
     if sync is not None and record.cause == "gpu_oom" and not sync.announced:
         # The live scan missed it (an output flood): the other nodes still learn of it now.

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoc.runs.reach import unreachable, wrapper_resets
 from gpudoc.runs.steps import from_probe, total_from_settings
 
 READ_CAP_BYTES = 8 * 2**20
@@ -43,11 +44,12 @@ def site_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "probe" / "site"
 
 
-def launch_environment(env: dict[str, str], run_dir: Path, argv: list[str],
-                       say: Callable[[str], None] | None, snapshot: tuple[str, int | None] = ("off", None)) -> dict[str, str]:
-    """The job's environment with the probe in it; ``say`` hears once why a command is out of reach;
+def launch_environment(env: dict[str, str], run_dir: Path, argv: list[str], say: Callable[[str], None] | None,
+                       snapshot: tuple[str, int | None] = ("off", None), cwd: Path | None = None) -> dict[str, str]:
+    """The job's environment with the probe in it; ``say`` hears once why a command is, or may be,
+    out of reach (``cwd``: where a wrapper script it runs is found);
     ``snapshot``: the memory history's mode and the step after which it may stop (``snapshot_setting``)."""
-    why = unreachable(list(argv))
+    why = unreachable(list(argv)) or wrapper_resets(list(argv), cwd)
     if why and say is not None:
         say(why)
     env = child_environment(env, run_dir)
@@ -75,37 +77,6 @@ def child_environment(env: dict[str, str], run_dir: Path) -> dict[str, str]:
     path = env.get("PYTHONPATH")
     return dict(env, GPUDOC_PROBE_DIR=str(run_dir / PROBE_DIR),
                 PYTHONPATH=os.pathsep.join([str(site_dir()), *([path] if path else [])]))
-
-
-def unreachable(argv: list[str]) -> str | None:
-    """Why the probe cannot see this job, when its command says so: a Python started with ``-I`` or
-    ``-E`` ignores ``PYTHONPATH``; ``env -i``, ``-u PYTHONPATH`` or ``PYTHONPATH=...`` resets it."""
-    if argv and os.path.basename(argv[0]) == "env":
-        return _env_resets(argv) or unreachable(_after_env(argv))
-    if not argv or not os.path.basename(argv[0]).startswith("python"):
-        return None
-    for arg in argv[1:]:
-        if not arg.startswith("-") or arg == "-" or arg.startswith(("-c", "-m")):
-            return None  # the script, or code, begins: what follows is the job's
-        if arg[1:2] != "-" and ("I" in arg[1:] or "E" in arg[1:]):
-            return f"{argv[0]} {arg} ignores PYTHONPATH: the probe cannot observe this job (nothing else changes)"
-    return None
-
-
-def _env_resets(argv: list[str]) -> str | None:
-    options = argv[1:len(argv) - len(_after_env(argv))]
-    said = [f"{a} {b}" for a, b in zip(options, options[1:]) if a in ("-u", "--unset") and b == "PYTHONPATH"] + [
-        "PYTHONPATH=..." if o.startswith("PYTHONPATH=") else o for o in options if o.startswith("PYTHONPATH=")
-        or o in ("-i", "--ignore-environment", "-", "-uPYTHONPATH", "--unset=PYTHONPATH")]
-    return f"env {said[0]} resets PYTHONPATH: the probe cannot observe this job (nothing else changes)" if said else None
-
-
-def _after_env(argv: list[str]) -> list[str]:
-    """The command ``env`` runs: past its options and ``NAME=value`` settings."""
-    rest = argv[1:]
-    while rest and (rest[0].startswith("-") or "=" in rest[0]):
-        rest = rest[2:] if rest[0] in ("-u", "--unset", "-C", "--chdir", "-S", "--split-string") else rest[1:]
-    return rest
 
 
 def _events(path: Path) -> tuple[list[dict], int]:
@@ -353,6 +324,16 @@ def read(run_dir: Path) -> dict[str, Any]:
     return {"observed": observed or None, "steps": from_probe(view["steps"], observed, view["total"], others),
             "oom": _oom(ranks, directory),
             "parsers": ranks[first]["parsers"] or None, "probe_errors": errors[:10] or None}
+
+
+def observations(run_dir: Path, argv: list[str], cwd: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """``read``; and when no rank wrote although the job ran behind a wrapper script that may reset
+    PYTHONPATH (said before the launch), ``say`` hears that the probe saw nothing."""
+    seen = read(run_dir)
+    why = wrapper_resets(list(argv), cwd)
+    if why and not any(seen[key] for key in ("observed", "steps", "oom", "parsers")):
+        say(f"the probe saw nothing: no rank of the job wrote ({why.split(': the probe')[0]})")
+    return seen
 
 
 def _oom(ranks: dict[int, dict[str, Any]], directory: Path) -> dict[str, Any] | None:
