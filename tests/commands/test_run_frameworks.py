@@ -88,6 +88,15 @@ def test_hf_trainer_flags_are_halved_on_the_command_line(tmp_path_factory):
     assert re.search(r"Gradient Accumulation steps = 4\b", log)
     assert re.search(rf"Total train batch size \(w\. parallel, distributed & accumulation\) = {16 * nproc}\b", log)
     assert not (cwd / "gpudoc.toml").exists()  # nothing written that the user did not ask for
+    # What the probe saw in every rank: the same knobs, the global batch exact on both sides, the
+    # relaunch's accumulation counted from its own backward passes, the OOM in the forward.
+    seen = [{k: (v["value"], v["how"], v["ranks"]) for k, v in r.observed.items() if k != "model"} for r in records]
+    assert seen[0]["micro_batch_size"] == (8, "input-shape", [0, 1])
+    assert seen[0]["gradient_accumulation_steps"] == (2, "framework:hf-trainer", [0, 1])
+    assert seen[0]["world_size"] == (2, "framework:hf-trainer", [0, 1])  # no step yet: the Trainer's own
+    assert seen[1]["micro_batch_size"] == (4, "input-shape", [0, 1])
+    assert seen[1]["gradient_accumulation_steps"] == (4, "backward-per-step", [0, 1])
+    assert {r.oom["phase"] for r in records if r.oom} == {"forward"} and records[1].oom is None
 
 
 def test_hf_trainer_that_ignores_its_flag_is_stopped_after_one_relaunch(tmp_path):
