@@ -22,9 +22,10 @@ from tests.conftest import gpudoc_cli
 JOB = Path(__file__).resolve().parents[1] / "probe" / "jobs" / "custom_loop.py"
 
 
-def _chain(work: Path, *job_args: str) -> tuple[int, list[dict], str]:
+def _chain(work: Path, *job_args: str, nproc: int = 1) -> tuple[int, list[dict], str]:
     (work / "cfg.yaml").write_text("train:\n  batch: 4\n  accum: 3\n")
-    done = gpudoc_cli("run", "--no-check", "--retry-oom", "2", "--", "python", str(JOB), "--config", "cfg.yaml",
+    launcher = ["torchrun", "--nproc_per_node", str(nproc), "--monitor-interval=0.1"] if nproc > 1 else ["python"]
+    done = gpudoc_cli("run", "--no-check", "--retry-oom", "2", "--", *launcher, str(JOB), "--config", "cfg.yaml",
                       "--oom-above", "40", *job_args, cwd=work, timeout=300)
     runs = json.loads(gpudoc_cli("runs", "--json", cwd=work).stdout)["runs"]
     records = [json.loads(gpudoc_cli("runs", "show", r["id"], "--json", cwd=work).stdout)["run"] for r in runs]
@@ -38,12 +39,17 @@ def _global(record: dict) -> int:
 
 @pytest.mark.slow
 def test_a_retry_chain_writes_the_jobs_own_flags_and_keeps_the_global_batch_exact(isolated_home):
-    status, records, said = _chain(isolated_home, "--steps", "2")
+    # The seed guides' shape under torchrun, two processes: every rank trains with what the relaunch wrote.
+    status, records, said = _chain(isolated_home, "--steps", "2", nproc=2)
     assert status == 0, said
     first, last = records[0], records[-1]
+    for record in (first, last):
+        assert record["observed"]["world_size"]["value"] == 2
+        assert record["observed"]["micro_batch_size"]["ranks"] == [0, 1]
+    assert first["oom"]["phase"] == "forward" and last["oom"] is None
     assert "the value of its own --accum, which its parser declares" in said
     assert last["argv"][-4:] == ["--accum", "6", "--batch", "2"]
-    assert _global(first) == _global(last) == 12  # 4 x 3, then 2 x 6: observed on both sides
+    assert _global(first) == _global(last) == 12  # 4 x 3, then 2 x 6 per rank: observed on both sides
     declared = set(first["parsers"][0]["options"])
     added = [a for a in last["argv"] if a.startswith("--") and a not in first["argv"]]
     assert added and set(added) <= declared
