@@ -320,8 +320,8 @@ def read(run_dir: Path) -> dict[str, Any]:
     if bad:
         errors.append(f"{bad} line(s) of the probe's files were not events and were skipped")
     view = ranks[first]
-    others = [ranks[r]["steps"] for r in sorted(ranks) if r != first]
-    return {"observed": observed or None, "steps": from_probe(view["steps"], observed, view["total"], others),
+    other_ranks = [ranks[r]["steps"] for r in sorted(ranks) if r != first]
+    return {"observed": observed or None, "steps": from_probe(view["steps"], observed, view["total"], other_ranks),
             "oom": _oom(ranks, directory),
             "parsers": ranks[first]["parsers"] or None, "probe_errors": errors[:10] or None}
 
