@@ -88,16 +88,22 @@ class ArgEdits:
                 self.append.extend([names[0], value])
         return bool(occs)
 
-    def set_bool(self, names: tuple[str, ...], on: bool) -> None:
+    def set_bool(self, names: tuple[str, ...], on: bool, *, explicit: bool = False) -> None:
+        """``explicit``: the value is always written (``--flag=false``, ``--flag true``), for a parser
+        whose default is on, where a flag left out is not off (TRL's configs)."""
         occs = self.find(names, boolean=True)
         for occ in occs:
             if occ.eq:
                 self.replace[occ.index] = f"{occ.name}={_bool_word(on, occ.value)}"
             elif occ.value_index is not None:
                 self.replace[occ.value_index] = _bool_word(on, occ.value)
+            elif explicit:
+                self.replace[occ.index] = f"{occ.name}={_bool_word(on, 'true')}"
             elif not on:
                 self.replace[occ.index] = None  # bare flag: off means gone
-        if not occs and on:
+        if not occs and explicit:
+            self.append.extend([names[0], _bool_word(on, "True" if self.uses_explicit_bools() else "true")])
+        elif not occs and on:
             self.append.extend([names[0], "True"] if self.uses_explicit_bools() else [names[0]])
 
     def remove(self, names: tuple[str, ...], *, boolean: bool = True) -> None:

@@ -11,41 +11,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 
 from gpudoc.job.argv import parse_command
 from gpudoc.job.envtools import environment_python
+from gpudoc.job.installed import shebang_interpreter
+from gpudoc.job.installed import which_on_path as _which
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
-
-
-def _which(name: str, environ: Mapping[str, str]) -> str | None:
-    return shutil.which(name, path=environ.get("PATH", os.defpath))
-
-
-def shebang_interpreter(path: str, environ: Mapping[str, str]) -> str | None:
-    """The Python named by a script's ``#!`` line, or None when it is not a Python script."""
-    if not os.path.isfile(path):
-        return None  # a pipe (`<(...)`) would block, or lose the job its bytes
-    try:
-        with open(path, "rb") as handle:
-            first = handle.readline(512)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    parts = first[2:].decode("utf-8", "replace").split()
-    if not parts:
-        return None
-    if os.path.basename(parts[0]) == "env":
-        args = [p for p in parts[1:] if not p.startswith("-")]
-        if args and _PYTHON.match(os.path.basename(args[0])):
-            return _which(args[0], environ)
-        return None
-    if _PYTHON.match(os.path.basename(parts[0])):
-        return parts[0]
-    return None
 
 
 def target_python(argv: Sequence[str], environ: Mapping[str, str], cwd: str | None = None) -> str | None:

@@ -94,6 +94,10 @@ CASES = [
      {"micro_batch_size": 4, "gradient_accumulation_steps": 32}, {"nproc_per_node": 4, "pipeline_parallel": 2},
      {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 32, "train_batch_size": 256},
      {}, ("train_micro_batch_size_per_gpu", "{")),
+    # TRL's CLI YAML (TrlParser's defaults for its dataclasses): a key written where it has none.
+    ("trl__examples__cli_configs__example_config.yaml", "cfg.yaml",
+     {"micro_batch_size": "per_device_train_batch_size"}, {"micro_batch_size": 4}, {"nproc_per_node": 1},
+     {"per_device_train_batch_size": 4, "learning_rate": 0.0001}, {}, ()),
     ("LLaMA-Factory__examples__deepspeed__ds_z2_offload_config.json", "ds.json", "deepspeed",
      {"micro_batch_size": 2, "gradient_accumulation_steps": 16, "zero_stage": 1, "offload_optimizer": False,
       "precision": "fp16"},
