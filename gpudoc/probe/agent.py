@@ -38,6 +38,7 @@ CAP_BYTES = 4 * 2**20
 # What the HF Trainer's arguments say of the knobs (read after its own __post_init__).
 _HF_SETTINGS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size", "bf16", "fp16",
                 "gradient_checkpointing", "optim", "max_steps", "deepspeed")
+_COMPILE_WARNS = r"Using `torch\.compile\(module\)` when there are global hooks"
 _PHASE_FRAMES = (("backward", "backward"), ("_engine_run_backward", "backward"), ("step", "optimizer"))
 
 
@@ -151,6 +152,12 @@ class _Probe:
         import torch.optim.optimizer as optimizer  # the attribute path fails on torch 2.13
 
         self._global = modules.register_module_forward_pre_hook(self.guarded("top", self._find_top))
+        # torch.compile(module) warns while any global module hook exists: the probe's own, until the
+        # first forward finds the top module, must not reach the job's stderr (that warning alone, that long).
+        import warnings
+
+        warnings.filterwarnings("ignore", message=_COMPILE_WARNS, category=UserWarning)
+        self._quiet = warnings.filters[0]
         optimizer.register_optimizer_step_pre_hook(self.guarded("step-pre", self._step_begins))
         optimizer.register_optimizer_step_post_hook(self.guarded("step-post", self._step_ends))
 
@@ -158,6 +165,7 @@ class _Probe:
         # The first module called is the outermost one: found, the global hook goes (torch.compile
         # warns while any global module hook exists) and per-module hooks take over.
         self._global.remove()
+        _unfilter(self._quiet)
         self.model = weakref.ref(module)
         if os.environ.get("GPUDOC_PROBE_SNAPSHOT") == "on-oom":  # armed in a process that trains, once
             self.history = _sibling("snapshot").History(self.torch, _int(os.environ.get("GPUDOC_PROBE_SNAPSHOT_UNTIL")))
@@ -277,6 +285,14 @@ class _Probe:
         return _sibling("snapshot").breakdown(self.torch, model, [ref() for ref in self.optimizers if ref() is not None])
 
 
+def _unfilter(entry: Any) -> None:
+    import warnings
+
+    if entry in warnings.filters:  # the job may have reset its filters since
+        warnings.filters.remove(entry)  # type: ignore[attr-defined]  # a list at run time
+        getattr(warnings, "_filters_mutated", lambda: None)()
+
+
 def _call_kwargs() -> dict:
     """The keyword arguments of the module call in progress (torch's ``Module._call_impl`` frame)."""
     frame = sys._getframe(1)
@@ -329,40 +345,6 @@ def _phase_of(tb: Any) -> str | None:
     return phase
 
 
-class _AfterImport:
-    """Calls ``then(module)`` once the job's own import of ``name`` has executed (not when it is
-    looked up: transformers asks for torch's spec long before it imports it). The module keeps its
-    own loader; only that loader's ``exec_module`` is followed by the call."""
-
-    def __init__(self, name: str, then: Any) -> None:
-        self.name, self.then = name, then
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != self.name:
-            return None
-        sys.meta_path.remove(self)
-        import importlib.util
-
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        run, then = spec.loader.exec_module, self.then
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            then(module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def _after_import(name: str, then: Any) -> None:
-    if name in sys.modules:
-        then(sys.modules[name])
-    else:
-        sys.meta_path.insert(0, _AfterImport(name, then))
-
-
 def _sibling(name: str) -> Any:
     """A module of the probe beside this file, loaded by path as this one was."""
     import importlib.util
@@ -391,6 +373,6 @@ def install() -> None:
     # Imported by the job, not by the probe: a job that never parses arguments or never imports
     # torch pays nothing for either.
     sys.addaudithook(probe.files.hook)
-    _after_import("argparse", probe.guarded("argparse", lambda argparse: settings.observe_parsers(argparse, probe)))
-    _after_import("torch", probe.guarded("arm", probe.arm))
-    _after_import("transformers.trainer", probe.guarded("hf-trainer", probe.observe_hf_trainer))
+    settings.after_import("argparse", probe.guarded("argparse", lambda argparse: settings.observe_parsers(argparse, probe)))
+    settings.after_import("torch", probe.guarded("arm", probe.arm))
+    settings.after_import("transformers.trainer", probe.guarded("hf-trainer", probe.observe_hf_trainer))

@@ -36,6 +36,40 @@ _LIGHTNING_SETTINGS = ("accumulate_grad_batches", "precision", "world_size", "nu
 _DEEPSPEED = "deepspeed.runtime.engine"
 
 
+class AfterImport:
+    """Calls ``then(module)`` once the job's own import of ``name`` has executed (not when it is
+    looked up: transformers asks for torch's spec long before it imports it). The module keeps its
+    own loader; only that loader's ``exec_module`` is followed by the call."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run, then = spec.loader.exec_module, self.then
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            then(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def after_import(name: str, then: Any) -> None:
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, AfterImport(name, then))
+
+
 def observe_parsers(argparse: Any, probe: Any) -> None:
     """Every ``parse_known_args`` (``parse_args`` goes through it; HfArgumentParser is an
     ArgumentParser) starts with ``Namespace()`` when the job passes none: the new namespace and the

@@ -43,10 +43,21 @@ def test_a_custom_loop_is_observed_as_it_trains(isolated_home):
     assert record["oom"] is None and record["probe_errors"] is None
     # The flags the job's own parser declares: the only ones gpudoc may ever write into its command.
     [parser] = record["parsers"]
-    assert parser["options"] == ["--accum", "--batch", "--bf16", "--config", "--help", "--oom-above", "--oom-at",
-                                 "--output_dir", "--progress", "--seq", "--steps", "-h"]
+    assert parser["options"] == ["--accum", "--batch", "--bf16", "--compile", "--config", "--help", "--oom-above",
+                                 "--oom-at", "--output_dir", "--progress", "--seq", "--steps", "-h"]
     assert parser["values"] == {"batch": 4, "accum": 3, "steps": 2, "seq": 16, "bf16": False, "oom_at": "",
-                                "config": "", "output_dir": "out", "oom_above": 0, "progress": False}
+                                "config": "", "output_dir": "out", "oom_above": 0, "progress": False, "compile": False}
+
+
+def test_a_compiled_job_is_observed_and_compiles_as_it_would_without_the_probe(isolated_home):
+    # torch.compile traces the model: the probe's hooks must not break its graph nor make it warn.
+    code, record = run(isolated_home, "--batch", "4", "--accum", "2", "--steps", "2", "--compile")
+    assert code == 0, record.get("diagnosis")
+    observed = record["observed"]
+    assert (observed["micro_batch_size"]["value"], observed["gradient_accumulation_steps"]["value"]) == (4, 2)
+    assert record["steps"]["count"] == 2 and record["probe_errors"] is None
+    log = (isolated_home / ".gpudoc" / "runs" / record["id"] / "output.log").read_text()
+    assert log.splitlines() == [line for line in log.splitlines() if re.fullmatch(r"step \d loss [\d.]+", line)]
 
 
 def test_a_job_refused_by_its_own_parser_leaves_no_probe_file(isolated_home):

@@ -5,6 +5,7 @@ PHASE:STEP`` raises a real ``torch.OutOfMemoryError`` inside that phase of that 
 ``--output_dir`` is where it writes its progress after each optimizer step, as the seed jobs write
 theirs (the flag makes no job an HF Trainer's).
 ``--progress`` draws tqdm's bar over the optimizer steps on stderr, as many hand-written loops do.
+``--compile`` trains through ``torch.compile`` (the aot_eager backend: dynamo and AOTAutograd, no C compiler).
 ``--oom-above TOKENS``: from the second optimizer step on, a forward whose micro batch holds more
 tokens runs out of memory (memory that grew after the first step): a smaller micro batch fits."""
 
@@ -25,6 +26,7 @@ parser.add_argument("--bf16", action="store_true", help="train under CPU autocas
 parser.add_argument("--oom-at", default="")
 parser.add_argument("--oom-above", type=int, default=0)
 parser.add_argument("--progress", action="store_true")
+parser.add_argument("--compile", action="store_true")
 args = parser.parse_args()
 if args.config:
     import yaml
@@ -39,6 +41,7 @@ if "RANK" in os.environ:
     torch.distributed.init_process_group("gloo")
 model = nn.Sequential(nn.Embedding(100, 32), nn.Flatten(), nn.Linear(32 * args.seq, 100))
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+forward = torch.compile(model, backend="aot_eager") if args.compile else model
 data = torch.utils.data.DataLoader(torch.randint(100, (64, args.seq)), batch_size=args.batch)
 phase, at = args.oom_at.split(":") if args.oom_at else ("", "-1")
 
@@ -57,7 +60,7 @@ for i, x in enumerate(data):
     if (phase == "forward" and step == int(at)) or (args.oom_above and step >= 1 and x.numel() > args.oom_above):
         model[2].register_forward_hook(out_of_memory)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-        out = model(x)
+        out = forward(x)
     loss = out.float().logsumexp(-1).mean()
     if phase == "backward" and step == int(at):
         out.register_hook(out_of_memory)
