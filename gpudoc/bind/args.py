@@ -156,6 +156,7 @@ class PresetResult:
 class ArgContext:
     world_size: int
     launcher: str | None = None
+    version: str | None = None  # the framework's installed release, where the job's reading found it
 
 
 # -- what the frameworks' argument writers share (``gpudoc.frameworks``: each one's ``edit_args``) ----

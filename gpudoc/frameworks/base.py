@@ -64,8 +64,8 @@ class Framework(Protocol):
         ...
 
     def defaults(self, version: str | None) -> Mapping[str, Any]:
-        """The knobs' values when no source sets them, for the installed ``version`` (None: unknown;
-        no framework read today has defaults that differ between the releases gpudoc knows)."""
+        """The knobs' values when no source sets them, for the installed ``version`` (None: unknown,
+        and a default that changed between releases is left out: TRL's checkpointing and bf16)."""
         ...
 
     def edit_args(self, ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult | None:

@@ -10,6 +10,7 @@ has no subcommand at all (``train.py --config cfg.yaml``). Checkpoints: ``.ckpt`
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +24,7 @@ from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job import checkpoints as ckpt
 from gpudoc.job.argv import JobCommand
+from gpudoc.job.installed import installed_version, job_python, parse_version
 from gpudoc.job.knobs import JobReading
 from gpudoc.job.sources import cli_options, knob_value, load_config, script_tree
 
@@ -36,6 +38,8 @@ echo: tuple[tuple[str, str], ...] = (  # the Trainer's precision line; its hyper
 # The Trainer's precision, as Lightning 2 spells each.
 PRECISION = {"fp32": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "bf16-true": "bf16-true",
              "fp16-true": "16-true"}
+# As releases before 2.0 spell them (Trainer(precision=16|32|"bf16"), mixed only): "bf16-mixed" stops them.
+_PRECISION_1X = {"fp32": "32", "fp16": "16", "bf16": "bf16"}
 _STEP = re.compile(r"step=(\d+)")
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -114,6 +118,9 @@ def defaults(version: str | None) -> Mapping[str, Any]:
 def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     args = job.script_args
     r.framework = name
+    python = job_python(job.program, os.environ)
+    if python is not None:  # both distributions carry the Trainer; the unified one first
+        r.version = installed_version("lightning", python) or installed_version("pytorch_lightning", python)
     for knob, value in defaults(None).items():
         r.set(knob, value, "default", name)
     sub = _subcommand(args)
@@ -137,6 +144,18 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
 
 
 # -- writing ---------------------------------------------------------------------------------------
+def _precision(ed: ArgEdits, knobs: Mapping[str, Any], res: PresetResult, version: str | None) -> None:
+    """``--trainer.precision`` in the spelling the installed release accepts (2.x when unknown)."""
+    release = parse_version(version)
+    if release is None or release >= (2, 0) or "precision" not in knobs:
+        set_flags(ed, knobs, res, {"precision": "--trainer.precision"}, spell=PRECISION.__getitem__)
+    elif knobs["precision"] in _PRECISION_1X:
+        set_flags(ed, knobs, res, {"precision": "--trainer.precision"}, spell=_PRECISION_1X.__getitem__)
+    else:
+        res.cannot["precision"] = (f"{name}: Lightning {version} has no precision '{knobs['precision']}' (its "
+                                   "Trainer takes 16, 32 or bf16, mixed with fp32 weights)")
+
+
 def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:
     res = PresetResult()
     if "micro_batch_size" in knobs:
@@ -145,7 +164,7 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
         ed.set_value((present[0],), str(knobs["micro_batch_size"]))
         res.expressed.add("micro_batch_size")
     set_flags(ed, knobs, res, {"gradient_accumulation_steps": "--trainer.accumulate_grad_batches"})
-    set_flags(ed, knobs, res, {"precision": "--trainer.precision"}, spell=PRECISION.__getitem__)
+    _precision(ed, knobs, res, ctx.version)
     gc = knobs.get("gradient_checkpointing")
     if gc is not None:
         flags: tuple[str, ...] = ("--model.gradient_checkpointing", "--model.init_args.gradient_checkpointing",

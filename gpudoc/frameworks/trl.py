@@ -21,7 +21,7 @@ from gpudoc.bind.filepresets import FilePreset
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job.argv import JobCommand
-from gpudoc.job.installed import installed_version, parse_version, shebang_interpreter, which_on_path
+from gpudoc.job.installed import installed_version, job_python, parse_version
 from gpudoc.job.knobs import JobReading
 from gpudoc.job.sources import as_bool_text, flag_value, knob_value, load_config
 
@@ -59,10 +59,8 @@ def defaults(version: str | None) -> Mapping[str, Any]:
 def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     r.framework = name
     # The interpreter of the `trl` script the job runs (its #! line): the environment TRL is installed in.
-    program = job.script or "trl"
-    path = program if os.sep in program else which_on_path(program, os.environ)
-    python = shebang_interpreter(path, os.environ) if path is not None else None
-    version = installed_version("trl", python) if python is not None else None
+    python = job_python(job.script, os.environ)
+    version = r.version = installed_version("trl", python) if python is not None else None
     for knob, value in defaults(version).items():
         r.set(knob, value, "default", name)
     if version is None:

@@ -53,6 +53,18 @@ def shebang_interpreter(path: str, environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def job_python(program: str | None, environ: Mapping[str, str]) -> str | None:
+    """The interpreter a job's program is, or starts by its ``#!`` line (a console script: ``trl``,
+    ``torchrun``), looked up on the job's PATH; None when it is neither (an environment tool in front
+    of it is ``gpudoc.job.interpreter``'s to ask)."""
+    if program is None:
+        return None
+    path = program if os.sep in program else which_on_path(program, environ)
+    if path is None:
+        return None
+    return path if _PYTHON.match(os.path.basename(path)) else shebang_interpreter(path, environ)
+
+
 # Asking the interpreter itself, where its layout cannot be read: importlib.metadata only.
 ASK_TIMEOUT_S = 30.0
 

@@ -63,6 +63,9 @@ class JobReading:
     config_data: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
     # The command read, as the user gave it: which recorded runs are this job's.
     command: tuple[str, ...] = ()
+    # The framework's release installed for the job's interpreter, where its adapter asked (TRL's
+    # defaults, Lightning's precision spelling depend on it); None: not asked or not found.
+    version: str | None = None
 
     @property
     def values(self) -> dict[str, Any]:

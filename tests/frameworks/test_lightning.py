@@ -75,3 +75,29 @@ def test_a_plain_script_with_a_config_is_not_taken_for_lightning(tmp_path, confi
     reading = read_job(["python", "train.py", "--config", "cfg.yaml"], tmp_path)
     assert reading.framework is None
     assert reading.knobs == {}
+
+
+def test_precision_is_written_as_the_installed_release_spells_it(tmp_path):
+    """Lightning 2 takes ``bf16-mixed``; a job whose environment pins 1.x takes ``bf16`` (its Trainer
+    refuses the 2.x words), read from the dist-info of the interpreter that runs the job."""
+    import subprocess
+    import sys
+
+    from gpudoc.errors import ProfileError
+
+    venv = tmp_path / "pl19"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "pytorch_lightning-1.9.5.dist-info").mkdir()
+    (tmp_path / "cfg.yaml").write_text(CFG)
+    (tmp_path / "train.py").write_text("from pytorch_lightning.cli import LightningCLI\n\nLightningCLI()\n")
+    old = [str(venv / "bin" / "python"), "train.py", "fit", "--config", "cfg.yaml"]
+    assert read_job(old, tmp_path).version == "1.9.5"
+    assert _plan(old, tmp_path, precision="bf16").argv[-2:] == ["--trainer.precision", "bf16"]
+    assert _plan(old, tmp_path, precision="fp16").argv[-2:] == ["--trainer.precision", "16"]
+    with pytest.raises(ProfileError, match=r"Lightning 1\.9\.5 has no precision 'bf16-true'"):
+        _plan(old, tmp_path, precision="bf16-true")
+    # This environment's own release (2.x) takes the 2.x spelling.
+    new = [sys.executable, "train.py", "fit", "--config", "cfg.yaml"]
+    assert (read_job(new, tmp_path).version or "").startswith("2.")
+    assert _plan(new, tmp_path, precision="bf16").argv[-2:] == ["--trainer.precision", "bf16-mixed"]
