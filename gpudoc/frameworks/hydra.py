@@ -50,8 +50,8 @@ def declared(job: JobCommand, cwd: Path) -> bool:
         or _hydra_main(job, cwd) is not None
 
 
-def _hydra_main(job: JobCommand, cwd: Path) -> tuple[str | None, str | None] | None:
-    """``@hydra.main(config_path=..., config_name=...)`` in the script: (path, name) as written."""
+def _hydra_main(job: JobCommand, cwd: Path) -> tuple[str | None, str | None, str | None] | None:
+    """``@hydra.main(config_path=..., config_name=..., version_base=...)`` in the script, as written."""
     tree = script_tree(job, cwd)
     if tree is None:
         return None
@@ -62,7 +62,7 @@ def _hydra_main(job: JobCommand, cwd: Path) -> tuple[str | None, str | None] | N
                     kw = {k.arg: k.value.value for k in deco.keywords
                           if isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)}
                     if "config_name" in kw or "config_path" in kw:
-                        return kw.get("config_path"), kw.get("config_name")
+                        return kw.get("config_path"), kw.get("config_name"), kw.get("version_base")
     return None
 
 
@@ -71,10 +71,15 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     r.framework = name
     path_opt = flag_value(args, ("--config-path", "-cp"))
     name_opt = flag_value(args, ("--config-name", "-cn"))
-    declared_at = _hydra_main(job, cwd) or (None, None)
+    declared_at = _hydra_main(job, cwd) or (None, None, None)
     script_dir = (cwd / job.script).parent if job.script else cwd
     config_dir = (cwd / path_opt[1]) if path_opt else (script_dir / declared_at[0]) if declared_at[0] else None
     config_name = name_opt[1] if name_opt else declared_at[1]
+    if config_dir is not None and config_name:
+        from gpudoc.frameworks.hydra_asked import composed
+
+        if composed(job, cwd, r, config_dir, config_name, declared_at[2]):
+            return
     data: Any = None
     full_keys: dict[str, str] = {}  # knob -> its key in the composed config (what an override names)
     if config_dir is not None and config_name:

@@ -43,6 +43,20 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     r.framework = name
     config = flag_value(args, ("--config",))
     in_bwd: tuple[Any, str] | None = None  # optimizer_in_bwd, and where it is said
+    unasked = ""  # why torchtune's own loader did not answer, where it was asked
+    if config is not None:
+        from gpudoc.frameworks.asked import Unanswered
+        from gpudoc.frameworks.torchtune_asked import loaded
+
+        try:
+            in_bwd = loaded(job, cwd, r, config[1], _KEYS, knob_value)
+        except Unanswered as exc:
+            unasked = f"its config loader could not be asked ({exc})"
+        if in_bwd is not None:
+            _optimizer_in_bwd(in_bwd, r)
+            return
+        if unasked and (cwd / config[1]).is_file():
+            r.notes.append(f"torchtune: {unasked}; {config[1]} read by gpudoc's own reader")
     if config is not None:
         if (cwd / config[1]).is_file():
             data = load_config(cwd / config[1], config[1], r)
@@ -54,8 +68,9 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
             if data is not None and "optimizer_in_bwd" in data:
                 in_bwd = data["optimizer_in_bwd"], config[1]
         else:
-            r.notes.append(f"torchtune: --config {config[1]} is one of torchtune's own configs (not a file "
-                           "here): only the command's overrides were read; `tune cp` it to bind its values")
+            r.notes.append(f"torchtune: --config {config[1]} is one of torchtune's own configs (not a file here) "
+                           f"and {unasked or 'torchtune was not asked'}: only the command's overrides were read; "
+                           "`tune cp` it to bind its values")
     for tok in args:
         over = override(tok)
         if over is not None and over[0] in _KEYS:
@@ -63,6 +78,10 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
             r.set(knob, knob_value(knob, over[1]), "argv", over[0])
         elif over is not None and over[0] == "optimizer_in_bwd":
             in_bwd = typed(over[1]), "the command"
+    _optimizer_in_bwd(in_bwd, r)
+
+
+def _optimizer_in_bwd(in_bwd: tuple[Any, str] | None, r: JobReading) -> None:
     if in_bwd is not None and in_bwd[0] is True:
         # torchtune's recipes raise "Gradient accumulation is not supported with optimizer in bwd":
         # accumulation stays 1, so it is no knob gpudoc may change (the ladder changes only knobs the
