@@ -36,10 +36,12 @@ def simulate(spec: dict) -> dict:
 
     from .build import autocast_dtype, build
     from .emulate import Emulation
+    from .native_meta import use_native_meta_kernels
     from .step import Simulation
     from .tracker import LiveBytes
 
     torch.set_num_threads(1)  # meta tensors compute nothing; leave the cores to the job
+    use_native_meta_kernels()
     job = build(spec)
     switches = spec.get("emulate") or {}
     emulation = Emulation(dropout=switches.get("dropout", True), attention=switches.get("attention", True),

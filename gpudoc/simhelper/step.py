@@ -70,6 +70,10 @@ class Simulation:
     def step(self, size: int) -> dict:
         """One optimizer step at micro batch ``size`` (two micro batches under accumulation, so that
         the gradients of the first are live through the second): its peak and what made it up."""
+        window, gradients = self._step(size)
+        return _describe(window, classify(window, weights=self.weights, gradients=gradients, states=self.states))
+
+    def _step(self, size: int, *, keep_gradients: bool = False) -> tuple[Window, set[int]]:
         tracker, emulation = self.tracker, self.emulation
         gradients: set[int] = set()
         tracker.begin()
@@ -93,29 +97,61 @@ class Simulation:
             gradients |= {s for s in (tracker.serial_of(p.grad) for p in self.params) if s is not None}
         emulation.step_ends()
         tracker.stage = "optimizer"
-        fused = self.impl == "fused"
-
-        def run_optimizer() -> None:
-            tracker.counting = not fused
-            self.optimizer.step()
-            tracker.counting = True
-
         if self.zero is not None:
-            self.zero.step(run_optimizer, lambda grad: gradients.add(tracker.track(grad) or 0))
+            self.zero.step(self._run_optimizer, lambda grad: gradients.add(tracker.track(grad) or 0))
         else:
-            run_optimizer()
+            self._run_optimizer()
+        if not keep_gradients:
+            self.optimizer.zero_grad(set_to_none=True)
+        tracker.stage = "setup"
+        return tracker.end(), gradients
+
+    def _run_optimizer(self) -> None:
+        """``optimizer.step()``; a fused one's temporaries never exist on CUDA (counted at zero), its
+        new states do (recounted)."""
+        fused = self.impl == "fused"
+        self.tracker.counting = not fused
+        self.optimizer.step()
+        self.tracker.counting = True
         for state in self.optimizer.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor) and value.device.type == "meta":
                     if fused:
-                        tracker.recount(value)
-                    serial = tracker.serial_of(value)
+                        self.tracker.recount(value)
+                    serial = self.tracker.serial_of(value)
                     if serial is not None:
                         self.states.add(serial)
+
+    def first_and_steady(self, size: int) -> tuple[dict, dict]:
+        """The first step and the steady state at micro batch ``size``, with one forward and backward.
+        The steady state's forward and backward allocate what the first step's did, with the
+        optimizer's states live throughout: its peaks there are the first step's plus the states.
+        Its optimizer step is run again on the same gradients, the states existing (DeepSpeed's
+        ZeRO re-flattens its gradients in backward, so it steps twice in full)."""
+        if self.zero is not None:
+            return self.step(size), self.step(size)
+        tracker = self.tracker
+        first, gradients = self._step(size, keep_gradients=True)
+        states = tuple((serial, nbytes, "optimizer") for serial, nbytes in tracker.bytes_of(self.states).items())
+        extra = sum(nbytes for _serial, nbytes, _stage in states)
+        tracker.stage = "optimizer"
+        tracker.begin()
+        self._run_optimizer()
         self.optimizer.zero_grad(set_to_none=True)
         tracker.stage = "setup"
-        window = tracker.end()
-        return _describe(window, classify(window, weights=self.weights, gradients=gradients, states=self.states))
+        again = tracker.end()
+        steady = Window(start_bytes=tracker.live, peak_bytes=again.peak_bytes, peak_stage="optimizer",
+                        live_at_peak=again.live_at_peak,
+                        stage_peaks={"optimizer": again.stage_peaks.get("optimizer", again.start_bytes)})
+        for stage in ("setup", "forward", "backward"):
+            if stage not in first.stage_peaks:
+                continue
+            steady.stage_peaks[stage] = first.stage_peaks[stage] + extra
+            if steady.stage_peaks[stage] > steady.peak_bytes:
+                steady.peak_bytes, steady.peak_stage = steady.stage_peaks[stage], stage
+                steady.live_at_peak = first.live_at_stage_peak.get(stage, ()) + states
+        return (_describe(first, classify(first, weights=self.weights, gradients=gradients, states=self.states)),
+                _describe(steady, classify(steady, weights=self.weights, gradients=gradients, states=self.states)))
 
     def run(self, sizes: list[int]) -> list[dict]:
         """The first size gets a first step and a steady-state step; the others one step each
@@ -124,8 +160,9 @@ class Simulation:
         for index, size in enumerate(sizes):
             entry: dict[str, Any] = {"micro_batch_size": size}
             if index == 0:
-                entry["first_step"] = self.step(size)
-            entry["steady_state"] = self.step(size)
+                entry["first_step"], entry["steady_state"] = self.first_and_steady(size)
+            else:
+                entry["steady_state"] = self.step(size)
             runs.append(entry)
         return runs
 

@@ -35,8 +35,11 @@ class Window:
     start_bytes: int
     peak_bytes: int
     peak_stage: str
-    live_at_peak: dict[int, tuple[int, str]] = field(default_factory=dict)  # serial -> (bytes, stage)
+    live_at_peak: tuple[tuple[int, int, str], ...] = ()  # (serial, bytes, stage) of each live storage
     stage_peaks: dict[str, int] = field(default_factory=dict)  # forward | backward | optimizer -> bytes
+    # What was live at each stage's own peak: a later step's peak can fall in another stage than this
+    # window's (``step`` composes the steady state from the first step's forward and backward).
+    live_at_stage_peak: dict[str, tuple[tuple[int, int, str], ...]] = field(default_factory=dict)
 
 
 class LiveBytes(TorchDispatchMode):
@@ -58,6 +61,7 @@ class LiveBytes(TorchDispatchMode):
         self._records: dict[int, tuple[int, int, str]] = {}  # id(storage) -> (serial, bytes, stage)
         self._window: Window | None = None
         self._at_peak = False
+        self._pending: set[str] = set()  # stages whose peak was raised since the last snapshot
 
     # -- tracking ------------------------------------------------------------------------------
     def track(self, tensor: Any) -> int | None:
@@ -88,6 +92,10 @@ class LiveBytes(TorchDispatchMode):
             self._records[id(storage)] = (serial, real, stage)
             self._add(real - size)
 
+    def bytes_of(self, serials: set[int]) -> dict[int, int]:
+        """The counted size of each live storage among ``serials``."""
+        return {serial: size for serial, size, _stage in self._records.values() if serial in serials}
+
     def serial_of(self, tensor: Any) -> int | None:
         if not isinstance(tensor, torch.Tensor):
             return None
@@ -99,30 +107,38 @@ class LiveBytes(TorchDispatchMode):
         window = self._window
         if window is not None and self.live > window.stage_peaks.get(self.stage, 0):
             window.stage_peaks[self.stage] = self.live
+            self._pending.add(self.stage)
         if window is not None and self.live > window.peak_bytes:
             window.peak_bytes = self.live
             window.peak_stage = self.stage
             self._at_peak = True
 
     def _free(self, key: int) -> None:
-        if self._at_peak:
+        if self._pending or self._at_peak:
             self._snapshot()
         _serial, size, _stage = self._records.pop(key)
         self.live -= size
 
     def _snapshot(self) -> None:
+        """What is live now, at the peak just reached (taken before the first free that follows it)."""
         if self._window is not None:
-            self._window.live_at_peak = {s: (n, st) for s, n, st in self._records.values()}
+            live = tuple(self._records.values())  # a copy at C speed: taken often while memory grows
+            for stage in self._pending:
+                self._window.live_at_stage_peak[stage] = live
+            if self._at_peak:
+                self._window.live_at_peak = live
         self._at_peak = False
+        self._pending.clear()
 
     # -- windows -------------------------------------------------------------------------------
     def begin(self) -> None:
         """Start a window: its peak starts at what is live now (reset_peak_memory_stats)."""
         self._window = Window(start_bytes=self.live, peak_bytes=self.live, peak_stage=self.stage)
         self._at_peak = True
+        self._pending.clear()
 
     def end(self) -> Window:
-        if self._at_peak:
+        if self._pending or self._at_peak:
             self._snapshot()
         window, self._window = self._window, None
         if window is None:
@@ -144,7 +160,7 @@ class LiveBytes(TorchDispatchMode):
 def classify(window: Window, *, weights: set[int], gradients: set[int], states: set[int]) -> dict[str, int]:
     """Bytes by kind of what was live at the window's peak."""
     kinds = dict.fromkeys((WEIGHTS, GRADIENTS, OPTIMIZER, ACTIVATIONS, TEMPORARIES), 0)
-    for serial, (size, stage) in window.live_at_peak.items():
+    for serial, size, stage in window.live_at_peak:
         if serial in weights:
             kind = WEIGHTS
         elif serial in gradients:

@@ -47,3 +47,21 @@ def test_accumulation_keeps_gradients_through_the_next_forward():
     single = _simulate("fused", 1)[0]["steady_state"]["stage_peaks"]["forward"]
     accumulated = _simulate("fused", 4)[0]["steady_state"]["stage_peaks"]["forward"]
     assert accumulated - single == pytest.approx(2 * (1024 * 1024 + 1024) * 4, rel=0.01)
+
+
+@pytest.mark.parametrize(("impl", "accumulation"), [("foreach", 1), ("fused", 2), ("forloop", 1)])
+def test_the_steady_state_composed_from_one_forward_and_backward_is_a_second_full_step(impl, accumulation):
+    """``run`` steps forward and backward once for the first size: its steady state (peak, stage,
+    breakdown, every stage's peak) is what stepping the whole step a second time measures."""
+    composed = _simulate(impl, accumulation, layers=3)[0]
+    with torch.device("meta"):
+        model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(3)])
+    job = Job(model, lambda b: torch.empty(b, 1024, device="meta"), [])
+    spec = {"optimizer": "adamw", "optimizer_impl": impl, "gradient_accumulation_steps": accumulation}
+    tracker, emulation = LiveBytes(), Emulation()
+    with tracker, emulation.installed():
+        simulation = Simulation(spec, job, emulation, tracker)
+        first, steady = simulation.step(4), simulation.step(4)
+    assert composed["first_step"] == first
+    assert composed["steady_state"] == steady
+    assert steady["breakdown"]["optimizer"] > 0
