@@ -23,6 +23,7 @@ from gpudoc.frameworks import (
     lightning,
     litgpt,
     llamafactory,
+    megatron,
     nanogpt,
     nemo,
     torchtune,
@@ -43,7 +44,8 @@ def _adapter(module: Framework) -> Framework:
 
 
 ADAPTERS: tuple[Framework, ...] = (
-    _adapter(torchtune), _adapter(lightning), _adapter(litgpt), _adapter(trl), _adapter(deepspeed), _adapter(axolotl), _adapter(llamafactory),
+    _adapter(torchtune), _adapter(lightning), _adapter(litgpt), _adapter(trl), _adapter(deepspeed), _adapter(megatron),
+    _adapter(axolotl), _adapter(llamafactory),
     _adapter(hf_trainer), _adapter(hydra), _adapter(nanogpt), _adapter(accelerate), _adapter(nemo))
 _BY_NAME: dict[str, Framework] = {adapter.name: adapter for adapter in ADAPTERS}
 

@@ -171,7 +171,7 @@ def test_nanogpt_cannot_checkpoint(tmp_path):
 
 def test_unknown_preset_is_a_profile_error(tmp_path):
     with pytest.raises(ProfileError, match="unknown preset"):
-        plan("megatron", {}, ["python", "t.py"], tmp_path)
+        plan("fairseq", {}, ["python", "t.py"], tmp_path)
 
 
 def test_hf_deepspeed_json_is_edited_through_the_file_preset_leaving_auto(tmp_path):

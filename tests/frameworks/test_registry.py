@@ -54,7 +54,7 @@ def test_names_are_unique_and_an_arg_name_belongs_to_one_framework():
     assert registry.arg_preset_names() == sorted(arg_names)
     # The frameworks whose own flags gpudoc writes: a job read as one is bound through [bind] args.
     assert [a.name for a in registry.ADAPTERS if registry.takes_own_flags(a.name)] == \
-        ["torchtune", "lightning", "litgpt", "trl", "hf-trainer", "nanogpt"]
+        ["torchtune", "lightning", "litgpt", "trl", "megatron", "hf-trainer", "nanogpt"]
     # A profile's [bind.files."F"] = NAME: the framework's own config layout, under its own name.
     assert registry.file_preset_names() == ["accelerate", "axolotl", "deepspeed", "litgpt", "llama-factory", "nanogpt",
                                             "nemo", "torchtune"]
@@ -105,6 +105,9 @@ def _case(cwd: Path, case: str) -> list[str]:
     if case == "litgpt":
         shutil.copy(CONFIGS / "litgpt__config_hub__finetune__llama-2-7b__lora.yaml", cwd / "lora.yaml")
         return ["litgpt", "finetune", "meta-llama/Llama-2-7b-hf", "--config", "lora.yaml"]
+    if case == "megatron":
+        _write(cwd, "pretrain_gpt.py", "from megatron.training import pretrain\n")
+        return ["torchrun", "--nproc_per_node=2", "pretrain_gpt.py", "--micro-batch-size", "1"]
     if case == "trl":
         shutil.copy(CONFIGS / "trl__examples__cli_configs__example_config.yaml", cwd / "config.yaml")
         return ["trl", "sft", "--config", "config.yaml", "--output_dir", "test-sft"]
@@ -118,7 +121,8 @@ def _case(cwd: Path, case: str) -> list[str]:
 
 
 @pytest.mark.parametrize("case", ["hf-trainer", "lightning", "hydra", "torchtune", "nanogpt", "deepspeed", "axolotl",
-                                  "llama-factory", "litgpt", "trl", "accelerate"])
+                                  "llama-factory", "litgpt", "trl", "megatron",
+                                  "accelerate"])
 def test_each_framework_is_recognised_from_its_own_job(tmp_path, case):
     command = _case(tmp_path, case)
     picked = registry.pick(parse_command(command), tmp_path)
@@ -152,6 +156,7 @@ STEP_LIMITS = {
     "llama-factory": (["train", "sft.yaml"], ["train", "sft.yaml", "max_steps=3"]),
     "litgpt": (["finetune", "m", "--train.max_steps=100"], ["finetune", "m", "--train.max_steps=3"]),
     "trl": (["sft", "--config", "c.yaml"], ["sft", "--config", "c.yaml", "--max_steps", "3"]),
+    "megatron": (["--train-iters", "500000"], ["--train-iters", "3"]),
 }
 
 

@@ -1,0 +1,129 @@
+"""Megatron-LM's training scripts (``pretrain_gpt.py --micro-batch-size 1 --global-batch-size 64 ...``).
+
+Its arguments are all flags (megatron/training/arguments.py). The global batch is the total over the
+data-parallel ranks and Megatron derives the accumulation from it: ``global_batch_size //
+(micro_batch_size x data-parallel size)``, asserting it divides (num_microbatches_calculator.py), the
+data-parallel size being the world over the tensor, pipeline and context-parallel sizes. So
+accumulation lives in ``--global-batch-size`` and is written there as micro x accumulation x
+data-parallel ranks; without it the global batch is one micro batch per rank.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, set_flags
+from gpudoc.bind.filepresets import FilePreset
+from gpudoc.frameworks import base
+from gpudoc.frameworks.base import Recognition
+from gpudoc.job import recognise as source
+from gpudoc.job.argv import JobCommand
+from gpudoc.job.identity import world
+from gpudoc.job.knobs import JobReading
+from gpudoc.job.sources import bool_flag, flag_value, knob_value
+
+name = "megatron"
+arg_names: tuple[str, ...] = ("megatron",)
+file_preset: FilePreset | None = None
+echo: tuple[tuple[str, str], ...] = ()  # its arguments dump: "  micro_batch_size ..... 1"
+_MICRO, _GLOBAL, _SEQ = "--micro-batch-size", "--global-batch-size", "--seq-length"
+_PARALLEL = (("tensor_parallel", "--tensor-model-parallel-size"), ("pipeline_parallel", "--pipeline-model-parallel-size"),
+             ("context_parallel", "--context-parallel-size"))
+
+
+def recognise(job: JobCommand, cwd: Path) -> Recognition | None:
+    args = job.script_args
+    if flag_value(args, (_MICRO,)) is not None and flag_value(args, (_GLOBAL,)) is not None:
+        return Recognition(True, f"{_MICRO} with {_GLOBAL}, Megatron-LM's own batch arguments")
+    trees = source.job_sources(job, cwd)
+    if any(isinstance(node, (ast.Import, ast.ImportFrom)) and _names_megatron(node) for tree in trees
+           for node in ast.walk(tree)):
+        return Recognition(True, "the script imports megatron")
+    return None
+
+
+def _names_megatron(node: ast.Import | ast.ImportFrom) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return not node.level and (node.module or "").split(".")[0] == "megatron"
+    return any(alias.name.split(".")[0] == "megatron" for alias in node.names)
+
+
+defaults = base.no_defaults
+
+
+def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
+    r.framework = name
+    args = job.script_args
+    for knob, flag in (("micro_batch_size", _MICRO), ("max_seq_len", _SEQ)):
+        hit = flag_value(args, (flag,))
+        if hit is not None:
+            r.set(knob, knob_value(knob, hit[1]), "argv", flag)
+    bf16, fp16 = bool_flag(args, "--bf16"), bool_flag(args, "--fp16")
+    r.set("precision", "bf16" if bf16 else "fp16" if fp16 else "fp32", "argv" if bf16 or fp16 else "default",
+          "--bf16" if bf16 else "--fp16" if fp16 else name)
+    if flag_value(args, ("--recompute-granularity",)) is None and bool_flag(args, "--recompute-activations") is None:
+        r.set("gradient_checkpointing", False, "default", name)
+    parallel = {key: count for key, flag in _PARALLEL if (count := _count(flag_value(args, (flag,)))) and count > 1}
+    r.launch.update(parallel)
+    _accumulation(job, r, args, math.prod(parallel.values()))
+
+
+def _count(hit: tuple[str, str] | None) -> int | None:
+    try:
+        return int(hit[1]) if hit is not None else None
+    except ValueError:
+        return None
+
+
+def _accumulation(job: JobCommand, r: JobReading, args: list[str], model_parallel: int) -> None:
+    micro = r.knobs.get("micro_batch_size")
+    total = _count(flag_value(args, (_GLOBAL,)))
+    if micro is None or not isinstance(micro.value, int):
+        return
+    if total is None:  # Megatron's default: one micro batch per data-parallel rank
+        r.set("gradient_accumulation_steps", 1, "default", name)
+        return
+    ranks = world(job).world_size
+    if ranks is None:
+        r.notes.append(f"megatron: {_GLOBAL} {total} is divided over the data-parallel ranks, which the launcher "
+                       "counts at start: gradient accumulation was not read")
+        return
+    data_parallel = ranks // model_parallel if ranks % model_parallel == 0 else 0
+    if not data_parallel or total % (micro.value * data_parallel):
+        r.notes.append(f"megatron: {_GLOBAL} {total} is not a multiple of {_MICRO} {micro.value} x {data_parallel or '?'} "
+                       "data-parallel ranks: Megatron refuses it")
+        return
+    r.set("gradient_accumulation_steps", total // (micro.value * data_parallel), "argv", _GLOBAL)
+
+
+def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:
+    res = PresetResult()
+    set_flags(ed, knobs, res, {"micro_batch_size": _MICRO, "max_seq_len": _SEQ})
+    if "gradient_accumulation_steps" in knobs:
+        said = [o.value for o in ed.find((_MICRO,)) if o.value is not None]
+        micro = knobs.get("micro_batch_size", said[-1] if said else None)
+        if micro is None:
+            res.cannot["gradient_accumulation_steps"] = f"{name}: no {_MICRO} to derive {_GLOBAL} from"
+        else:
+            ed.set_value((_GLOBAL,), str(base.global_batch(micro, knobs["gradient_accumulation_steps"], ctx.world_size)))
+            res.expressed.add("gradient_accumulation_steps")
+    prec = knobs.get("precision")
+    if prec in ("bf16", "fp16", "fp32"):
+        ed.set_bool(("--bf16",), prec == "bf16")
+        ed.set_bool(("--fp16",), prec == "fp16")
+        res.expressed.add("precision")
+    elif prec is not None:
+        res.cannot["precision"] = f"{name}: --bf16/--fp16 are mixed precision; '{prec}' has no flag"
+    res.unsupported(knobs, ("gradient_checkpointing", "zero_stage", "offload_optimizer", "offload_params", "lora_rank"),
+                    lambda knob: f"{name}: gpudoc writes no flag for {knob}")
+    return res
+
+
+step_limit = base.flag_step_limit("--train-iters")
+resume_switch = base.no_resume_switch
+checkpoints = base.no_checkpoints
+launches = base.no_launches

@@ -1,0 +1,43 @@
+"""Megatron-LM's flags: the accumulation it derives from --global-batch-size over the data-parallel
+ranks (the world over tensor x pipeline parallel), written back there."""
+
+from __future__ import annotations
+
+import json
+
+from gpudoc.bind import plan_bindings
+from gpudoc.profiles.from_job import job_profile
+from tests.conftest import gpudoc_cli
+
+# NVIDIA/Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh (commit 4b36c6c4), its arrays expanded:
+# 8 GPUs in tensor 2 x pipeline 2 are 2 data-parallel ranks; 64 // (1 x 2) = 32 micro batches a step.
+COMMAND = ["torchrun", "--nproc_per_node", "8", "--nnodes", "1", "--master_addr", "localhost", "--master_port", "6000",
+           "pretrain_gpt.py", "--num-layers", "8", "--hidden-size", "256", "--num-attention-heads", "8",
+           "--seq-length", "512", "--max-position-embeddings", "512", "--micro-batch-size", "1",
+           "--global-batch-size", "64", "--train-iters", "10", "--weight-decay", "0.1", "--fp16", "--lr", "6.0e-5",
+           "--use-mcore-models", "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
+
+
+def test_the_global_batch_is_read_as_megatron_divides_it_through_the_dry_run(tmp_path):
+    (tmp_path / "pretrain_gpt.py").write_text("from megatron.training import pretrain\n")
+    done = gpudoc_cli("run", "--dry-run", "--json", "--", *COMMAND, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    read = {b["knob"]: (b["old"], b["where"]) for b in json.loads(done.stdout)["bindings"]}
+    assert read["micro_batch_size"] == (1, "argv:--micro-batch-size")
+    assert read["gradient_accumulation_steps"] == (32, "argv:--global-batch-size")
+    assert read["max_seq_len"] == (512, "argv:--seq-length") and read["precision"] == ("fp16", "argv:--fp16")
+
+
+def test_a_changed_accumulation_is_written_as_the_global_batch_over_the_data_parallel_ranks(tmp_path):
+    profile = job_profile(COMMAND, tmp_path)
+    assert profile.launch == {"nproc_per_node": 8, "nnodes": 1, "tensor_parallel": 2, "pipeline_parallel": 2}
+    assert (profile.data_parallel_size, profile.global_batch_size) == (2, 64)
+    plan = plan_bindings(profile.with_train({"gradient_accumulation_steps": 16, "precision": "bf16"}).for_planning(),
+                         COMMAND, cwd=tmp_path)
+    assert plan.argv[plan.argv.index("--global-batch-size") + 1] == "32"  # 1 x 16 x 2
+    assert "--fp16" not in plan.argv and plan.argv[-1] == "--bf16"
+    # A global batch the ranks do not divide: Megatron refuses it, and so nothing is read.
+    odd = [*COMMAND[:COMMAND.index("--global-batch-size") + 1], "63", *COMMAND[COMMAND.index("--global-batch-size") + 2:]]
+    reading = job_profile(odd, tmp_path).job
+    assert reading is not None and "gradient_accumulation_steps" not in reading.values
+    assert any("Megatron refuses it" in note for note in reading.notes)
