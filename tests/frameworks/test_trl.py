@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,9 +25,13 @@ def trl_env(tmp_path_factory):
 
     def make(release: str) -> Path:
         if release not in made:
+            # A virtual environment's layout, as `python -m venv` lays it out (without running it).
             venv = tmp_path_factory.mktemp(f"trl-{release}")
-            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-            site = next((venv / "lib").glob("python3*/site-packages"))
+            (venv / "bin").mkdir()
+            (venv / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+            (venv / "pyvenv.cfg").write_text("include-system-site-packages = false\n")
+            site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+            site.mkdir(parents=True)
             (site / f"trl-{release}.dist-info").mkdir()
             (site / f"trl-{release}.dist-info" / "METADATA").write_text(f"Name: trl\nVersion: {release}\n")
             script = venv / "bin" / "trl"
@@ -54,9 +57,13 @@ def test_the_installed_releases_defaults_are_read_through_the_dry_run(tmp_path, 
         "micro_batch_size": (8, "default:trl"), "gradient_accumulation_steps": (1, "default:trl"),
         "max_seq_len": (1024, "default:trl"), "gradient_checkpointing": (False, "default:trl"),
         "precision": ("bf16", "default:trl")}
-    # 0.22 turned gradient checkpointing on; 0.18 trained in fp32.
-    assert _read(trl_env("0.22.2"), tmp_path)["gradient_checkpointing"] == (True, "default:trl")
-    assert _read(trl_env("0.18.1"), tmp_path)["precision"] == ("fp32", "default:trl")
+    # 0.22 turned gradient checkpointing on; 0.18 trained in fp32 (read in-process: one CLI run is enough).
+    from gpudoc.job.knobs import read_job
+
+    for release, knob, value in (("0.22.2", "gradient_checkpointing", True), ("0.18.1", "precision", "fp32")):
+        command = [str(trl_env(release) / "trl"), "sft", "--config", "config.yaml"]
+        reading = read_job(command, tmp_path)
+        assert (reading.version, reading.values[knob], reading.places[knob]) == (release, value, "default:trl")
 
 
 def test_flags_beat_the_yaml_and_an_unknown_release_leaves_its_changed_defaults_unknown(tmp_path):
