@@ -2,9 +2,11 @@
 
 The simulation (``gpudoc.estimate.simulate``) answers for the code the job runs; what it cannot
 see (the CUDA context, the allocator's slack, DDP's gradient buckets) is added as the formula does.
-The largest micro batch that fits takes at most three simulations: two sizes in one helper run
-give the forward/backward peak's slope per sample (activations are linear in the micro batch for a
-fixed code path), the predicted size is simulated to verify it, and once more if it missed.
+The largest micro batch that fits takes one more simulation than the estimate's own: with a GPU's
+capacity known, the estimate's helper run also steps two larger micro batches, whose line gives the
+forward/backward peak's growth per sample where the activations set it (linear in the micro batch
+for a fixed code path; at small batches a transient that does not grow can set the peak); the size
+that line predicts is simulated to verify it.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def timeout_of(profile: Any) -> float | None:
     return float(value) if value else None
 
 
-# Simulations the search for the largest micro batch may add to the two it starts from.
-_SEARCH_SIMULATIONS = 3
+# Simulations the search for the largest micro batch may add to the estimate's own helper run.
+_SEARCH_SIMULATIONS = 1
 _MIB = 1 << 20
 
 
@@ -112,7 +114,10 @@ def _simulate(profile: Any, helper: HelperSession, shape: ModelShape | None, set
                 notes.append(note)
         return helper.ask(spec)
 
-    result = run([size, size + 1])
+    # With a capacity to search against, two larger micro batches in the same run: the slope where the
+    # activations set the peak (each size costs a forward and backward, not another helper run).
+    far = min(MAX_SEARCH_MICRO_BATCH - 1, 4 * size + 4)
+    result = run([size, size + 1, far, far + 1] if gpu_total_bytes and far > size + 1 else [size, size + 1])
     # DDP's reducer keeps a bucket copy of every gradient (the formula's ddp_bucket_bytes term).
     ddp = setup.world_size > 1 and setup.sharding_stage == 0  # DeepSpeed's own buckets are simulated
     extra = round(terms.ddp_bucket_bytes(result.get("trainable_bytes", 0))) if ddp else 0
@@ -121,8 +126,8 @@ def _simulate(profile: Any, helper: HelperSession, shape: ModelShape | None, set
     if result.get("own_adapters"):
         notes[:] = [n for n in notes if not n.startswith(LORA_READING_NOTES)]
     notes.extend(n for n in result.get("notes", []) if n not in notes)
-    main, more = result["runs"][0], result["runs"][1]
-    points = {size: _point(main, extra), size + 1: _point(more, extra)}
+    main = result["runs"][0]
+    points = {int(r["micro_batch_size"]): _point(r, extra) for r in result["runs"]}
     slope = max(0, points[size + 1].fb - points[size].fb)
     first, steady = int(main["first_step"]["peak_bytes"]) + extra, int(main["steady_state"]["peak_bytes"]) + extra
     step_name = "steady_state" if steady >= first else "first_step"
@@ -175,15 +180,23 @@ def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup
                      run: Callable[[list[int]], dict], extra: int, notes: list[str]) -> int:
     """The largest micro batch whose simulated peak + slack + context stays under ``budget``, by at
     most ``_SEARCH_SIMULATIONS`` more simulations. Each guess follows the line through the two largest
-    micro batches simulated so far: at small batches a transient that does not grow with the batch
-    (a tied embedding's gradients, say) can set the peak and hide the slope, so the first guess may
-    overshoot; the next one then reads the slope where the activations do set the peak."""
+    micro batches simulated so far. Where a transient that does not grow with the batch (a tied
+    embedding's gradients, say) still sets the peak there, the guess may overshoot; the answer is
+    then read, unsimulated, off the chord from the largest size that fits to the one that did not:
+    the peak, the larger of a constant and a line, is convex, so the chord lies above it and the size
+    it gives fits."""
     rate = 1 + (0.04 if setup.expandable_segments else 0.10)
     context = terms.cuda_context_bytes()
 
     def fits(point: _Point) -> bool:
         slack = terms.allocator_slack_bytes(point.peak, expandable_segments=setup.expandable_segments)
         return point.peak + slack + context <= budget
+
+    def guess_between(low: _Point, high: _Point) -> int:
+        line = (high.fb - low.fb) / (high.size - low.size)
+        if line <= 0:
+            return low.size
+        return max(0, math.floor(low.size + ((budget - context) / rate - low.fb) / line))
 
     def guess() -> int:
         high, line = _top_line(points)
@@ -195,10 +208,12 @@ def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup
 
     good = max((p.size for p in points.values() if fits(p)), default=0)
     bad = min((p.size for p in points.values() if not fits(p)), default=None)
-    for _ in range(_SEARCH_SIMULATIONS):
+    left = _SEARCH_SIMULATIONS
+    while left:
         size = min(guess(), bad - 1 if bad is not None else MAX_SEARCH_MICRO_BATCH)
         if size <= good:
             break
+        left -= 1
         checked = _point(run([size])["runs"][0], extra)
         points[size] = checked
         if fits(checked):
@@ -207,9 +222,15 @@ def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup
             bad = size
         if bad is not None and bad - good <= 1:
             break
-    if bad is not None and good == 0 and bad > 1 and 1 not in points:
+    if bad is not None and good == 0 and bad > 1 and 1 not in points and left:
         checked = _point(run([1])["runs"][0], extra)
         good = 1 if fits(checked) else 0
+    elif bad is not None and good > 0 and bad - good > 1:
+        chord = min(guess_between(points[good], points[bad]), bad - 1)
+        if chord > good:
+            notes.append(f"largest micro batch {chord}: read off the line between the simulated {good} (fits) and "
+                         f"{bad} (does not), not simulated itself")
+            good = chord
     if bad is None and good >= MAX_SEARCH_MICRO_BATCH:
         notes.append(f"the activations do not grow with the micro batch up to {MAX_SEARCH_MICRO_BATCH}")
     return good

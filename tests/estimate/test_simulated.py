@@ -269,10 +269,12 @@ MIB = 1 << 20
 
 
 @pytest.mark.parametrize("flat_until", [0, 24], ids=["linear", "a-transient-sets-the-peak-at-small-batches"])
-def test_the_largest_micro_batch_is_found_in_a_few_simulations(flat_until):
-    """The search starts from the simulated micro batches 4 and 5. Where a transient that does not grow
-    with the batch (a tied embedding's gradients) sets the peak there, their slope is zero; the answer
-    must still be the boundary, never a batch over it, within three more simulations."""
+def test_the_largest_micro_batch_is_found_in_one_more_simulation(flat_until):
+    """The search starts from the micro batches the estimate's run simulated: 4 and 5, and 20 and 21.
+    Linear from there, the one more simulation verifies the boundary itself. Where a transient that
+    does not grow with the batch (a tied embedding's gradients) sets the peak up to 24, the slope is
+    zero and the guess overshoots: the answer, read off the chord, is never over the boundary and
+    close under it."""
     from types import SimpleNamespace
 
     from gpudoc.estimate import terms
@@ -290,7 +292,7 @@ def test_the_largest_micro_batch_is_found_in_a_few_simulations(flat_until):
                          for b in sizes]}
 
     budget = 8 * 1024 * MIB
-    points = {b: _point(run([b])["runs"][0], 0) for b in (4, 5)}
+    points = {b: _point(run([b])["runs"][0], 0) for b in (4, 5, 20, 21)}
     calls.clear()
     setup = SimpleNamespace(expandable_segments=False)
     found = _largest_fitting(points, budget, setup, run, 0, [])  # type: ignore[arg-type]
@@ -299,8 +301,12 @@ def test_the_largest_micro_batch_is_found_in_a_few_simulations(flat_until):
         peak = backward_peak(size)
         return peak + terms.allocator_slack_bytes(peak, expandable_segments=False) + terms.cuda_context_bytes() <= budget
 
-    assert fits(found) and not fits(found + 1)
-    assert len(calls) <= 3
+    boundary = max(b for b in range(1, 4096) if fits(b))
+    assert len(calls) <= 1
+    if flat_until:
+        assert boundary * 0.9 <= found <= boundary
+    else:
+        assert found == boundary
 
 
 def test_one_helper_answers_every_simulation_of_an_estimate(tmp_path):
@@ -313,7 +319,7 @@ def test_one_helper_answers_every_simulation_of_an_estimate(tmp_path):
     status, doc = _estimate(tmp_path, _profile(model='factory = "tinymodel:noted"'))
     assert status == 0 and doc["source"] == "simulation", doc["notes"]
     calls = [line.split() for line in (tmp_path / "tinymodel.py.calls").read_text().splitlines()]
-    assert len({size for _, size in calls}) >= 3  # 2, 3 and at least one guess of the search
+    assert len({size for _, size in calls}) >= 5  # 2, 3, 12, 13 and the search's guess
     assert len({pid for pid, _ in calls}) == 1, calls
 
 
