@@ -65,7 +65,8 @@ def main() -> int:
     for gpu in (None, 141.0):
         load = os.getloadavg()[0]
         doc, wall, cpu = estimate(python, gpu)
-        assert doc["source"] == "simulation", doc["notes"]
+        if doc["source"] != "simulation":
+            sys.exit(f"the formula answered: {doc['notes']}")
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # kilobytes on Linux
         search = f", largest micro batch {doc['max_micro_batch_size']} on {gpu:.0f} GiB" if gpu else ""
         print(f"7B Llama, seq 2048, bf16, AdamW, micro batch 1{search}: peak {doc['peak_bytes'] / gib:.2f} GiB; "

@@ -116,8 +116,8 @@ def _simulate(profile: Any, helper: HelperSession, shape: ModelShape | None, set
 
     # With a capacity to search against, two larger micro batches in the same run: the slope where the
     # activations set the peak (each size costs a forward and backward, not another helper run).
-    far = min(MAX_SEARCH_MICRO_BATCH - 1, 4 * size + 4)
-    result = run([size, size + 1, far, far + 1] if gpu_total_bytes and far > size + 1 else [size, size + 1])
+    larger = min(MAX_SEARCH_MICRO_BATCH - 1, 4 * size + 4)
+    result = run([size, size + 1, larger, larger + 1] if gpu_total_bytes and larger > size + 1 else [size, size + 1])
     # DDP's reducer keeps a bucket copy of every gradient (the formula's ddp_bucket_bytes term).
     ddp = setup.world_size > 1 and setup.sharding_stage == 0  # DeepSpeed's own buckets are simulated
     extra = round(terms.ddp_bucket_bytes(result.get("trainable_bytes", 0))) if ddp else 0
