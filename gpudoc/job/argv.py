@@ -194,10 +194,12 @@ def _read(argv: tuple[str, ...], i: int, wrapper: str | None, wrapper_options: O
         while j < len(argv) and argv[j].startswith("-"):
             j += 1
         return plain(j + 1, argv[j] if j < len(argv) else None)
-    # uv run / conda run / ... in front: when a known launcher or Python appears later, it is the one.
+    # uv run / conda run / ... in front: when a known launcher, front-end or Python appears later, it is the one.
     for j in range(i + 1, len(argv) if prog not in FRONT_ENDS else i + 1):
         name = os.path.basename(argv[j])
-        if name in _LAUNCHERS or _PYTHON.match(name):
+        # A front-end's name right after an option is that option's value (`conda run -n trl trl sft`).
+        front_end = name in FRONT_ENDS and not argv[j - 1].startswith("-")
+        if name in _LAUNCHERS or front_end or _PYTHON.match(name):
             return _read(argv, j, wrapper, wrapper_options)
     return plain(i + 1, argv[i])
 

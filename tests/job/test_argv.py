@@ -64,5 +64,7 @@ def test_a_front_end_that_starts_its_own_launcher_is_the_program_not_the_launche
                          "--nproc_per_node", "4"])
     assert (job.launcher, job.script, job.wrapper) == (None, "axolotl", "srun")
     assert job.script_args == ["train", "cfg.yml", "--launcher", "torchrun", "--", "--nproc_per_node", "4"]
-    # uv run in front still finds the launcher behind it.
+    # uv run / conda run in front still find the launcher, or the front-end, behind them.
     assert parse_command(["uv", "run", "torchrun", "--nproc_per_node", "2", "t.py"]).launcher == "torchrun"
+    job = parse_command(["conda", "run", "-n", "trl", "trl", "sft", "--config", "c.yaml"])
+    assert (job.script, job.script_args) == ("trl", ["sft", "--config", "c.yaml"])
