@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoc import helpercache
 from gpudoc.atomic import atomic_write_text
 from gpudoc.estimate.sim_answer import checked_answer, one_line
 from gpudoc.procs.bounded import LineSession, Reply, run_bounded
@@ -58,8 +59,7 @@ def helper_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 def cache_dir(environ: Mapping[str, str]) -> Path:
     """``$XDG_CACHE_HOME/gpudoc/simulate`` (default ``~/.cache/gpudoc/simulate``)."""
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpudoc" / "simulate"
+    return helpercache.cache_dir(environ, "simulate")
 
 
 def library_versions(python: str, environ: Mapping[str, str]) -> dict[str, str]:
@@ -176,10 +176,7 @@ def factory_code(factory: str, cwd: Path) -> str | None:
 
 def _helper_digest() -> str:
     """The helper's own code is part of the answer: a changed helper never reads an old result."""
-    digest = hashlib.sha256()
-    for path in sorted(HELPER.parent.glob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    return helpercache.code_digest(HELPER.parent)
 
 
 class HelperSession:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoc.helpercache import cache_dir, code_digest
 from gpudoc.procs.bounded import run_bounded
 
 HELPER = Path(__file__).resolve().parent.parent / "readhelper" / "run.py"
@@ -28,11 +29,6 @@ _MAX_FILES = 500  # a config directory holds tens of files: a home directory giv
 
 class Unanswered(Exception):
     """The framework could not be asked; ``str(exc)`` says why."""
-
-
-def cache_dir(environ: Mapping[str, str]) -> Path:
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpudoc" / "read"
 
 
 def _digest(paths: Iterable[Path]) -> dict[str, str]:
@@ -46,21 +42,14 @@ def _digest(paths: Iterable[Path]) -> dict[str, str]:
     return out
 
 
-def _helper_digest() -> str:
-    digest = hashlib.sha256()
-    for path in sorted(HELPER.parent.glob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def ask(request: Mapping[str, Any], *, python: str, cwd: Path, files: Iterable[Path],
         environ: Mapping[str, str] | None = None, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
     """The helper's answer (``ok`` true) to ``request``; ``files``: the config files it may read,
     whose bytes enter the cache key. Raises ``Unanswered``."""
     env = dict(os.environ if environ is None else environ)
     key = hashlib.sha256(json.dumps({"python": python, "request": dict(request), "files": _digest(files),
-                                     "helper": _helper_digest()}, sort_keys=True).encode()).hexdigest()[:32]
-    path = cache_dir(env) / f"{key}.json"
+                                     "helper": code_digest(HELPER.parent)}, sort_keys=True).encode()).hexdigest()[:32]
+    path = cache_dir(env, "read") / f"{key}.json"
     try:
         cached = json.loads(path.read_text(encoding="utf-8"))
         if cached.get("ok") and _digest(Path(p) for p in cached.get("read", {})) == cached.get("read"):

@@ -55,6 +55,10 @@ def loaded(job: JobCommand, cwd: Path, r: JobReading, config: str, keys: dict[st
     written. Raises ``Unanswered`` when torchtune could not be asked."""
     if not needed(cwd, config, keys):
         return None
+    for tok in overrides(job.script_args):  # a value the job would refuse is refused before asking
+        key, _, value = tok.partition("=")
+        if key in keys:
+            JobReading().set(keys[key], value_of(keys[key], value), "argv", key)
     python = target_python(job.argv, os.environ, str(cwd))
     said = overrides(job.script_args)
     local = cwd / config

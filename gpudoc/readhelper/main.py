@@ -125,7 +125,6 @@ def torchtune(req: Mapping[str, Any]) -> dict[str, Any]:
 
     tt = _package_alone("torchtune")
     from torchtune._recipe_registry import get_all_recipes  # type: ignore[import-untyped]
-    from torchtune.config._utils import _merge_yaml_and_cli_args  # type: ignore[import-untyped]
 
     name = str(req["config"])
     recipes = get_all_recipes()
@@ -134,6 +133,11 @@ def torchtune(req: Mapping[str, Any]) -> dict[str, Any]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(tt.__file__)))
     path = os.path.join(root, "recipes", "configs", builtin.file_path) if builtin is not None \
         else os.path.join(str(req["cwd"]), name)
+    if not os.path.isfile(path):
+        raise ValueError(f"{name} is neither one of torchtune's built-in configs nor a file")
+    # Its config loader imports torch (seconds): only once there is a config to merge.
+    from torchtune.config._utils import _merge_yaml_and_cli_args  # type: ignore[import-untyped]
+
     yaml = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     if not isinstance(yaml, dict):
         raise ValueError(f"{path}: not a mapping of settings")
