@@ -14,7 +14,7 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
     """Why this job cannot be simulated on meta tensors, or None when it can."""
     if setup.quantization not in ("none", "nf4"):
         return (f"quantization = \"{setup.quantization}\": torchao's and bitsandbytes' 8-bit kernels have no meta "
-                "implementation (bitsandbytes' NF4 layers have a stand-in)")
+                "implementation (NF4 layers, bitsandbytes' and torchtune's, have a stand-in)")
     if setup.quantization == "nf4" and profile.model.get("factory"):
         return "quantization = \"nf4\" with a [model] factory: the factory's own code quantizes its model"
     if setup.fsdp or setup.sharding_stage > 2:

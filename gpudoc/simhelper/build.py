@@ -192,22 +192,28 @@ def _lora(model: Any, lora: dict, notes: list[str]) -> Any:
 def _four_bit(model: Any, spec: dict, notes: list[str]) -> None:
     """transformers' ``load_in_4bit`` and peft's ``prepare_model_for_kbit_training``: the linear layers
     as bitsandbytes' NF4 ``Linear4bit`` (the stand-in of ``kbit``), every other weight in fp32 under
-    mixed precision, and an input that requires grad."""
+    mixed precision, and an input that requires grad. In an interpreter with torchtune and without
+    bitsandbytes, NF4 can only be torchtune's (torchao's ``NF4Tensor``): its ``LinearNF4`` stand-in."""
     if spec["quantization"] != "nf4" or spec.get("factory"):
         raise Unsupported(f"quantization = \"{spec['quantization']}\"" + (
             " with a [model] factory: the factory's own code quantizes" if spec.get("factory") else
-            ": only bitsandbytes' NF4 layers have a stand-in on meta (torchao's and 8-bit ones do not)"))
+            ": only NF4 layers (bitsandbytes' and torchtune's) have a stand-in on meta (8-bit ones do not)"))
+    from importlib.util import find_spec
+
     from .kbit import quantize_linears
 
     compute = _DTYPES.get(spec["precision"], torch.float32)
-    count = quantize_linears(model, compute)
+    torchao = find_spec("bitsandbytes") is None and find_spec("torchtune") is not None
+    count = quantize_linears(model, compute, torchao=torchao)
     if spec["precision"] in _MIXED:
         for param in model.parameters():
             if param.dtype in (torch.float16, torch.bfloat16):
                 param.data = param.data.to(torch.float32)
     if hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
-    notes.append(f"4-bit: {count} linear layers as bitsandbytes' NF4 Linear4bit (double quantization, "
+    kind = ("torchtune's NF4 (torchao's NF4Tensor; bitsandbytes is not installed)" if torchao
+            else "bitsandbytes' NF4 Linear4bit")
+    notes.append(f"4-bit: {count} linear layers as {kind} (double quantization, "
                  f"computing in {str(compute).replace('torch.', '')})")
 
 

@@ -14,6 +14,14 @@ plain tensors, so a stand-in holds the same bytes for as long:
   ``prepare_model_for_kbit_training`` default), where the forward builds no graph to hold them;
 - backward: the weight dequantized again (transient) for the input's gradient; the frozen packed
   weight gets none.
+
+torchao's ``NF4Tensor`` (torchtune's QLoRA: ``to_nf4``, ``linear_nf4``) holds as much — packed codes,
+an int8 scaler per block of 64, a scaler factor per 256 blocks — but differs in the step:
+- ``LinearNF4`` saves only the NF4 weight for backward, never the input;
+- the dequantization (``weight.to(dtype)``: ``NF4Tensor.get_original_weight``) is eager PyTorch, not a
+  kernel: both halves of the codes as int64 index tensors (8 bytes a weight between them), the looked-up
+  values, each half scaled and the two stacked — about 14 bytes a weight at once, in forward and again
+  in backward, where bitsandbytes writes the 2-byte weight directly.
 """
 
 from __future__ import annotations
@@ -77,14 +85,67 @@ class Linear4bit(torch.nn.Linear):
         return out.to(dtype)
 
 
-def quantize_linears(model: Any, compute_dtype: Any) -> int:
+def _nf4_dequantized(layer: LinearNF4, dtype: Any) -> Any:
+    """``NF4Tensor.get_original_weight`` op for op (torchao/dtypes/nf4tensor.py): what it allocates."""
+    first = (layer.weight >> 4).to(torch.long)
+    second = (layer.weight & 0b1111).to(torch.long)
+    table = layer.nf4.to(dtype)
+    first_values, second_values = table[first], table[second]
+    blocks = layer.scalers.numel()
+    scalers = (layer.scalers.view(-1, NESTED_BLOCK) / layer.factors.unsqueeze(-1)).flatten().to(dtype)
+    repeated = scalers.unsqueeze(-1).expand(blocks, BLOCK // 2)
+    scaled_first = (first_values * repeated.flatten()).unsqueeze(-1).transpose(0, 1)
+    scaled_second = (second_values * repeated.flatten()).unsqueeze(-1).transpose(0, 1)
+    return torch.stack([scaled_first, scaled_second], dim=-1).reshape(layer.out_features, layer.in_features)
+
+
+class _LinearNF4(torch.autograd.Function):
+    """torchao's ``LinearNF4``: the NF4 weight, and only it, saved for backward."""
+
+    @staticmethod
+    def forward(ctx: Any, input: Any, layer: Any) -> Any:
+        ctx.layer = layer  # ctx.save_for_backward(weight): the layer's own NF4 weight, no new storage
+        return F.linear(input, _nf4_dequantized(layer, input.dtype))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return grad @ _nf4_dequantized(ctx.layer, grad.dtype), None
+
+
+class LinearNF4(torch.nn.Linear):
+    """torchtune's frozen NF4 base layer (``FrozenNF4Linear``, ``LoRALinear(quantize_base=True)``): an
+    ``NF4Tensor`` weight's inner tensors, in torchao's dtypes."""
+
+    def __init__(self, linear: torch.nn.Linear, compute_dtype: Any) -> None:
+        torch.nn.Module.__init__(self)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        numel = self.in_features * self.out_features
+        device = linear.weight.device
+        blocks = numel // BLOCK
+        self.weight = torch.nn.Parameter(torch.empty(numel // 2, dtype=torch.uint8, device=device),
+                                         requires_grad=False)  # quantized_data
+        self.register_buffer("scalers", torch.empty(blocks, dtype=torch.int8, device=device))
+        self.register_buffer("factors", torch.empty(max(1, blocks // NESTED_BLOCK), dtype=compute_dtype,
+                                                    device=device))
+        self.register_buffer("nf4", torch.empty(16, dtype=compute_dtype, device=device))
+        self.bias = None if linear.bias is None else torch.nn.Parameter(
+            linear.bias.detach().to(compute_dtype), requires_grad=False)
+
+    def forward(self, x: Any) -> Any:
+        out = _LinearNF4.apply(x, self)
+        return out if self.bias is None else out + self.bias
+
+
+def quantize_linears(model: Any, compute_dtype: Any, *, torchao: bool = False) -> int:
     """Every linear layer of ``model`` but its output head as a ``Linear4bit`` (what transformers'
-    ``load_in_4bit`` converts: the output embeddings stay in their dtype). Returns how many."""
+    ``load_in_4bit`` converts: the output embeddings stay in their dtype), or with ``torchao`` as a
+    ``LinearNF4`` (torchtune's 7B QLoRA recipes put LoRA, and so NF4, on every linear layer but the
+    output). Returns how many."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     converted = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear and child is not head:
-                setattr(parent, name, Linear4bit(child, compute_dtype))
+                setattr(parent, name, (LinearNF4 if torchao else Linear4bit)(child, compute_dtype))
                 converted += 1
     return converted

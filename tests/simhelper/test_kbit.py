@@ -96,3 +96,42 @@ def test_the_kept_input_is_dropped_by_gradient_checkpointing(checkpointed):
     output, cast_input = TOKENS * OUT * 4, TOKENS * IN * 2
     assert kept == output + (0 if checkpointed else cast_input)
     del out
+
+
+def test_torchaos_nf4_keeps_no_input_and_dequantizes_through_int64_codes_in_forward_and_backward():
+    """torchtune's QLoRA layer (torchao's ``LinearNF4``): the same packed bytes as bitsandbytes', but
+    only the weight is saved for backward, and ``get_original_weight`` holds both halves of the codes
+    as int64, their looked-up values, the scaled halves and the stacked weight at once: 14 bytes a
+    weight, in forward and again in backward."""
+    from gpudoc.simhelper.kbit import LinearNF4
+
+    with torch.device("meta"):
+        layer = LinearNF4(torch.nn.Linear(IN, OUT, bias=False), torch.bfloat16)
+    held = {name: rounded(t.untyped_storage().nbytes()) for name, t in [*layer.named_parameters(),
+                                                                        *layer.named_buffers()]}
+    weights = IN * OUT
+    assert held == {"weight": weights // 2, "scalers": weights // 64, "factors": rounded(2 * weights // 64 // 256),
+                    "nf4": 512}
+    tracker = LiveBytes()
+    with tracker:
+        for tensor in (*layer.parameters(), *layer.buffers()):
+            tracker.track(tensor)
+        x = torch.empty(TOKENS, IN, dtype=torch.bfloat16, device="meta", requires_grad=True)
+        tracker.track(x)
+        hidden = x * 1  # an activation: nothing but the graph could keep it
+        start = tracker.live
+        tracker.begin()
+        out = layer(hidden)
+        forward = tracker.end()
+        del hidden
+        output, inputs = TOKENS * OUT * 2, TOKENS * IN * 2
+        assert tracker.live - start == output - inputs  # the layer kept no input for backward
+        scalers = weights // 64 * 2  # dequantized to bf16, beside the rest
+        assert 14 * weights <= forward.peak_bytes - start <= 14 * weights + 2 * scalers + 4 * 512
+        tracker.begin()
+        out.sum().backward()
+        backward = tracker.end()
+    # Backward dequantizes the same way again, beside the input's gradient.
+    rise = backward.peak_bytes - backward.start_bytes
+    assert 14 * weights <= rise <= 14 * weights + 2 * scalers + inputs + 4 * 512
+    assert layer.weight.grad is None
