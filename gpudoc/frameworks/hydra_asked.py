@@ -48,9 +48,11 @@ def composed(job: JobCommand, cwd: Path, r: JobReading, config_dir: Path, config
     primary = config_dir / (config_name if config_name.endswith((".yaml", ".yml")) else f"{config_name}.yaml")
     python = target_python(job.argv, os.environ, str(cwd))
     said = overrides(job.script_args)
-    if python is None or not config_dir.is_dir():
-        return False
+    if not config_dir.is_dir():
+        return False  # gpudoc's own reader says the config is not there
     try:
+        if python is None:
+            raise asked.Unanswered("the job's interpreter was not found")
         answer = asked.ask({"framework": "hydra", "config_dir": str(config_dir.resolve()),
                             "config_name": config_name.removesuffix(".yaml").removesuffix(".yml"),
                             "overrides": said, "version_base": version_base},
