@@ -205,7 +205,7 @@ def launch_attempt(options: RunOptions, profile: Profile, resolved: ResolvedComm
     from gpudoc.diagnose.own_flags import refused_own_flags, user_command
     record.diagnosis = refused_own_flags(record.diagnosis, user_command(record, store), launched)
     record_written(record, profile, cwd)  # what a relaunch of this chain may resume from
-    record.take_observations(probe.observations(run_dir, resolved.argv, cwd, safe_warn) if probing else {})
+    record.take_observations(probe.observations(run_dir, record, safe_warn) if probing else {})
     record.steps = steps.step_figures(record.steps, log_path)  # the probe's, else the job's progress lines
     if sync is not None and record.cause == "gpu_oom" and not sync.announced:
         # The live scan missed it (an output flood): the other nodes still learn of it now.

@@ -65,6 +65,9 @@ class _Probe:
         self.autocast: str | None = None  # the autocast dtype of the first forward, or "off"
         self.history: Any = None  # PyTorch's memory history, with [run] snapshot = "on-oom" (snapshot.py)
         self.oom_at: int | None = None  # the step of the OOM recorded
+        # A backward or optimizer step begun and not (yet) completed: one that never completes was left
+        # by an error, which a framework may have caught itself (Hydra prints it and exits).
+        self.unfinished: str | None = None
         # The parsers the job used, kept in memory until this process writes for training: a launcher
         # (torchrun parses its own arguments) must never create a rank's file.
         self.parsers: list[tuple[dict, Any]] = []  # (what the parser declares, weakref to its namespace)
@@ -160,6 +163,9 @@ class _Probe:
         self._quiet = warnings.filters[0]
         optimizer.register_optimizer_step_pre_hook(self.guarded("step-pre", self._step_begins))
         optimizer.register_optimizer_step_post_hook(self.guarded("step-post", self._step_ends))
+        import atexit
+
+        atexit.register(self.guarded("exit", self._left))
 
     def _find_top(self, module: Any, args: Any) -> None:
         # The first module called is the outermost one: found, the global hook goes (torch.compile
@@ -186,6 +192,7 @@ class _Probe:
         self._forward_begins(module, args, _call_kwargs())
 
     def _forward_begins(self, module: Any, args: Any, kwargs: Any) -> None:
+        self._left()  # a new forward: the last backward or step, if unfinished, was abandoned
         self.phase = "forward"
         if self.input_seen:
             return
@@ -210,19 +217,31 @@ class _Probe:
             tensor.register_hook(self.guarded("backward", self._backward_begins))
 
     def _backward_begins(self, grad: Any) -> None:
-        self.phase = "backward"
+        self.phase = self.unfinished = "backward"
+        # The engine calls it once this backward has completed, never after an error in it.
+        self.torch.autograd.Variable._execution_engine.queue_callback(self.guarded("backward-end", self._finished))
+
+    def _finished(self) -> None:
+        self.unfinished = None
+
+    def _left(self) -> None:
+        """The backward or optimizer step an error left, recorded once; the OOM it may be is told by the
+        job's log (the exception is never held)."""
+        if self.unfinished is not None and self.oom_at != self.steps:
+            self.write("interrupted", phase=self.unfinished, step=self.steps)
+        self.unfinished = None
 
     def _backward_done(self, param: Any) -> None:
         self.backward += 1
 
     def _step_begins(self, opt: Any, args: Any, kwargs: Any) -> None:
-        self.phase = "optimizer"
+        self.phase = self.unfinished = "optimizer"
         if not any(ref() is opt for ref in self.optimizers):
             self.optimizers.append(weakref.ref(opt))
 
     def _step_ends(self, opt: Any, args: Any, kwargs: Any) -> None:
         torch, now = self.torch, time.monotonic()
-        self.phase = "data"
+        self.phase, self.unfinished = "data", None
         self.steps += 1
         seconds = now - self.last_step_at if self.last_step_at is not None else None
         self.last_step_at = now

@@ -144,7 +144,8 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
     for knob, value in _framework_knobs(events).items():
         knobs.setdefault(knob, value)
     oom = next((e for e in events if e["event"] == "oom"), None)
-    return {"knobs": knobs, "steps": steps, "oom": oom, "model": model, "parsers": _parsers(events),
+    left = next((e for e in events if e["event"] == "interrupted" and e.get("phase") in _PHASES), None)
+    return {"knobs": knobs, "steps": steps, "oom": oom, "left": left, "model": model, "parsers": _parsers(events),
             "total": total_from_settings(events),
             "state_dtype": next((e.get("state_dtype") for e in steps if isinstance(e.get("state_dtype"), str)), None)}
 
@@ -277,7 +278,7 @@ def _parser(prog: Any, kind: Any, options: list, raw: Any) -> dict:
 
 def read(run_dir: Path) -> dict[str, Any]:
     """``{"observed", "steps", "oom", "parsers", "probe_errors"}`` for the record (each None when not
-    seen)."""
+    seen), and ``left``: a backward or optimizer step an error left unfinished (``observations``)."""
     from gpudoc.trust import untrusted
 
     directory = run_dir / PROBE_DIR
@@ -305,7 +306,8 @@ def read(run_dir: Path) -> dict[str, Any]:
         if events:
             ranks[int(match.group(1))] = _rank_view(events)
     if not ranks:
-        return {"observed": None, "steps": None, "oom": None, "parsers": None, "probe_errors": errors[:10] or None}
+        return {"observed": None, "steps": None, "oom": None, "left": None, "parsers": None,
+                "probe_errors": errors[:10] or None}
     first = min(ranks)
     observed: dict[str, Any] = {}
     for knob, (value, how) in ranks[first]["knobs"].items():
@@ -322,15 +324,20 @@ def read(run_dir: Path) -> dict[str, Any]:
     view = ranks[first]
     other_ranks = [ranks[r]["steps"] for r in sorted(ranks) if r != first]
     return {"observed": observed or None, "steps": from_probe(view["steps"], observed, view["total"], other_ranks),
-            "oom": _oom(ranks, directory),
+            "oom": _oom(ranks, directory), "left": _left(ranks),
             "parsers": ranks[first]["parsers"] or None, "probe_errors": errors[:10] or None}
 
 
-def observations(run_dir: Path, argv: list[str], cwd: Path, say: Callable[[str], None]) -> dict[str, Any]:
-    """``read``; and when no rank wrote although the job ran behind a wrapper script that may reset
-    PYTHONPATH (said before the launch), ``say`` hears that the probe saw nothing."""
+def observations(run_dir: Path, record: Any, say: Callable[[str], None]) -> dict[str, Any]:
+    """``read`` for ``record``'s run, which has ended. A backward or optimizer step an error left
+    unfinished (a framework caught it: no ``oom`` event) is its OOM's phase when the job's log says
+    it ran out of memory. When no rank wrote although the job ran behind a wrapper script that may
+    reset PYTHONPATH (said before the launch), ``say`` hears that the probe saw nothing."""
     seen = read(run_dir)
-    why = wrapper_resets(list(argv), cwd)
+    left = seen.pop("left", None)
+    if seen["oom"] is None and left is not None and record.cause == "gpu_oom":  # when it was, nothing was held
+        seen["oom"] = {**left, "breakdown": {}, "snapshot": None, "top": []}
+    why = wrapper_resets(list(record.argv), Path(record.cwd))
     if why and not any(seen[key] for key in ("observed", "steps", "oom", "parsers")):
         say(f"the probe saw nothing: no rank of the job wrote ({why.split(': the probe')[0]})")
     return seen
@@ -348,6 +355,12 @@ def _oom(ranks: dict[int, dict[str, Any]], directory: Path) -> dict[str, Any] | 
                 "breakdown": breakdown, "snapshot": _snapshot(event.get("snapshot"), directory, rank),
                 "top": _top(event.get("top"))}
     return None
+
+
+def _left(ranks: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """The first rank's backward or optimizer step that an error left unfinished: {rank, step, phase}."""
+    return next(({"rank": rank, "step": _count(view["left"].get("step")), "phase": view["left"]["phase"]}
+                 for rank, view in sorted(ranks.items()) if view["left"] is not None), None)
 
 
 def _snapshot(said: Any, directory: Path, rank: int) -> str | None:

@@ -96,6 +96,43 @@ def test_an_oom_is_recorded_with_its_phase_step_and_breakdown(isolated_home, whe
     assert (oom["breakdown"]["optimizer_states"] >= 2 * PARAMS * 4) == (step > 0)
 
 
+def test_an_oom_a_framework_catches_in_backward_is_recorded_with_its_phase(isolated_home):
+    # Hydra catches the error, prints it and exits: no exception reaches sys.excepthook.
+    done = gpudoc_cli("run", "--no-check", "--", "python", str(JOB.with_name("hydra_job.py")), "+oom_in=backward",
+                      cwd=isolated_home)
+    record = json.loads(gpudoc_cli("runs", "show", "--json", cwd=isolated_home).stdout)["run"]
+    assert done.returncode == 1 and record["cause"] == "gpu_oom"
+    assert record["oom"] == {"rank": 0, "step": 0, "phase": "backward", "breakdown": {}, "snapshot": None, "top": []}
+
+
+def test_a_backward_or_step_an_error_left_is_written_once_and_a_completed_one_never(tmp_path):
+    import torch
+
+    writer = _writer(_agent(), tmp_path / "probe")
+    writer.torch = torch
+    x = torch.ones(3, requires_grad=True)
+
+    def backward(*then) -> None:
+        out = x * 2
+        for hook in (writer._backward_begins, *then):
+            out.register_hook(hook)
+        out.sum().backward()
+
+    def fails(grad):
+        raise torch.OutOfMemoryError("CUDA out of memory.")
+
+    backward()  # completed: the engine's callback closed it
+    writer._left()
+    with pytest.raises(torch.OutOfMemoryError):  # caught, as HF's auto_find_batch_size catches it
+        backward(fails)
+    writer._forward_begins(None, (), {})  # the next micro batch: the last backward was abandoned
+    writer._step_begins(torch.optim.SGD([x], lr=0.1), (), {})  # an error in the step, then the exit
+    writer._left()
+    writer._left()
+    lines = [json.loads(line) for line in (tmp_path / "probe" / "rank-0.jsonl").read_text().splitlines()]
+    assert [(e["phase"], e["step"]) for e in lines if e["event"] == "interrupted"] == [("backward", 0), ("optimizer", 0)]
+
+
 def test_the_job_cannot_tell_the_probe_is_there(isolated_home):
     outputs = {}
     for switches in ((), ("--no-probe",)):

@@ -103,7 +103,7 @@ def test_a_planted_link_and_other_names_are_not_read(tmp_path):
 
 
 def test_nothing_written_is_nothing_observed(tmp_path):
-    assert probe.read(tmp_path) == {"observed": None, "steps": None, "oom": None, "parsers": None,
+    assert probe.read(tmp_path) == {"observed": None, "steps": None, "oom": None, "left": None, "parsers": None,
                                     "probe_errors": None}
 
 
@@ -218,7 +218,8 @@ _KEYS = st.sampled_from(["event", "shape", "dtype", "backward", "world_size", "d
                          "state_dtype", "autocast", "peak_allocated", "peak_reserved", "seconds", "n", "parameters",
                          "trainable", "dtypes", "settings", "name", "options", "values", "prog", "phase", "step",
                          "breakdown", "snapshot", "top", "hook", "error"])
-_EVENTS = st.sampled_from(["start", "model", "input", "step", "framework", "parser", "oom", "error", "config-file"])
+_EVENTS = st.sampled_from(["start", "model", "input", "step", "framework", "parser", "oom", "error", "config-file",
+                          "interrupted"])
 
 
 @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -227,7 +228,7 @@ def test_any_json_the_job_writes_is_read_without_a_crash(tmp_path, events):
     _write(tmp_path, "rank-0.jsonl", *({**fields, "event": fields.get("event", name)} for name, fields in events))
     read = probe.read(tmp_path)
     json.dumps(read, default=str)  # what goes into the record
-    assert set(read) == {"observed", "steps", "oom", "parsers", "probe_errors"}
+    assert set(read) == {"observed", "steps", "oom", "left", "parsers", "probe_errors"}
 
 
 def test_the_memory_history_is_on_for_relaunches_and_stops_past_the_failed_step(store):
@@ -255,3 +256,23 @@ def test_an_ooms_snapshot_is_only_the_ranks_own_file_and_its_top_is_checked(tmp_
     for planted in ("/etc/passwd", str(tmp_path / "probe" / "snapshot-rank-1.pickle.gz")):
         _write(tmp_path, "rank-0.jsonl", {"event": "oom", "step": 0, "snapshot": planted})
         assert probe.read(tmp_path)["oom"]["snapshot"] is None
+
+
+def test_a_step_an_error_left_is_the_ooms_phase_only_when_the_log_says_it_ran_out_of_memory(tmp_path):
+    from gpudoc.runs.record import RunRecord
+
+    _write(tmp_path, "rank-0.jsonl", {"event": "start", "pid": 1, "rank": 0},
+           {"event": "interrupted", "phase": "optimizer", "step": 3}, {"event": "interrupted", "phase": "x", "step": 1})
+    said: list[str] = []
+    record = RunRecord(id="r", command=["python", "t.py"], cwd=str(tmp_path), cause="gpu_oom", argv=["python", "t.py"])
+    assert probe.observations(tmp_path, record, said.append)["oom"] == {
+        "rank": 0, "step": 3, "phase": "optimizer", "breakdown": {}, "snapshot": None, "top": []}
+    record.cause = "error"  # another error left it: no OOM to place
+    assert probe.observations(tmp_path, record, said.append)["oom"] is None
+    # An OOM the probe recorded itself wins, with its breakdown.
+    _write(tmp_path, "rank-0.jsonl", {"event": "interrupted", "phase": "backward", "step": 0},
+           {"event": "oom", "phase": "forward", "step": 1, "breakdown": {"parameters": 8}})
+    record.cause = "gpu_oom"
+    seen = probe.observations(tmp_path, record, said.append)
+    assert (seen["oom"]["phase"], seen["oom"]["breakdown"], "left" in seen) == ("forward", {"parameters": 8}, False)
+    assert said == []
