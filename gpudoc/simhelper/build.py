@@ -192,8 +192,9 @@ def _lora(model: Any, lora: dict, notes: list[str]) -> Any:
 def _four_bit(model: Any, spec: dict, notes: list[str]) -> None:
     """transformers' ``load_in_4bit`` and peft's ``prepare_model_for_kbit_training``: the linear layers
     as bitsandbytes' NF4 ``Linear4bit`` (the stand-in of ``kbit``), every other weight in fp32 under
-    mixed precision, and an input that requires grad. In an interpreter with torchtune and without
-    bitsandbytes, NF4 can only be torchtune's (torchao's ``NF4Tensor``): its ``LinearNF4`` stand-in."""
+    mixed precision, and an input that requires grad. In an interpreter with torchtune and its torchao
+    and without bitsandbytes, NF4 can only be torchtune's (torchao's ``NF4Tensor``): its ``LinearNF4``
+    stand-in."""
     if spec["quantization"] != "nf4" or spec.get("factory"):
         raise Unsupported(f"quantization = \"{spec['quantization']}\"" + (
             " with a [model] factory: the factory's own code quantizes" if spec.get("factory") else
@@ -203,7 +204,7 @@ def _four_bit(model: Any, spec: dict, notes: list[str]) -> None:
     from .kbit import quantize_linears
 
     compute = _DTYPES.get(spec["precision"], torch.float32)
-    torchao = find_spec("bitsandbytes") is None and find_spec("torchtune") is not None
+    torchao = find_spec("bitsandbytes") is None and None not in (find_spec("torchtune"), find_spec("torchao"))
     count = quantize_linears(model, compute, torchao=torchao)
     if spec["precision"] in _MIXED:
         for param in model.parameters():

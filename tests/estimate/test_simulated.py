@@ -218,8 +218,8 @@ def test_what_meta_tensors_cannot_run_falls_back_with_the_reason(tmp_path, train
 
 
 def test_qlora_is_simulated_with_the_environments_4bit_layers_on_meta(tmp_path):
-    """bitsandbytes' layers, or torchtune's NF4 where the interpreter has torchtune and no bitsandbytes
-    (this venv)."""
+    """bitsandbytes' layers, or torchtune's NF4 where the interpreter has torchtune and torchao and no
+    bitsandbytes."""
     from importlib.util import find_spec
 
     wide = {**CONFIG, "hidden_size": 1024, "intermediate_size": 2752, "num_attention_heads": 8,
@@ -229,7 +229,7 @@ def test_qlora_is_simulated_with_the_environments_4bit_layers_on_meta(tmp_path):
     _, doc = _estimate(tmp_path, '[train]\nmicro_batch_size = 2\nmax_seq_len = 256\nprecision = "bf16"\n'
                                  'quantization = "nf4"\nlora_rank = 8\n[model]\nhf_config = "config.json"\n')
     assert doc["source"] == "simulation", doc["notes"]
-    torchtune = find_spec("bitsandbytes") is None and find_spec("torchtune") is not None
+    torchtune = find_spec("bitsandbytes") is None and None not in (find_spec("torchtune"), find_spec("torchao"))
     kind = "torchtune's NF4 (torchao's NF4Tensor" if torchtune else "bitsandbytes' NF4 Linear4bit"
     assert any(n.startswith(f"4-bit: 14 linear layers as {kind}") for n in doc["notes"]), doc["notes"]
     h, f, kv = 1024, 2752, 512
