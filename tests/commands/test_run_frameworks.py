@@ -104,12 +104,16 @@ def test_hf_trainer_that_ignores_its_flag_is_stopped_after_one_relaunch(tmp_path
     done, records = _retry(cwd, _launch(1, "hf_trainer.py", *HF_FLAGS), oom_above=4, retries=3, HARD_CODED_BATCH="8")
     assert done.returncode == 1
     assert len(records) == 2
-    assert ("gpudoc: micro_batch_size = 4 did not reach the job: the job printed micro_batch_size = 8 again, not 4; "
-            "gpudoc wrote it to argv:--per_device_train_batch_size and the job did not use it") in done.stderr
+    # What the relaunch's probe saw it train with decides (over what the Trainer printed).
+    assert ("gpudoc: micro_batch_size = 4 did not reach the job: the probe saw the job still train with "
+            "micro_batch_size = 8, not 4; gpudoc wrote it to argv:--per_device_train_batch_size and the job did not "
+            "use it") in done.stderr
     assert "--retry-oom 2/3" not in done.stderr
-    # The accumulation did arrive (the Trainer printed 4): only the batch is named.
-    assert records[1].arrival == {"missing": {"micro_batch_size": "the job printed micro_batch_size = 8 again, not 4"},
-                                  "confirmed": ["gradient_accumulation_steps"]}
+    # The accumulation did arrive (4 backward passes a step): only the batch is named.
+    assert records[1].arrival == {
+        "missing": {"micro_batch_size": "the probe saw the job still train with micro_batch_size = 8, not 4"},
+        "confirmed": ["gradient_accumulation_steps"],
+        "source": {"micro_batch_size": "probe", "gradient_accumulation_steps": "probe"}}
 
 
 LIGHTNING_RUN_FALSE = """\
