@@ -269,7 +269,10 @@ def _trial(options: TuneOptions, profile: Profile, stop: Stop, tune_id: str, mic
         for relative in copies:
             _copy_in(work, relative)
         command = trial_command(options.command, stop, options.steps, str(output), _declared(options.command, ws.cwd))
-        environ = dict(ws.environ, **({} if stop.framework else {"GPUDOC_PROBE_STOP_AFTER": str(options.steps)}))
+        # Python puts the script's real directory (through the link: the project's) on sys.path, so
+        # the job's own modules would leave their bytecode caches in the project: none are written.
+        environ = dict(ws.environ, PYTHONDONTWRITEBYTECODE="1",
+                       **({} if stop.framework else {"GPUDOC_PROBE_STOP_AFTER": str(options.steps)}))
         # The job's output goes to stderr (stdout is tune's answer); each trial's own summary stays unsaid.
         console = Console(out=ws.console.err, err=io.StringIO(), colour=False)
         trial_ws = replace(ws.but(cwd=work, console=console), environ=environ)

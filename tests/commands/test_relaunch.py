@@ -63,7 +63,7 @@ def test_fix_and_retry_oom_take_the_same_next_rung_from_the_same_chain(tmp_path)
     assert _retry(seen, 2).returncode == 1
     first, _alloc, halved = _records(seen)
     assert (first.knobs["micro_batch_size"], halved.knobs["micro_batch_size"]) == (4, 2)
-    assert halved.arrival == {"missing": {}, "confirmed": ["micro_batch_size"]}
+    assert halved.arrival == {"missing": {}, "confirmed": ["micro_batch_size"], "source": {"micro_batch_size": "echo"}}
     body = json.loads(gpudoc_cli("fix", "--json", halved.id, cwd=seen).stdout)
     # Not 2 -> 1: the halving arrived and the OOM did not move.
     assert body["next"] == {"rungs": ["offload-optimizer"], "changes": {"offload_optimizer": [False, True]},

@@ -198,7 +198,9 @@ def test_an_hf_trainer_trial_stops_at_its_max_steps_with_saving_and_trackers_off
     done = gpudoc_cli("tune", "--min", "4", "--max", "4", "--json", "--", "python", "hf_trainer.py", "--output_dir",
                       "out", "--max_steps", "100", "--save_strategy", "steps", "--save_steps", "1", "--use_cpu",
                       "--disable_tqdm", "True", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps",
-                      "2", cwd=isolated_home, env={"OOM_ABOVE": "4", "OMP_NUM_THREADS": "1"}, timeout=300)
+                      "2", cwd=isolated_home, timeout=300,
+                      # Bytecode caches on, as on most machines: the job's own modules must not leave theirs here.
+                      env={"OOM_ABOVE": "4", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": ""})
     doc = json.loads(done.stdout)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (doc["best"]["micro_batch_size"], doc["best"]["gradient_accumulation_steps"]) == (4, 4)
