@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoc.atomic import atomic_write_text
+from gpudoc.errors import GpudocError
 from gpudoc.helpercache import cache_dir, code_digest
 from gpudoc.procs.bounded import run_bounded
 
@@ -73,10 +75,8 @@ def ask(request: Mapping[str, Any], *, python: str, cwd: Path, files: Iterable[P
     answer["read"] = _digest(Path(p) for p in answer.get("read_files", ()))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(answer), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
+        atomic_write_text(path, json.dumps(answer))  # never through a link planted where it goes
+    except (GpudocError, OSError):
         pass  # a read-only cache only costs the next reading its time
     return answer
 
