@@ -53,6 +53,9 @@ def load_config(path: Path, label: str, reading: JobReading, *, empty_ok: bool =
     from gpudoc.errors import GpudocError
 
     try:
+        if not path.is_file():  # `--config <(...)`, a FIFO: reading would block, or take the job's bytes
+            reading.notes.append(f"{label}: not read (not a regular file: its bytes are the job's to read)")
+            return None
         size = path.stat().st_size
         if size > MAX_CONFIG_BYTES:
             reading.notes.append(f"{label}: not read ({size / 2**20:.1f} MiB: larger than any training config; "

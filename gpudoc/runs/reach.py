@@ -97,6 +97,8 @@ def _shell_shebang(text: str) -> bool:
 
 def _read(path: str, cwd: Path | None) -> tuple[str, str] | None:
     where = Path(path) if cwd is None else Path(cwd) / path
+    if not where.is_file():
+        return None  # `bash <(...)`, a FIFO: reading would block, or take the bytes the shell should get
     try:
         with open(where, "rb") as script:
             return path, script.read(SCRIPT_CAP_BYTES).decode("utf-8", "replace")

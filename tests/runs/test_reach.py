@@ -57,3 +57,12 @@ def test_which_commands_run_a_script_that_is_read(tmp_path):
         assert wrapper_resets(argv, tmp_path) is not None, argv
     for argv in (["python", "train.py"], ["./train.py"], ["bash", "missing.sh"], ["bash"], ["bash", "-c"], []):
         assert wrapper_resets(argv, tmp_path) is None, argv
+
+
+def test_a_script_that_is_a_fifo_is_not_read(tmp_path):
+    import os
+
+    from tests.conftest import call_beside_fifo
+
+    os.mkfifo(tmp_path / "run.sh")  # `bash <(...)`: its bytes are the shell's, and no writer is there
+    assert call_beside_fifo(tmp_path / "run.sh", lambda: wrapper_resets(["bash", "run.sh"], tmp_path)) is None

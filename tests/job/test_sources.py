@@ -1,0 +1,23 @@
+"""Config files as the framework readers read them: leniently, and never what is not a file."""
+
+from __future__ import annotations
+
+import os
+
+from gpudoc.job.knobs import JobReading
+from gpudoc.job.sources import load_config
+from tests.conftest import call_beside_fifo
+
+
+def test_a_config_that_is_a_fifo_is_a_note_and_never_read(tmp_path):
+    # `--config <(...)`: reading it would block, or take the bytes the job should get.
+    os.mkfifo(tmp_path / "cfg.yaml")
+    reading = JobReading()
+    assert call_beside_fifo(tmp_path / "cfg.yaml", lambda: load_config(tmp_path / "cfg.yaml", "cfg.yaml", reading)) is None
+    assert reading.notes == ["cfg.yaml: not read (not a regular file: its bytes are the job's to read)"]
+
+
+def test_a_regular_config_is_read(tmp_path):
+    (tmp_path / "cfg.yaml").write_text("batch_size: 8\n")
+    reading = JobReading()
+    assert load_config(tmp_path / "cfg.yaml", "cfg.yaml", reading) == {"batch_size": 8} and reading.notes == []
