@@ -122,6 +122,7 @@ def run(kit: Kit, result: Result) -> None:
                             "top": (a["oom"] or {}).get("top")} for a in relaunched_ooms]
     verdicts = {
         "the first attempt ran out of GPU memory": first.get("cause") == "gpu_oom",
+        "the probe named the OOM's phase and what filled the card": _named(attempts[0]["oom"]),
         "a relaunch that ran out of memory dumped its memory history": all(s["snapshot"] and s["top"]
                                                                            for s in result["snapshots"]),
         "the chain ended in a run that fits": last.get("exit_code") == 0,
@@ -135,6 +136,13 @@ def run(kit: Kit, result: Result) -> None:
     result["reason"] = ("not: " + "; ".join(missing)) if missing else (
         f"fit after {len(records)} attempts in {result['time_to_fit_s']:.0f} s, global batch "
         f"{result['global_batch']['before']} kept")
+
+
+def _named(oom: dict | None) -> bool:
+    """The probe's record of an OOM on a GPU: its phase, and a breakdown by kind in which the
+    parameters and the rest (activations, temporaries) hold bytes."""
+    breakdown = (oom or {}).get("breakdown") or {}
+    return bool((oom or {}).get("phase") and breakdown.get("parameters") and breakdown.get("other"))
 
 
 def _allocator_steps(steps: dict | None) -> bool:
