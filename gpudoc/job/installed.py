@@ -29,18 +29,23 @@ def which_on_path(name: str, environ: Mapping[str, str]) -> str | None:
     return shutil.which(name, path=environ.get("PATH", os.defpath))
 
 
-def shebang_interpreter(path: str, environ: Mapping[str, str]) -> str | None:
-    """The Python named by a script's ``#!`` line, or None when it is not a Python script."""
+def shebang(path: str) -> list[str] | None:
+    """The words of a script's ``#!`` line; None when ``path`` is not a regular file or has no such line."""
     if not os.path.isfile(path):
         return None  # a pipe (`<(...)`) would block, or lose the job its bytes
     try:
         with open(path, "rb") as handle:
-            first = handle.readline(512)
+            first = handle.readline(512)  # Linux reads at most 256 bytes of it; a longer line is not one
     except OSError:
         return None
     if not first.startswith(b"#!"):
         return None
-    parts = first[2:].decode("utf-8", "replace").split()
+    return first[2:].decode("utf-8", "replace").split() or None
+
+
+def shebang_interpreter(path: str, environ: Mapping[str, str]) -> str | None:
+    """The Python named by a script's ``#!`` line, or None when it is not a Python script."""
+    parts = shebang(path)
     if not parts:
         return None
     if os.path.basename(parts[0]) == "env":

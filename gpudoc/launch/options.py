@@ -111,16 +111,9 @@ def _missing_interpreter(argv0: str, cwd: Path | None, path_var: str | None) -> 
         script: str | None = os.path.join(cwd, argv0) if cwd is not None else argv0
     else:
         script = shutil.which(argv0, path=path_var)
-    if script is None or not os.path.isfile(script):
-        return None
-    try:
-        with open(script, "rb") as handle:
-            first = handle.readline(256)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode("utf-8", "replace").split()
+    from gpudoc.job.installed import shebang  # only on this error path
+
+    words = shebang(script) if script is not None else None
     if not words:
         return None
     interpreter = words[0]
