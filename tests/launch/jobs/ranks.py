@@ -11,9 +11,6 @@ import signal
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-
 # The exact shape torch >= 2.5 prints for a caching-allocator OOM.
 OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 23.68 GiB of which "
        "1.06 GiB is free. Including non-PyTorch memory, this process has 22.61 GiB memory in use. Of the "
@@ -23,15 +20,18 @@ OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capaci
        "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
 
 
-# Raised through a name that does not spell the error, as in real code (where the failing source
-# line is a matmul): the traceback's source line must not look like the message itself.
-ALLOCATOR_ERROR = torch.OutOfMemoryError
-
 
 def main() -> None:
     mode = sys.argv[1]
     rank = int(os.environ["RANK"])
-    dist.init_process_group("gloo")
+    if mode not in ("sleep", "term_ignore"):  # a rank that only waits to be signalled needs no torch
+        import torch
+        import torch.distributed as dist
+
+        # Raised through a name that does not spell the error, as in real code (where the failing
+        # source line is a matmul): the traceback's source line must not look like the message itself.
+        allocator_error = torch.OutOfMemoryError
+        dist.init_process_group("gloo")
     for i in range(int(os.environ.get("JOB_LINES", "50"))):
         # One write per line (torchrun runs workers unbuffered; print() would write the text and
         # the newline separately, and two ranks' halves interleave in any shared pipe).
@@ -44,12 +44,12 @@ def main() -> None:
     elif rank == 1 and mode == "raise":
         raise RuntimeError("boom from rank 1")
     elif rank == 1 and mode == "oom_exit":
-        raise ALLOCATOR_ERROR(OOM)
+        raise allocator_error(OOM)
     elif rank == 1 and mode == "oom_block":
         import traceback
 
         try:
-            raise ALLOCATOR_ERROR(OOM)
+            raise allocator_error(OOM)
         except torch.OutOfMemoryError:
             # As torch prints a worker's error: every line tagged with the rank (JOB_OOM_PREFIX=0:
             # untagged, as a plain print or a logger without torchrun's prefixes writes it).
