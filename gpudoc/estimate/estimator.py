@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 from gpudoc.estimate import terms
 from gpudoc.estimate.history import Correction, correction_from_history
 from gpudoc.estimate.inputs import Inputs, inputs_from_profile
+from gpudoc.estimate.loading import LOAD, load_library, load_note
 from gpudoc.estimate.model import BREAKDOWN_KEYS, Phases, compute_phases, per_sample_activation_bytes_for
 
 __all__ = [
@@ -104,7 +105,8 @@ def _peak_of(inputs: Inputs, correction: Correction | None) -> tuple[Phases, flo
     phases = compute_phases(inputs)
     if correction is None:
         return phases, phases.peak
-    return phases, correction.apply(inputs, phases)
+    # Measured runs correct the step; the load before it is the libraries' (``loading``).
+    return phases, max(correction.apply(inputs, phases), sum(phases.load.values()))
 
 
 def _overhead(peak: float, inputs: Inputs) -> tuple[int, int]:
@@ -169,6 +171,10 @@ def estimate_inputs(inputs: Inputs, *, gpu_total_bytes: int | None = None, targe
     phase_totals["first_step"] = max(phase_totals["forward_backward"] - phases.forward_backward.get("optimizer", 0.0),
                                      phases.step_total)
     phase_totals["steady_state"] = max(phase_totals["forward_backward"], phases.step_total)
+    if phases.load:
+        phase_totals[LOAD] = sum(phases.load.values())
+        if phases.peak_phase == LOAD:
+            notes.append(load_note(load_library(inputs.setup), phases.load["workspace"]))
     ints = {k: round(v) for k, v in breakdown.items()}
     peak_int = sum(ints.values())
     context, slack = _overhead(peak_int, inputs)

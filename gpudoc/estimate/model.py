@@ -18,6 +18,7 @@ from gpudoc.estimate.inputs import (
     layer_params,
     n_blocks,
 )
+from gpudoc.estimate.loading import LOAD, load_phase
 from gpudoc.estimate.parallel import per_gpu
 
 BREAKDOWN_KEYS = ("weights", "gradients", "optimizer", "activations", "logits", "workspace")
@@ -31,6 +32,7 @@ class Phases:
     forward_backward: dict[str, float]
     optimizer_step: dict[str, float]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    load: dict[str, float] = field(default_factory=dict)  # a 4-bit model's quantization at load (``loading``)
 
     @property
     def fb_total(self) -> float:
@@ -42,15 +44,17 @@ class Phases:
 
     @property
     def peak(self) -> float:
-        return max(self.fb_total, self.step_total)
+        return max(self.fb_total, self.step_total, sum(self.load.values()))
 
     @property
     def peak_phase(self) -> str:
+        if sum(self.load.values()) > max(self.fb_total, self.step_total):
+            return LOAD
         return "forward_backward" if self.fb_total >= self.step_total else "optimizer_step"
 
     @property
     def breakdown(self) -> dict[str, float]:
-        return self.forward_backward if self.peak_phase == "forward_backward" else self.optimizer_step
+        return {LOAD: self.load, "forward_backward": self.forward_backward}.get(self.peak_phase, self.optimizer_step)
 
 
 def _sharded_engine(setup: TrainSetup) -> bool:
@@ -362,6 +366,7 @@ def compute_phases(inputs: Inputs) -> Phases:
         # One matrix is dequantized to the compute dtype at a time (bitsandbytes / torchao NF4).
         workspace_fb += float(max(i * o for i, o in mats.values())) * compute_bytes
 
+    load = load_phase(shape, setup, weights, sharded=engine)
     if setup.optimizer_in_backward:
         # The optimizer runs per parameter inside backward and frees that gradient at once.
         grads_fb = float(max(i * o for i, o in mats.values())) * grad_b
@@ -369,7 +374,7 @@ def compute_phases(inputs: Inputs) -> Phases:
               "activations": acts, "logits": logits, "workspace": workspace_fb}
         step = {"weights": weights, "gradients": grads_fb, "optimizer": optimizer + master + step_temp,
                 "activations": 0.0, "logits": 0.0, "workspace": 0.0}
-        return Phases(fb, step, tuple(notes))
+        return Phases(fb, step, tuple(notes), load)
 
     # With gradient accumulation the gradients of earlier micro batches stay through the next
     # forward; with one micro batch, zero_grad(set_to_none=True) (the default since PyTorch 2.0)
@@ -381,4 +386,4 @@ def compute_phases(inputs: Inputs) -> Phases:
             "activations": 0.0, "logits": 0.0, "workspace": workspace_step}
     if step_grads is not None:
         step.update(gradients=step_grads[0], optimizer=optimizer + master, workspace=step_grads[1])
-    return Phases(fb, step, tuple(notes))
+    return Phases(fb, step, tuple(notes), load)

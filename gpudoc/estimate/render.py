@@ -39,7 +39,9 @@ def render_estimate(est: Estimate, console: Console, *, profile_name: str = "", 
                   + f"  (micro batch {est.micro_batch_size} x {inputs.get('max_seq_len')} tokens, "
                   f"{inputs.get('precision')}, per GPU of {inputs.get('world_size')})")
     step = "first step" if est.peak_step == "first_step" else "steady state"
-    console.print(f"  peak in the {phase} phase of the {step}; source: {est.source}")
+    where = "while the model loads, before the first step" if est.peak_phase == "load" else \
+        f"in the {phase} phase of the {step}"
+    console.print(f"  peak {where}; source: {est.source}")
     _phases(est, console)
     if est.versions:
         console.print("  simulated with " + ", ".join(f"{k} {v}" for k, v in est.versions.items() if k != "helper"))
@@ -85,15 +87,17 @@ def render_estimate(est: Estimate, console: Console, *, profile_name: str = "", 
 
 
 def _phases(est: Estimate, console: Console) -> None:
-    """The two answers a peak can mean: a one-step benchmark stops before the optimizer states exist;
-    a training run holds them from its second step on. The larger is the peak the verdicts weigh."""
+    """The answers a peak can mean: a one-step benchmark stops before the optimizer states exist; a
+    training run holds them from its second step on; a 4-bit model is quantized at load, before both.
+    The largest is the peak the verdicts weigh."""
     first, steady = est.phases.get("first_step"), est.phases.get("steady_state")
     if first is None or steady is None:
         return
-    peak = "first_step" if est.peak_step == "first_step" else "steady_state"
-    for key, label, why in (("first_step", "first step", "no optimizer states yet: what a one-step benchmark "
-                                                         "measures"),
-                            ("steady_state", "steady state", "optimizer states allocated: every later step")):
+    peak = "load" if est.peak_phase == "load" else "first_step" if est.peak_step == "first_step" else "steady_state"
+    rows = [("load", "load", "the 4-bit weights quantized on the GPU, before any step")] if "load" in est.phases else []
+    rows += [("first_step", "first step", "no optimizer states yet: what a one-step benchmark measures"),
+             ("steady_state", "steady state", "optimizer states allocated: every later step")]
+    for key, label, why in rows:
         mark = "  <- the peak" if key == peak else ""
         console.print(f"  {label:<13} {format_bytes(est.phases[key]):>10}  ({why}){mark}")
 

@@ -35,7 +35,7 @@ _CACHE_EXCLUDES = ("cwd",)
 _VERSIONS_CODE = r"""
 import importlib.metadata as m, json, platform
 out = {"python": platform.python_version()}
-for name in ("torch", "transformers", "peft"):
+for name in ("torch", "transformers", "peft", "bitsandbytes", "torchtune", "torchao"):
     try:
         out[name] = m.version(name)
     except Exception:
@@ -63,7 +63,8 @@ def cache_dir(environ: Mapping[str, str]) -> Path:
 
 
 def library_versions(python: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """torch/transformers/peft as installed for ``python`` (package metadata; nothing imported)."""
+    """torch/transformers/peft, and the 4-bit libraries (whose layers and load the helper takes), as
+    installed for ``python`` (package metadata; nothing imported)."""
     try:
         done = run_bounded([python, "-c", _VERSIONS_CODE], timeout_s=_VERSIONS_TIMEOUT_S,
                            env=helper_environment(environ))

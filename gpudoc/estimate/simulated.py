@@ -20,6 +20,7 @@ from gpudoc.errors import ProfileError
 from gpudoc.estimate import terms
 from gpudoc.estimate.estimator import MAX_SEARCH_MICRO_BATCH, Estimate, _describe, estimate
 from gpudoc.estimate.inputs import LORA_READING_NOTES, ModelShape, TrainSetup, model_shape, train_setup
+from gpudoc.estimate.loading import LOAD, load_note
 from gpudoc.estimate.sim_spec import simulation_spec, unsupported_reason
 from gpudoc.estimate.simulate import HelperSession, SimulationUnavailable
 from gpudoc.units import format_bytes
@@ -135,11 +136,26 @@ def _simulate(profile: Any, helper: HelperSession, shape: ModelShape | None, set
     breakdown = {k: int(chosen["breakdown"].get(k, 0)) for k in _KINDS}
     if extra:
         breakdown["workspace"] = extra
+    stage = {"forward": "forward", "backward": "backward", "optimizer": "optimizer_step"}.get(chosen["stage"],
+                                                                                             chosen["stage"])
+    phases = {"first_step": first, "steady_state": steady}
+    load = result.get("load")
+    if load:  # a 4-bit model quantized at load (``simhelper.load``): before any step, so no DDP bucket yet
+        phases[LOAD] = int(load["peak_bytes"])
+        if phases[LOAD] > max(first, steady):
+            stage = LOAD
+            breakdown = {**dict.fromkeys(_KINDS, 0), "weights": int(load["weights_bytes"]),
+                         "temporaries": int(load["temporaries_bytes"])}
+            notes.append(load_note(str(load["library"]), int(load["temporaries_bytes"])))
     peak = sum(breakdown.values())
     target = float(getattr(profile, "target_utilization", 0.85))
     largest = None
     if gpu_total_bytes:
         largest = _largest_fitting(points, gpu_total_bytes * target, setup, run, extra, notes)
+        loaded = phases.get(LOAD, 0)  # no micro batch fits where the model does not load
+        if loaded + terms.allocator_slack_bytes(loaded, expandable_segments=setup.expandable_segments) \
+                + terms.cuda_context_bytes() > gpu_total_bytes * target:
+            largest = 0
         far, far_slope = _top_line(points)
         if far.size > size + 1 and far_slope > 4 * slope + _MIB:
             notes.append(f"one more sequence adds {format_bytes(slope)} at micro batch {size}: a part of the step "
@@ -147,12 +163,10 @@ def _simulate(profile: Any, helper: HelperSession, shape: ModelShape | None, set
                          f"adds {format_bytes(far_slope)}")
     context = terms.cuda_context_bytes()
     slack = round(terms.allocator_slack_bytes(peak, expandable_segments=setup.expandable_segments))
-    stage = {"forward": "forward", "backward": "backward", "optimizer": "optimizer_step"}.get(chosen["stage"],
-                                                                                             chosen["stage"])
     versions = dict(result.get("versions") or {})
     return Estimate(
         peak_bytes=peak, breakdown=breakdown, max_micro_batch_size=largest,
-        phases={"first_step": first, "steady_state": steady}, peak_phase=stage, source="simulation",
+        phases=phases, peak_phase=stage, source="simulation",
         notes=notes, context_bytes=int(context), slack_bytes=slack,
         gpu_total_bytes=int(gpu_total_bytes) if gpu_total_bytes else None, target_utilization=target,
         micro_batch_size=size, per_sample_bytes=slope,

@@ -86,6 +86,38 @@ def quantized_weight_bytes(quantization: str, in_features: int = 4096) -> float:
     raise ValueError(f"not a quantization: {quantization}")
 
 
+# torchao's CHUNK_SIZE (torchao/dtypes/nf4tensor.py, from 0.2): weights quantized per chunk.
+TORCHAO_CHUNK = 1024**2
+
+
+def nf4_load_bytes(numel: float, *, library: str) -> float:
+    """Bytes live beside the model's weights while one weight of ``numel`` elements is quantized to
+    4 bits at load (its packed result is counted with the weights).
+
+    - ``torchao-0.1`` (torchtune 0.1 pins ``torchao==0.1``): torchtune creates each frozen base as a
+      bf16 ``nn.Linear`` on the GPU and quantizes it there with ``to_nf4`` (torchtune v0.1.0,
+      ``torchtune/modules/peft/lora.py``, ``LoRALinear._create_weight_and_bias``), and again in
+      ``load_state_dict``, whose NF4 ``copy_`` moves the checkpoint's weight to the GPU first
+      (``torchtune/utils/_register_nf4_dispatch_ops.py``, ``inplace_copy``). torchao v0.1's
+      ``NF4Tensor.convert_to_norm_float_weight`` (``torchao/dtypes/nf4tensor.py``) holds the weight
+      (2 B), its block-scaled copy (2 B) and, in ``quantize_tensor_nearest`` over the whole weight,
+      ``(value.unsqueeze(-1) - nf4)``: 16 bf16 distances a weight (32 B), live with its ``.abs()``
+      (32 B): 68 B a weight.
+    - ``torchao`` (0.2 on, pytorch/ao#196 "perform in chunks"): the same per ``TORCHAO_CHUNK`` weights
+      into a uint8 buffer: the weight, its scaled copy and the codes (5 B a weight) with one chunk's two
+      distance buffers; the codes' packing then holds half a byte more.
+    - ``bitsandbytes`` (transformers' ``load_in_4bit``: ``Params4bit._quantize``): the half-precision
+      weight on the GPU while ``quantize_4bit`` packs it (2 B).
+    """
+    if library == "torchao-0.1":
+        return 68.0 * numel
+    if library == "torchao":
+        return max(5.0 * numel + 64.0 * min(numel, TORCHAO_CHUNK), 5.5 * numel)
+    if library == "bitsandbytes":
+        return 2.0 * numel
+    raise ValueError(f"not a 4-bit library: {library}")
+
+
 def optimizer_state_bytes(optimizer: str, state_dtype_bytes: float, *, momentum: float = 0.9) -> float:
     """Optimizer state per trainable parameter (not counting an fp32 master copy).
 

@@ -4,7 +4,8 @@ batch an estimate needs, so torch and the model libraries are imported once. Any
 (the project's code may print) is not an answer: the marker tells them apart.
 
 Result: ``{"ok": true, "versions": {...}, "runs": [{"micro_batch_size", "first_step"?, "steady_state"}],
-"notes": [...], "own_adapters": bool, "emulation": {...}, "seconds": float}`` with each step
+"notes": [...], "own_adapters": bool, "emulation": {...}, "load"?: {...}, "seconds": float}`` (``load``:
+a 4-bit model's quantization at load, ``load.quantize_largest``) with each step
 ``{"peak_bytes", "stage", "breakdown", "start_bytes"}``; or ``{"ok": false, "reason": "...", "versions": {...}}``.
 A reason is an answer, not a crash: the helper goes on to the next spec.
 """
@@ -36,6 +37,7 @@ def simulate(spec: dict) -> dict:
 
     from .build import autocast_dtype, build
     from .emulate import Emulation
+    from .load import quantize_largest
     from .native_meta import use_native_meta_kernels
     from .step import Simulation
     from .tracker import LiveBytes
@@ -50,6 +52,7 @@ def simulate(spec: dict) -> dict:
     tracker = LiveBytes()
     with tracker, emulation.installed():
         simulation = Simulation(spec, job, emulation, tracker)
+        load = quantize_largest(job.model, tracker, torchao_version=_installed("torchao"))
         runs = simulation.run([int(b) for b in spec["micro_batch_sizes"]])
     notes = list(job.notes)
     if tracker.scalar_reads:
@@ -57,7 +60,18 @@ def simulate(spec: dict) -> dict:
                      "batch without padding")
     return {"runs": runs, "notes": notes, "optimizer_impl": simulation.impl,
             "trainable_bytes": simulation.trainable_bytes, "own_adapters": job.own_adapters,
-            "emulation": {"sdpa_kernels": emulation.sdpa_kernels, "scalar_reads": tracker.scalar_reads}}
+            "emulation": {"sdpa_kernels": emulation.sdpa_kernels, "scalar_reads": tracker.scalar_reads},
+            **({"load": load} if load else {})}
+
+
+def _installed(name: str) -> str | None:
+    """The installed release of ``name`` in this interpreter, without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def _reason(exc: BaseException) -> str:

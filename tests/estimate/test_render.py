@@ -38,3 +38,12 @@ def test_each_phase_is_printed_once_with_the_peak_marked_once():
     text, _ = _text({"max_seq_len": 256})
     assert sum("<- the peak" in line for line in text.splitlines()) == 1
     assert len([line for line in text.splitlines() if line.strip().startswith(("first step", "steady state"))]) == 2
+
+
+def test_a_4bit_model_that_peaks_at_load_says_so_above_both_steps():
+    text, phases = _text({"max_seq_len": 16, "precision": "bf16-true", "quantization": "nf4", "lora_rank": 8})
+    assert phases["load"] > max(phases["first_step"], phases["steady_state"])
+    assert "peak while the model loads, before the first step" in text
+    load = _line(text, "load")
+    assert format_bytes(phases["load"]) in load and load.endswith("<- the peak")
+    assert sum("<- the peak" in line for line in text.splitlines()) == 1

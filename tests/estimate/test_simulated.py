@@ -237,6 +237,10 @@ def test_qlora_is_simulated_with_the_environments_4bit_layers_on_meta(tmp_path):
     # Half a byte per quantized weight and its constants, the fp32 embeddings and head and the
     # adapters beside them: far under the bf16 base's 2 bytes per weight.
     assert linear / 2 < doc["breakdown"]["weights"] < linear / 2 * 1.05 + 2 * 512 * h * 4 + 2 * 1024**2
+    # The load before it: every weight, with the largest layer's made in bf16 and quantized (bitsandbytes
+    # packs it, 2 bytes a weight beside its codes; torchao's to_nf4 holds more).
+    assert doc["phases"]["load"] >= doc["breakdown"]["weights"] + 2 * h * f
+    assert doc["peak_phase"] != "load" and doc["phases"]["load"] < doc["peak_bytes"]
 
 
 def _fake_python(tmp_path, body: str):
