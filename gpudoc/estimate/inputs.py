@@ -23,7 +23,7 @@ _PRECISIONS = {"fp32", "fp16", "bf16", "bf16-true", "fp16-true"}
 _OPTIMIZERS = {"adamw", "adam", "adamw_8bit", "adafactor", "sgd", "lion"}
 _QUANT = {"none", "nf4", "int8", "int4"}
 _ATTENTION = {"sdpa", "flash", "eager"}
-_LOSSES = {"lm", "chunked", "classification"}
+_LOSSES = {"lm", "chunked", "classification", "fp32_logits"}  # terms.logits_bytes
 
 
 @dataclass(frozen=True)

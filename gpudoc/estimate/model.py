@@ -215,7 +215,8 @@ def per_sample_activation_bytes_for(inputs: Inputs) -> float:
 
 def _logits(shape: ModelShape, setup: TrainSetup) -> float:
     tokens = float(setup.micro_batch_size * (setup.target_len or setup.seq_len))
-    e = 4.0 if kbit_mixed(setup) else act_bytes(setup)  # an fp32 head gives fp32 logits
+    # An fp32 head gives fp32 logits, as does a model that returns them upcast (torchtune's).
+    e = 4.0 if kbit_mixed(setup) or setup.loss == "fp32_logits" else act_bytes(setup)
     return terms.logits_bytes(tokens, shape.vocab, logits_dtype_bytes=e, loss=setup.loss,
                               upcast=setup.loss_upcast)
 

@@ -353,6 +353,10 @@ def logits_bytes(tokens: float, vocab: int, *, logits_dtype_bytes: float, loss: 
     the gradient of the input). fp32 training: 4 fp32 buffers (16 B per token per vocab entry). No
     upcast: four buffers in the logits dtype. Chunked loss (torchtune ``CEWithChunkedOutputLoss``):
     the fp32 buffers exist for one chunk at a time. Classification heads: nothing vocabulary-sized.
+    ``fp32_logits``: the model returns its logits upcast (torchtune's ``self.output(h).float()``) to
+    torch's ``CrossEntropyLoss``: the fp32 copy is what its output holds, beside the loss's three
+    (torchtune 0.1's recipe slices it with ``logits[..., :-1, :].contiguous()``, a copy that replaces
+    it): the caller passes 4-byte logits, 16 B a logit.
     """
     if loss == "classification":
         return 0.0

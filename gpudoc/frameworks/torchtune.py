@@ -38,7 +38,44 @@ def recognise(job: JobCommand, cwd: Path) -> Recognition | None:
     return Recognition(True, "the tune CLI") if job.launcher == "tune" else None
 
 
+# The estimate's ``[train] loss`` for each of torchtune's loss components. Its TransformerDecoder
+# returns the logits in fp32 unless they are chunked (``self.output(h).float()``, torchtune/modules/
+# transformer.py, v0.1.0 to 0.6), so torch's CrossEntropyLoss (its configs' loss up to 0.2) works on
+# an fp32 copy of them; CEWithChunkedOutputLoss (0.3 on) upcasts one chunk at a time, and
+# LinearCrossEntropyLoss projects one chunk at a time (no more than a chunked loss holds).
+LOSSES = {"torch.nn.CrossEntropyLoss": "fp32_logits", "torch.nn.modules.loss.CrossEntropyLoss": "fp32_logits",
+          "torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
+          "torchtune.modules.loss.LinearCrossEntropyLoss": "chunked"}
+
+
 def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
+    _read(job, cwd, r)
+    _loss(job.script_args, cwd, r)
+
+
+def _loss(args: list[str], cwd: Path, r: JobReading) -> None:
+    """``loss._component_`` as the job's config (or an override) says it, as the estimate's loss."""
+    said: tuple[Any, str, str | None] | None = None
+    for label, data in r.config_data:
+        value = get(data, ("loss", "_component_"))
+        if value is not MISSING:
+            # A built-in config is no file here: said where torchtune's other built-in values are.
+            said = (value, "file", label) if (cwd / label).is_file() else (value, "argv", None)
+    for tok in args:
+        over = override(tok)
+        if over is not None and over[0] == "loss._component_":
+            said = (over[1], "argv", None)
+    if said is None:
+        return
+    loss = LOSSES.get(str(said[0]))
+    if loss is None:
+        r.notes.append(f"torchtune: loss {said[0]} is not one gpudoc knows: the estimate takes the full-vocabulary "
+                       "loss ([train] loss says otherwise)")
+        return
+    r.set("loss", loss, said[1], "loss._component_", said[2])
+
+
+def _read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     args = job.script_args
     r.framework = name
     config = flag_value(args, ("--config",))

@@ -295,6 +295,15 @@ def test_qlora_under_autocast_keeps_the_unquantized_weights_and_the_logits_fp32(
     assert pure["logits"] == pytest.approx(2048 * 128256 * 14)
 
 
+def test_a_model_that_returns_fp32_logits_to_its_loss_holds_four_fp32_buffers():
+    """torchtune's decoder ``.float()``s its logits for torch's CrossEntropyLoss (``loss = "fp32_logits"``):
+    the fp32 copy instead of the bf16 one beside the loss's three fp32 buffers."""
+    upcast = compute_phases(_inputs(precision="bf16-true")).forward_backward
+    fp32 = compute_phases(_inputs(precision="bf16-true", loss="fp32_logits")).forward_backward
+    assert upcast["logits"] == pytest.approx(2048 * 128256 * 14)
+    assert fp32["logits"] == pytest.approx(2048 * 128256 * 16)
+
+
 def test_an_encoder_decoder_with_short_targets_saves_decoder_tokens_only():
     t5 = ModelShape(layers=48, hidden=2048, heads=32, kv_heads=32, ffn=5120, vocab=32128, params=2.85e9,
                     arch="encoder-decoder", encoder_layers=24, decoder_layers=24, norm="rmsnorm")

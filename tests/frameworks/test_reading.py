@@ -255,12 +255,29 @@ def test_the_record_keeps_each_knobs_place(tmp_path):
     json.dumps(doc)  # a run record holds it as JSON
 
 
+@pytest.mark.parametrize(("component", "loss"), [("torch.nn.CrossEntropyLoss", "fp32_logits"),
+                                                 ("torchtune.modules.loss.CEWithChunkedOutputLoss", "chunked")])
+def test_torchtunes_loss_component_is_the_estimates_loss(tmp_path, component, loss):
+    """torchtune's 2024 configs named torch's CrossEntropyLoss, which gets the fp32 logits its model
+    returns; later ones a chunked loss (this real config: LinearCrossEntropyLoss)."""
+    shutil.copy(CONFIGS / "torchtune__recipes__configs__llama3_1__8B_lora_single_device.yaml", tmp_path / "tt.yaml")
+    command = ["tune", "run", "lora_finetune_single_device", "--config", "tt.yaml"]
+    reading = read_job(command, tmp_path)
+    assert reading.values["loss"] == "chunked" and reading.places["loss"] == "file:tt.yaml:loss._component_"
+    reading = read_job([*command, f"loss._component_={component}"], tmp_path)
+    assert reading.values["loss"] == loss and reading.places["loss"] == "argv:loss._component_"
+    reading = read_job([*command, "loss._component_=my.own.Loss"], tmp_path)
+    assert "loss" not in reading.values
+    assert any("loss my.own.Loss is not one gpudoc knows" in note for note in reading.notes)
+
+
 def test_torchtune_optimizer_in_bwd_keeps_accumulation_at_one(tmp_path):
     # The real 3B single-device config: optimizer_in_bwd: True, gradient_accumulation_steps: 1, batch_size: 4.
     shutil.copy(CONFIGS / "torchtune__recipes__configs__llama3_2__3B_full_single_device.yaml", tmp_path / "cfg.yaml")
     command = ["tune", "run", "full_finetune_single_device", "--config", "cfg.yaml"]
     reading = read_job(command, tmp_path)
-    assert reading.values == {"micro_batch_size": 4, "gradient_checkpointing": True, "precision": "bf16"}
+    assert reading.values == {"micro_batch_size": 4, "gradient_checkpointing": True, "precision": "bf16",
+                              "loss": "chunked"}
     assert any("optimizer_in_bwd" in note and "gradient_accumulation_steps" in note for note in reading.notes)
     # torchtune raises "Gradient accumulation is not supported with optimizer in bwd": no rung raises it.
     ladder = suggest(Diagnosis(cause="gpu_oom", summary="oom"), job_profile(command, tmp_path),

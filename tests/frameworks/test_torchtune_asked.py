@@ -40,7 +40,8 @@ def test_a_builtin_config_is_read_through_torchtune_and_changed_by_overrides(imp
     reading = read_job(COMMAND, tmp_path)
     # The package's llama3_2/1B_lora_single_device.yaml: batch_size 4 there, 2 on the command line.
     assert reading.values == {"micro_batch_size": 2, "gradient_accumulation_steps": 8, "precision": "bf16",
-                              "gradient_checkpointing": False, "lora_rank": 64}
+                              "gradient_checkpointing": False, "lora_rank": 64, "loss": "chunked"}
+    assert reading.places["loss"] == "argv:loss._component_"  # a built-in config: no file here to name
     assert reading.places["micro_batch_size"] == "argv:batch_size"
     assert reading.places["gradient_accumulation_steps"] == "argv:gradient_accumulation_steps"
     assert any("built-in config, read through its config loader" in n for n in reading.notes)
