@@ -100,16 +100,6 @@ def test_deepspeed_json_example_gets_its_knobs_through_the_file(isolated_home):
                                           "offload_params": "false", "precision": "bf16", "world_size": "1"}
 
 
-def test_env_example_reads_gpudoc_variables(isolated_home):
-    work = _copy("env_knobs", isolated_home)
-    plan = plan_bindings(load_profile_file(work / "gpudoc.toml"), ["python", "train.py"], cwd=work)
-    assert plan.env["GPUDOC_MICRO_BATCH_SIZE"] == "16" and plan.argv == ["python", "train.py"]
-    result = _run(plan.argv, work, {**plan.env, "GPUDOC_STEPS": "2"})
-    assert result.returncode == 0, result.stderr
-    assert _knobs_line(result.stdout)["micro_batch_size"] == "16"
-    assert "step 2/2" in result.stdout
-
-
 _OOM = re.compile(
     r"^torch\.OutOfMemoryError: CUDA out of memory\. Tried to allocate (?P<req>[\d.]+ \w+)\. GPU (?P<gpu>\d+) has a "
     r"total capacity of (?P<total>[\d.]+ \w+) of which (?P<free>[\d.]+ \w+) is free\. Including non-PyTorch memory, "
@@ -120,10 +110,12 @@ _OOM = re.compile(
     r"\(https://pytorch\.org/docs/stable/notes/cuda\.html#environment-variables\)$", re.M)
 
 
-def test_env_example_simulated_oom_is_a_real_format_message_with_consistent_sizes(isolated_home):
+def test_env_example_reads_gpudoc_variables_and_its_simulated_oom_is_a_real_format_message(isolated_home):
     work = _copy("env_knobs", isolated_home)
     plan = plan_bindings(load_profile_file(work / "gpudoc.toml"), ["python", "train.py"], cwd=work)
+    assert plan.env["GPUDOC_MICRO_BATCH_SIZE"] == "16" and plan.argv == ["python", "train.py"]
     result = _run(plan.argv, work, {**plan.env, "FAKE_GPU_BUDGET": "64"})  # 16 x 8 = 128 > 64
+    assert _knobs_line(result.stdout)["micro_batch_size"] == "16"  # the profile's binding, read by the job
     assert result.returncode == 1
     assert "Traceback (most recent call last):" in result.stderr
     m = _OOM.search(result.stderr)
@@ -137,9 +129,10 @@ def test_env_example_simulated_oom_is_a_real_format_message_with_consistent_size
     diagnosis = diagnose_text(result.stderr, exit_code=1)
     assert diagnosis.cause == "gpu_oom" and diagnosis.gpu_index == 0
     # Halving the micro batch fits the same budget: what the ladder's first batch rung does.
-    ok = _run(plan.argv, work, {**plan.env, "GPUDOC_MICRO_BATCH_SIZE": "8", "GPUDOC_STEPS": "1",
+    ok = _run(plan.argv, work, {**plan.env, "GPUDOC_MICRO_BATCH_SIZE": "8", "GPUDOC_STEPS": "2",
                                 "FAKE_GPU_BUDGET": "64"})
     assert ok.returncode == 0, ok.stderr
+    assert _knobs_line(ok.stdout)["micro_batch_size"] == "8" and "step 2/2" in ok.stdout
 
 
 @pytest.mark.parametrize("knob_env,fits", [
