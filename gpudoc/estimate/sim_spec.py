@@ -32,7 +32,7 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
         return f"optimizer = \"{setup.optimizer}\": its states live in custom CUDA kernels (bitsandbytes)"
     if setup.optimizer_in_backward:
         return "an optimizer that steps inside backward is the job's own code"
-    if setup.loss != "lm":
+    if setup.loss not in ("lm", "fp32_logits") or (setup.loss == "fp32_logits" and profile.model.get("factory")):
         return f"loss = \"{setup.loss}\": the job's own loss code"
     if setup.gradient_checkpointing == "selective" and not profile.model.get("factory"):
         return ("selective checkpointing: the policy is the job's own code (transformers has no switch for it; "
@@ -113,6 +113,8 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
         "quantization": setup.quantization,
         "arch": shape.arch if shape is not None else str(profile.model.get("arch") or "decoder"),
     }
+    if setup.loss == "fp32_logits":  # the model's logits upcast, then torch's cross-entropy (torchtune's)
+        spec["loss"] = setup.loss
     if zero_sharded(setup):
         # DeepSpeed's defaults (reduce_bucket_size 5e8 elements, overlap_comm off below stage 3): the
         # profile carries no ZeRO config.

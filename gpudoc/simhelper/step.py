@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
@@ -50,6 +51,7 @@ class Simulation:
             if spec.get("zero") else None
         self.optimizer, self.impl = (self.zero.optimizer, self.zero.impl) if self.zero else optimizer(spec, self.params)
         self.accumulation = max(1, min(2, int(spec.get("gradient_accumulation_steps") or 1)))
+        self.fp32_logits = spec.get("loss") == "fp32_logits"
         self.weights: set[int] = set()
         for tensor in (*job.model.parameters(), *job.model.buffers()):
             serial = tracker.track(tensor)
@@ -81,8 +83,15 @@ class Simulation:
             batch = self._batch(size)
             tracker.stage = "forward"
             emulation.forward_begins()
+            labels = batch.pop("labels", None) if self.fp32_logits and isinstance(batch, dict) else None
             out = _forward(self.job.model, batch)
-            loss = _loss(out)
+            if labels is not None:
+                # torchtune's decoder returns its logits upcast (``self.output(h).float()``) to torch's
+                # CrossEntropyLoss: the fp32 copy, not the half-precision output, lives through backward.
+                out = out.logits.float()
+                loss = F.cross_entropy(out.flatten(0, -2), labels.flatten())
+            else:
+                loss = _loss(out)
             emulation.forward_ends()
             tracker.stage = "backward"
             # The outputs stay referenced through backward, as in `out = model(**batch);

@@ -91,6 +91,22 @@ def _checkpointing(r: dict) -> str:
     return "full"
 
 
+def loss_of(r: dict) -> tuple[str, bool]:
+    """(``[train] loss``, ``loss_upcast``) from the record's ``loss_impl``: a classification head, the
+    chunked loss, torch's CrossEntropyLoss in a torchtune recipe (whose model returns fp32 logits:
+    ``gpudoc.frameworks.torchtune.LOSSES``), or logits kept in bf16 through the loss."""
+    from gpudoc.frameworks.torchtune import LOSSES
+
+    text = (r.get("loss_impl") or "").lower()
+    if "classification" in text:
+        return "classification", True
+    if "chunked" in text:
+        return "chunked", True
+    if (r["source"] or "").startswith("torchtune") and "nn.crossentropyloss" in text:
+        return LOSSES["torch.nn.CrossEntropyLoss"], True
+    return "lm", "bf16 logits" not in text
+
+
 def _lora(r: dict) -> tuple[int, tuple[str, ...], float]:
     lora = r.get("lora")
     if not lora:
@@ -126,9 +142,8 @@ def inputs_for(r: dict) -> Inputs:
     quant = "nf4" if "nf4" in quant else ("int8" if "int8" in quant else "none")
     attention = "eager" if "eager" in (r["attention_impl"] or "").lower() else "sdpa"
     dropout = 0.1 if "dropout" in (r["attention_impl"] or "").lower() else 0.0
-    loss_text = (r.get("loss_impl") or "").lower()
-    loss = "classification" if "classification" in loss_text else "lm"
-    if not loss_text and "chunked CE" in (r.get("notes") or ""):
+    loss, upcast = loss_of(r)
+    if not r.get("loss_impl") and "chunked CE" in (r.get("notes") or ""):
         loss = "chunked"  # the source says its configs used the default chunked cross-entropy
     arch = r["arch"]
     layers = int(r["n_layers"])
@@ -147,7 +162,7 @@ def inputs_for(r: dict) -> Inputs:
         zero_stage=zero if world > 1 else 0, fsdp=fsdp or engine, world_size=world,
         offload_optimizer=paged or bool(par.get("cpu_offload")), optimizer=optimizer,
         lora_rank=rank, lora_targets=targets, lora_dropout=lora_dropout, quantization=quant,
-        attention=attention, dropout=dropout, loss=loss, loss_upcast="bf16 logits" not in loss_text,
+        attention=attention, dropout=dropout, loss=loss, loss_upcast=upcast,
         optimizer_in_backward=in_bwd,
     )
     return Inputs(shape=shape, setup=setup)

@@ -164,3 +164,14 @@ def test_deepspeed_zero_1_and_2_are_simulated_as_one_ranks_share(tmp_path, train
 ])
 def test_zero_3_fsdp_and_offload_stay_the_formulas(tmp_path, train, why):
     assert why in (_read(_profile(tmp_path, LLAMA_SHAPE, train, {"nproc_per_node": 4}))[2] or "")
+
+
+def test_torchtunes_fp32_logits_loss_is_simulated_and_a_factorys_own_loss_is_not(tmp_path):
+    spec, _, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, {"loss": "fp32_logits"}))
+    assert reason is None and spec["loss"] == "fp32_logits"
+    spec, _, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE))
+    assert reason is None and "loss" not in spec
+    _, _, reason, _ = _read(_profile(tmp_path, {**LLAMA_SHAPE, "factory": "job:build"}, {"loss": "fp32_logits"}))
+    assert reason == 'loss = "fp32_logits": the job\'s own loss code'
+    _, _, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, {"loss": "chunked"}))
+    assert reason == 'loss = "chunked": the job\'s own loss code'

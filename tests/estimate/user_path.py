@@ -1,7 +1,8 @@
 """The published measurements (tests/fixtures/memory/cases.jsonl) through the user's path: each case
 becomes a profile TOML written the way its user would write it — only the keys the SPEC gives a
-profile, only what the case's structured fields say (its free-text notes and the dropout, loss form,
-LoRA targets or CUDA context they mention are facts a profile cannot carry) — and runs through
+profile, only what the case's structured fields say (among them optimizer_in_backward, and a torchtune
+job's loss as its config says it; the free-text notes and the dropout, LoRA targets or CUDA context
+they mention are facts a profile does not carry) — and runs through
 ``gpudoc estimate --json`` (the command function, in-process), with or without ``--simulate``.
 The rows measured with LitGPT's scripts also get what their user has: a ``[model] factory`` building
 LitGPT's model and step (``jobs/litgpt_lora.py``), and LitGPT in the interpreter.
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from gpudoc.commands.estimate import estimate_command
 from tests.conftest import captured_workspace
-from tests.estimate.cases import UNITS, _checkpointing, _optimizer, _precision
+from tests.estimate.cases import UNITS, _checkpointing, _optimizer, _precision, loss_of
 from tests.facts.fake_nvml import FakeNvml
 
 # NVML_ERROR_DRIVER_NOT_LOADED: no GPU is visible, wherever the test runs, so no card's capacity
@@ -79,7 +80,8 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
     par = r["parallelism"] or {}
     world = int(par.get("world_size") or 1)
     precision, _ = _precision(r)
-    optimizer, paged, _ = _optimizer(r)
+    optimizer, paged, in_backward = _optimizer(r)
+    loss, _ = loss_of(r)
     quant = (r.get("quantization") or "").lower()
     strategy = (par.get("strategy") or "").lower()
     zero = int(par.get("zero_stage") or 0) or (3 if "fsdp" in strategy else 0)
@@ -101,6 +103,12 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
     }
     if zero and world > 1:
         train["zero_stage"] = zero
+    if in_backward:  # torchtune's optimizer_in_bwd: each gradient stepped and freed in backward
+        train["optimizer_in_backward"] = True
+    if loss != "lm" and (r["source"] or "").startswith("torchtune"):
+        # What gpudoc reads from a torchtune job's config (loss._component_); no other framework's
+        # config that gpudoc reads names its loss form.
+        train["loss"] = loss
     if r.get("lora"):
         train["lora_rank"] = int(r["lora"]["rank"])
     if "nf4" in quant:

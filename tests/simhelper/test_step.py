@@ -65,3 +65,41 @@ def test_the_steady_state_composed_from_one_forward_and_backward_is_a_second_ful
     assert composed["first_step"] == first
     assert composed["steady_state"] == steady
     assert steady["breakdown"]["optimizer"] > 0
+
+
+class _TinyLM(torch.nn.Module):
+    """Embedding and head in bf16; with labels, the loss as transformers computes it (the bf16 logits
+    upcast inside the loss), the logits kept by the output."""
+
+    def __init__(self, vocab: int, hidden: int) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, hidden, dtype=torch.bfloat16)
+        self.head = torch.nn.Linear(hidden, vocab, bias=False, dtype=torch.bfloat16)
+
+    def forward(self, input_ids, labels=None):
+        from types import SimpleNamespace
+
+        logits = self.head(self.embed(input_ids))
+        loss = None
+        if labels is not None:
+            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, -2), labels.flatten())
+        return SimpleNamespace(logits=logits, loss=loss)
+
+
+def test_a_model_returning_fp32_logits_holds_the_fp32_copy_through_backward_instead_of_the_half_one():
+    """``loss = "fp32_logits"`` (torchtune's decoder ``.float()``s its logits for torch's cross-entropy):
+    two bytes a logit more than transformers' loss, whose output keeps the bf16 logits."""
+    vocab, hidden, batch, seq = 4096, 64, 2, 256
+
+    def backward_peak(loss: str | None) -> int:
+        with torch.device("meta"):
+            model = _TinyLM(vocab, hidden)
+        ids = lambda b: {"input_ids": torch.zeros(b, seq, dtype=torch.long, device="meta"),  # noqa: E731
+                         "labels": torch.zeros(b, seq, dtype=torch.long, device="meta")}
+        spec = {"optimizer": "adamw", "optimizer_impl": "fused", **({"loss": loss} if loss else {})}
+        tracker, emulation = LiveBytes(), Emulation()
+        with tracker, emulation.installed():
+            run = Simulation(spec, Job(model, ids, []), emulation, tracker).run([batch])[0]
+        return run["first_step"]["stage_peaks"]["backward"]
+
+    assert backward_peak("fp32_logits") - backward_peak(None) == pytest.approx(2 * batch * seq * vocab, rel=0.05)
