@@ -34,6 +34,7 @@ _LIGHTNING = ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.tr
 _LIGHTNING_SETTINGS = ("accumulate_grad_batches", "precision", "world_size", "num_devices", "num_nodes",
                        "max_steps", "max_epochs", "gradient_clip_val")
 _DEEPSPEED = "deepspeed.runtime.engine"
+_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's frame, whose f_locals is a snapshot (not imported: start-up cost)
 
 
 class AfterImport:
@@ -132,6 +133,22 @@ def frames_from(frame: Any) -> list:
     return out
 
 
+def frame_locals(frame: Any) -> dict:
+    """A frame's variables, read without keeping them alive. Before Python 3.13, reading ``f_locals``
+    of a running function leaves a snapshot dict on the frame, holding every variable it had then
+    (the training loop's batch and loss) until the function reads it again or returns: the job's
+    memory would hold one batch more than it does without the probe. So the snapshot is emptied
+    again, unless the job holds it itself (its own ``locals()``); a module's or class body's
+    variables are the namespace itself, never a snapshot."""
+    local = frame.f_locals
+    if sys.version_info >= (3, 13) or not frame.f_code.co_flags & _OPTIMIZED:
+        return local
+    copy = dict(local)
+    if sys.getrefcount(local) <= 3:  # the frame's, this function's, getrefcount's own argument
+        local.clear()
+    return copy
+
+
 def innermost(tb: Any) -> Any:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
@@ -143,7 +160,7 @@ def resolved_settings(frames: list) -> list[dict]:
     found: dict[str, dict] = {}
     configs: list[Any] = []
     for frame in reversed(frames):
-        local = frame.f_locals
+        local = frame_locals(frame)
         me = local.get("self")
         trainer = me if _is(me, _LIGHTNING, "Trainer") else getattr(me, "trainer", None)
         if "lightning" not in found and _is(trainer, _LIGHTNING, "Trainer"):

@@ -5,8 +5,9 @@ job's interpreter; gpudoc never imports it, and never unpickles what it writes).
 With ``[run] snapshot = "on-oom"`` the probe arms ``torch.cuda.memory._record_memory_history`` (Python
 stacks, a bounded number of entries) once the job uses CUDA, and at an OOM dumps the snapshot,
 gzip-compressed, into the run's probe directory for PyTorch's memory_viz. Recording costs time on
-every allocation, so it stops once the job has passed the step where the last attempt failed, plus
-a few: a relaunch that fits does not pay for it for hours. The largest live allocations by source
+every allocation (measured on an H100: a GPT-2-small loop's median step 0.0434 s recorded against
+0.0333 s bare, about +30%), so it stops once the job has passed the step where the last attempt
+failed, plus a few: a relaunch that fits does not pay for it for hours. The largest live allocations by source
 line are computed here, inside the job, from the snapshot's own dict (its documented format:
 ``segments`` -> ``blocks`` with ``size``, ``state`` and ``frames``), and written as plain JSON.
 """

@@ -345,3 +345,43 @@ def test_the_probe_code_is_gpudocs_own_never_what_the_jobs_folder_holds(tmp_path
                            text=True, timeout=120)
     record = json.loads(shown.stdout)["run"]
     assert record["observed"]["micro_batch_size"]["value"] == 4 and record["probe_errors"] is None
+
+
+def test_the_probe_keeps_no_batch_or_loss_of_the_job_alive(tmp_path):
+    # Measured on a GPU: one micro batch of input ids and one 0-dim tensor more at the allocator's
+    # peak with the probe on. Reading the loop's frames (the frameworks' settings, at the first step
+    # and at an OOM before it) must not keep its variables, nor those of an OOM the loop recovers from.
+    import types
+    import weakref
+
+    import torch
+
+    writer = _writer(_agent(), tmp_path / "probe")
+    writer.torch, writer._global, writer._quiet = torch, types.SimpleNamespace(remove=lambda: None), None
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.register_forward_pre_hook(writer.guarded("top", writer._find_top))
+    model.register_forward_pre_hook(lambda m, args: _oom_above(torch, args[0], 2))
+    opt.register_step_pre_hook(writer.guarded("step-pre", writer._step_begins))
+    opt.register_step_post_hook(writer.guarded("step-post", writer._step_ends))
+    freed = []
+    for size in (4, 2, 2, 2):  # HF's auto_find_batch_size: the OOM caught, the batch halved
+        batch = torch.ones(size, 4)
+        try:
+            loss = model(batch).sum()
+        except torch.OutOfMemoryError:
+            refs = [weakref.ref(batch)]
+        else:
+            loss.backward()
+            opt.step()
+            refs = [weakref.ref(batch), weakref.ref(loss)]
+            del loss
+        del batch
+        freed.append([ref() is None for ref in refs])
+    assert freed == [[True], [True, True], [True, True], [True, True]]
+    assert writer.oom_at == 0 and writer.steps == 3 and writer.broken == set()
+
+
+def _oom_above(torch, batch, size: int) -> None:
+    if batch.shape[0] > size:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
