@@ -57,3 +57,12 @@ def test_without_4bit_weights_there_is_no_load_phase(tmp_path):
     ws = captured_workspace(tmp_path)
     estimate_command(ws, as_json=True)
     assert "load" not in json.loads(ws.console.out.getvalue())["phases"]
+
+
+def test_no_micro_batch_fits_a_card_the_model_cannot_be_loaded_on(tmp_path):
+    doc = _estimate(tmp_path, 'max_seq_len = 16\nprecision = "bf16-true"')
+    step, load = doc["phases"]["steady_state"], doc["phases"]["load"]
+    # A card whose target holds the step (with its slack and the context) but not the load.
+    budget = ((step + load) / 2) * 1.1 + doc["context_bytes"]
+    train = f'max_seq_len = 16\nprecision = "bf16-true"\n[gpu]\nmemory_gib = {budget / 0.85 / 1024**3:.4f}'
+    assert _estimate(tmp_path, train)["max_micro_batch_size"] == 0
