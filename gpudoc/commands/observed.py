@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpudoc.bind.values import format_value
-from gpudoc.runs.probe import nanogpt_knobs
+from gpudoc.frameworks import nanogpt
 
 if TYPE_CHECKING:
     from gpudoc.profiles.model import Profile
@@ -131,7 +131,7 @@ def configurator_key(parsers: Sequence[Mapping[str, Any]], knob: str, value: Any
     for parser in parsers:
         if parser.get("type") != "configurator":
             continue
-        held, key = nanogpt_knobs(dict(parser.get("values") or {})).get(knob, (None, ""))
+        held, key = nanogpt.resolved(dict(parser.get("values") or {})).knobs.get(knob, (None, ""))
         if held == value and type(held) is type(value) and f"--{key}" in (parser.get("options") or ()):
             return key
     return None

@@ -71,6 +71,7 @@ edit_args = base.no_edit_args
 step_limit = base.no_step_limit
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+resolved = base.no_resolved
 
 
 def launches(job: JobCommand, environ: Mapping[str, str], r: JobReading) -> None:

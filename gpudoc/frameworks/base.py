@@ -13,7 +13,7 @@ framework's name is looked up.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
@@ -35,6 +35,18 @@ class Recognition:
 
     sure: bool
     why: str
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a framework resolved inside the job, read from the settings the probe reported of it
+    (``gpudoc/probe/settings.py``: the HF Trainer's arguments after its own ``__post_init__``, the
+    Lightning Trainer's, a DeepSpeed engine's config, a torchtune recipe's parsed config, a
+    nanoGPT-style script's globals): each knob in the profile's spelling with the settings key it
+    came from, and the optimizer steps the run takes where the framework worked them out."""
+
+    knobs: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
+    total_steps: int | None = None
 
 
 @runtime_checkable
@@ -92,6 +104,11 @@ class Framework(Protocol):
         when it starts none itself (a launcher in front of it says instead)."""
         ...
 
+    def resolved(self, settings: Mapping[str, Any]) -> Resolved:
+        """What it resolved inside the job, from the settings the probe reported (untrusted: each
+        value checked before it is believed); empty where the probe reports nothing of it."""
+        ...
+
 
 # The "none" answers, for a framework module to take as its own member (``checkpoints = no_checkpoints``).
 def no_defaults(version: str | None) -> Mapping[str, Any]:
@@ -141,3 +158,23 @@ def no_checkpoints(args: list[str], cwd: Path, since: float | None) -> list[Chec
 
 def no_launches(job: JobCommand, environ: Mapping[str, str], r: JobReading) -> None:
     return None
+
+
+def no_resolved(settings: Mapping[str, Any]) -> Resolved:
+    return Resolved()
+
+
+def count(value: Any) -> int | None:
+    """``value`` when it is a whole number of something (an int, not a bool, not negative): how a
+    figure the job reported is believed."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def counted(settings: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    """{knob: (value, key)} for each ``knob: key`` whose setting is a positive whole number."""
+    return {knob: (settings[key], key) for knob, key in keys.items() if count(settings.get(key))}
+
+
+def first_count(settings: Mapping[str, Any], *keys: str) -> int | None:
+    """The first of ``keys`` whose setting is a positive whole number."""
+    return next((settings[key] for key in keys if count(settings.get(key))), None)

@@ -7,6 +7,7 @@ Batch, accumulation, precision and ZeRO stage are the JSON's, and edits go there
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,12 @@ step_limit = base.no_step_limit
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 launches = base.no_launches
+
+
+def resolved(settings: Mapping[str, Any]) -> base.Resolved:
+    """The engine's config after DeepSpeed resolved it (the batch arithmetic done)."""
+    return base.Resolved(base.counted(settings, {"micro_batch_size": "train_micro_batch_size_per_gpu",
+                                                 "gradient_accumulation_steps": "gradient_accumulation_steps"}))
 
 
 # -- its JSON (also the one the HF Trainer's --deepspeed and a YAML trainer's deepspeed: name) ---

@@ -248,6 +248,25 @@ def resume_switch(path: str) -> tuple[str, ...]:
 launches = base.no_launches
 
 
+def resolved(settings: Mapping[str, Any]) -> base.Resolved:
+    """The Trainer's arguments as the probe read them in the job (after ``__post_init__``: a subclass's
+    defaults in, TRL's configs too) and its ``state.max_steps`` (epochs multiplied out)."""
+    knobs = base.counted(settings, {"micro_batch_size": "per_device_train_batch_size",
+                                    "gradient_accumulation_steps": "gradient_accumulation_steps",
+                                    "world_size": "world_size"})
+    bf16, fp16 = settings.get("bf16"), settings.get("fp16")
+    if isinstance(bf16, bool) and isinstance(fp16, bool):
+        knobs["precision"] = ("bf16", "bf16") if bf16 else ("fp16", "fp16") if fp16 else ("fp32", "bf16")
+    if isinstance(settings.get("gradient_checkpointing"), bool):
+        knobs["gradient_checkpointing"] = (settings["gradient_checkpointing"], "gradient_checkpointing")
+    optim = settings.get("optim")
+    if isinstance(optim, str) and optim:
+        named = optim.split(".")[-1].lower()  # OptimizerNames.ADAMW_TORCH_FUSED, or its value
+        knobs["optimizer"] = ("adamw_8bit" if "8bit" in named else "adamw" if named.startswith("adamw") else named,
+                              "optim")
+    return base.Resolved(knobs, base.first_count(settings, "total_steps", "max_steps"))
+
+
 def checkpoints(args: list[str], cwd: Path, since: float | None) -> list[ckpt.Checkpoint]:
     """``checkpoint-N`` directories under ``--output_dir`` (or the ``output_dir`` of the config file
     given first, as LLaMA-Factory takes it); complete when ``trainer_state.json`` reads and a model

@@ -138,3 +138,4 @@ step_limit = base.no_step_limit
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 launches = base.no_launches
+resolved = base.no_resolved

@@ -121,6 +121,10 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     python = job_python(job.program, os.environ)
     if python is not None:  # both distributions carry the Trainer; the unified one first
         r.version = installed_version("lightning", python) or installed_version("pytorch_lightning", python)
+    from gpudoc.frameworks.lightning_asked import composed
+
+    if composed(job, cwd, r, _KEYS):
+        return
     for knob, value in defaults(None).items():
         r.set(knob, value, "default", name)
     sub = _subcommand(args)

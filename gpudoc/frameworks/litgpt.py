@@ -56,9 +56,23 @@ def defaults(version: str | None) -> Mapping[str, Any]:
 def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     r.framework = name
     args = job.script_args
+    from gpudoc.frameworks import litgpt_asked
+
+    try:
+        said, notes, _accumulation = litgpt_asked.settings(job, cwd, (*_KEYS.values(), _GLOBAL, _DEVICES, _NODES))
+    except litgpt_asked.asked.Unanswered as exc:
+        r.notes.append(f"litgpt: its own parser could not be asked ({exc}); read by gpudoc's own reader with "
+                       "litgpt 0.5's defaults")
+    else:
+        r.notes.extend(notes)
+        for knob, key in _KEYS.items():
+            found, kind, where, path = said[key]
+            r.set(knob, knob_value(knob, found), kind, where, path)
+        r.file_presets.update({path: name for _v, kind, _w, path in said.values() if kind == "file" and path})
+        _world_and_accumulation(r, said)
+        return
     # key -> (value, kind, name, path): each setting as the last source that says it leaves it.
-    said: dict[str, tuple[Any, str, str, str | None]] = {
-        key: (value, "default", name, None) for key, value in _COMMANDS[args[0]].items()}
+    said = {key: (value, "default", name, None) for key, value in _COMMANDS[args[0]].items()}
     for _i, option, value in cli_options(args[1:]):
         if option == "--config":
             data = load_config(cwd / value, value, r) if (cwd / value).is_file() else None

@@ -70,6 +70,7 @@ step_limit = base.override_step_limit("max_steps")
 edit_args = base.no_edit_args
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
+resolved = base.no_resolved
 
 
 # The CLI's commands it starts torchrun for (`train`; newer releases name the stages too).

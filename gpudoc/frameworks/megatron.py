@@ -127,3 +127,4 @@ step_limit = base.flag_step_limit("--train-iters")
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 launches = base.no_launches
+resolved = base.no_resolved

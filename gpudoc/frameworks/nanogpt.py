@@ -125,6 +125,20 @@ resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 launches = base.no_launches
 
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def resolved(settings: Mapping[str, Any]) -> base.Resolved:
+    """The script's globals after its configurator ran (under DDP, train.py has already divided its
+    accumulation by the world size: the value is per rank, as the steps count it)."""
+    knobs = base.counted(settings, {"micro_batch_size": "batch_size",
+                                    "gradient_accumulation_steps": "gradient_accumulation_steps",
+                                    "max_seq_len": "block_size"})
+    dtype = settings.get("dtype")
+    if isinstance(dtype, str) and dtype in _DTYPES:  # a value the job wrote: a list or dict is not hashable
+        knobs["precision"] = (_DTYPES[dtype], "dtype")
+    return base.Resolved(knobs, base.first_count(settings, "max_iters"))
+
 
 # -- its config file ---------------------------------------------------------------------------------
 def write_file(data: Any, ctx: FileContext) -> FileResult:

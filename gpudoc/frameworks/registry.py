@@ -29,7 +29,7 @@ from gpudoc.frameworks import (
     torchtune,
     trl,
 )
-from gpudoc.frameworks.base import Framework, Recognition
+from gpudoc.frameworks.base import Framework, Recognition, Resolved
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.knobs import JobReading
 
@@ -52,6 +52,13 @@ _BY_NAME: dict[str, Framework] = {adapter.name: adapter for adapter in ADAPTERS}
 
 def get(name: str | None) -> Framework | None:
     return _BY_NAME.get(name) if name else None
+
+
+def resolved(name: str, settings: Mapping[str, Any]) -> Resolved:
+    """What framework ``name`` resolved inside the job, read by its adapter from the settings the
+    probe reported; nothing for a name no adapter has (the probe's file is the job's to write)."""
+    adapter = get(name)
+    return adapter.resolved(settings) if adapter is not None else Resolved()
 
 
 def pick(job: JobCommand, cwd: Path) -> tuple[Framework, Recognition] | None:

@@ -182,6 +182,20 @@ def resume_switch(path: str) -> tuple[str, ...]:
 
 launches = base.no_launches
 
+_DTYPES = ("bf16", "fp32", "fp16")
+
+
+def resolved(settings: Mapping[str, Any]) -> base.Resolved:
+    """The config the recipe parsed (its file and ``key=value`` overrides, merged), flattened."""
+    knobs = base.counted(settings, {"micro_batch_size": "batch_size",
+                                    "gradient_accumulation_steps": "gradient_accumulation_steps",
+                                    "max_seq_len": "tokenizer.max_seq_len"})
+    if isinstance(settings.get("enable_activation_checkpointing"), bool):
+        knobs["gradient_checkpointing"] = (settings["enable_activation_checkpointing"], "enable_activation_checkpointing")
+    if settings.get("dtype") in _DTYPES:
+        knobs["precision"] = (settings["dtype"], "dtype")
+    return base.Resolved(knobs)
+
 
 def checkpoints(args: list[str], cwd: Path, since: float | None) -> list[ckpt.Checkpoint]:
     out = None

@@ -143,6 +143,7 @@ checkpoints = base.no_checkpoints
 
 
 launches = base.no_launches
+resolved = base.no_resolved
 
 
 def _world(r: JobReading, data: Any, args: list[str]) -> None:

@@ -1,8 +1,10 @@
 """The helper's entry: one JSON request on stdin, answered by one line on stdout, ``MARKER`` then a
 JSON object. Anything else on stdout (a framework's import may print) is not the answer.
 
-Request: ``{"framework": "hydra", "config_dir", "config_name", "overrides", "version_base"?}`` or
-``{"framework": "torchtune", "config", "recipe"?, "overrides", "cwd"}``.
+Request: ``{"framework": "hydra", "config_dir", "config_name", "overrides", "version_base"?}``,
+``{"framework": "torchtune", "config", "recipe"?, "overrides", "cwd"}``,
+``{"framework": "lightning", "args", "cwd"}`` or ``{"framework": "litgpt", "command", "args", "cwd"}``
+(``jsonargs.py``: for those two, ``setters`` (leaf key -> the layers that set it) and ``layers``).
 
 Answer: ``{"ok": true, "config": {...}, "interpolated": {key: text}, "versions": {...}}`` with, for
 Hydra, ``choices`` (group -> option composed) and ``provenance`` (leaf key -> the defaults-list entry
@@ -164,10 +166,29 @@ def _package_alone(name: str) -> Any:
     return package
 
 
+def _beside(file: str, name: str) -> Any:
+    """The reader ``name`` of ``file`` beside this one, loaded by path as ``run.py`` loads this one
+    (no package to import it from), and only when asked: each imports its own frameworks."""
+    def ask(req: Mapping[str, Any]) -> dict[str, Any]:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(f"gpudoc_readhelper_{file[:-3]}",
+                                                      os.path.join(os.path.dirname(os.path.abspath(__file__)), file))
+        if spec is None or spec.loader is None:
+            raise RuntimeError(f"the reader helper's {file} is missing")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return dict(getattr(module, name)(req))
+    return ask
+
+
+_JSONARGS = {"lightning": _beside("jsonargs.py", "lightning"), "litgpt": _beside("jsonargs.py", "litgpt")}
+
+
 def answer(request: str) -> dict[str, Any]:
     try:
         req = json.loads(request)
-        ask = {"hydra": hydra, "torchtune": torchtune}[req["framework"]]
+        ask = {**_JSONARGS, "hydra": hydra, "torchtune": torchtune}[req["framework"]]
     except (ValueError, KeyError, TypeError) as exc:
         return {"ok": False, "reason": f"not a request: {exc}"}
     try:

@@ -18,10 +18,13 @@ import stat
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpudoc.frameworks.base import Resolved
 
 from gpudoc.runs.reach import unreachable, wrapper_resets
-from gpudoc.runs.steps import from_probe, total_from_settings
+from gpudoc.runs.steps import from_probe
 
 READ_CAP_BYTES = 8 * 2**20
 LINE_CAP_BYTES = 64 * 1024
@@ -152,100 +155,40 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
 
 def _framework_knobs(events: list[dict]) -> dict[str, tuple[Any, str]]:
     """The knobs in the settings a framework resolved (the HF Trainer's arguments, the Lightning
-    Trainer's, a DeepSpeed engine's), in the profile's spellings, each checked before it is believed;
+    Trainer's, a DeepSpeed engine's), read by that framework's adapter, in the profile's spellings;
     an outer framework's first (a DeepSpeed engine inside an HF Trainer says the same)."""
     knobs: dict[str, tuple[Any, str]] = {}
-    for event in events:
-        name, settings = str(event.get("name")), event.get("settings")
-        if event["event"] == "parser" and event.get("type") == "configurator":
-            name, settings = "nanogpt", event.get("values")  # the script's globals after the override
-        elif event["event"] != "framework":
-            continue
-        read = _FRAMEWORK_READERS.get(name)
-        for knob, value in (read(settings) if read is not None and isinstance(settings, dict) else {}).items():
+    for name, settings in resolved_settings(events):
+        for knob, (value, _key) in framework_resolved(name, settings).knobs.items():
             knobs.setdefault(knob, (value, f"framework:{name}"))
     return knobs
 
 
-def _hf_trainer(settings: dict) -> dict[str, Any]:
-    knobs: dict[str, Any] = {}
-    for knob, key in (("micro_batch_size", "per_device_train_batch_size"),
-                      ("gradient_accumulation_steps", "gradient_accumulation_steps"), ("world_size", "world_size")):
-        if _count(settings.get(key)):
-            knobs[knob] = settings[key]
-    if isinstance(settings.get("bf16"), bool) and isinstance(settings.get("fp16"), bool):
-        knobs["precision"] = "bf16" if settings["bf16"] else "fp16" if settings["fp16"] else "fp32"
-    if isinstance(settings.get("gradient_checkpointing"), bool):
-        knobs["gradient_checkpointing"] = settings["gradient_checkpointing"]
-    optim = settings.get("optim")
-    if isinstance(optim, str) and optim:
-        name = optim.split(".")[-1].lower()  # OptimizerNames.ADAMW_TORCH_FUSED, or its value
-        knobs["optimizer"] = ("adamw" if name.startswith("adamw") and "8bit" not in name else
-                              "adamw_8bit" if "8bit" in name else name)
-    return knobs
+def resolved_settings(events: Iterable[dict]) -> Iterable[tuple[str, dict]]:
+    """(framework, the settings it resolved) for each such event the probe wrote: a framework's own
+    (the HF Trainer's arguments, the Lightning Trainer's, a DeepSpeed engine's, a torchtune recipe's
+    config), and a nanoGPT-style script's globals after its configurator ran."""
+    for event in events:
+        if event.get("event") == "framework" and isinstance(event.get("settings"), dict):
+            yield str(event.get("name")), event["settings"]
+        elif (event.get("event") == "parser" and event.get("type") == "configurator"
+              and isinstance(event.get("values"), dict)):
+            yield "nanogpt", event["values"]
 
 
-# Lightning's precision values (2.x, and 1.x's integers as strings) in the profile's spellings.
-_LIGHTNING_PRECISION = {"bf16-mixed": "bf16", "16-mixed": "fp16", "bf16-true": "bf16-true", "16-true": "fp16-true",
-                        "32-true": "fp32", "32": "fp32", "16": "fp16", "bf16": "bf16"}
+def framework_resolved(name: str, settings: dict) -> Resolved:
+    """The adapter's reading of what framework ``name`` resolved (``gpudoc.frameworks.registry``)."""
+    from gpudoc.frameworks import registry  # the adapters, only for a job whose framework said something
+
+    return registry.resolved(name, settings)
 
 
-def _lightning(settings: dict) -> dict[str, Any]:
-    knobs: dict[str, Any] = {}
-    if _count(settings.get("accumulate_grad_batches")):
-        knobs["gradient_accumulation_steps"] = settings["accumulate_grad_batches"]
-    if _count(settings.get("world_size")):
-        knobs["world_size"] = settings["world_size"]
-    precision = _LIGHTNING_PRECISION.get(str(settings.get("precision")))
-    if precision is not None:
-        knobs["precision"] = precision
-    return knobs
-
-
-def _deepspeed(settings: dict) -> dict[str, Any]:
-    return {knob: settings[key] for knob, key in (("micro_batch_size", "train_micro_batch_size_per_gpu"),
-                                                   ("gradient_accumulation_steps", "gradient_accumulation_steps"))
-            if _count(settings.get(key))}
-
-
-# nanoGPT's names of the knobs: the globals its configurator takes as ``--key=value``.
-_NANOGPT_KEYS = {"micro_batch_size": "batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
-                 "max_seq_len": "block_size"}
-_NANOGPT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-
-
-def nanogpt_knobs(settings: dict) -> dict[str, tuple[Any, str]]:
-    """A nanoGPT-style script's globals after its configurator ran: {knob: (value, its key)} (under
-    DDP, train.py has already divided its accumulation by the world size: the value is per rank, as
-    the steps count it)."""
-    knobs = {knob: (settings[key], key) for knob, key in _NANOGPT_KEYS.items() if _count(settings.get(key))}
-    if settings.get("dtype") in _NANOGPT_DTYPES:
-        knobs["precision"] = (_NANOGPT_DTYPES[settings["dtype"]], "dtype")
-    return knobs
-
-
-def _nanogpt(settings: dict) -> dict[str, Any]:
-    return {knob: value for knob, (value, _key) in nanogpt_knobs(settings).items()}
-
-
-_TORCHTUNE_DTYPES = {"bf16": "bf16", "fp32": "fp32", "fp16": "fp16"}
-
-
-def _torchtune(settings: dict) -> dict[str, Any]:
-    """The config a torchtune recipe parsed (its file and ``key=value`` overrides, merged)."""
-    knobs = {knob: settings[key] for knob, key in (("micro_batch_size", "batch_size"),
-                                                   ("gradient_accumulation_steps", "gradient_accumulation_steps"),
-                                                   ("max_seq_len", "tokenizer.max_seq_len")) if _count(settings.get(key))}
-    if isinstance(settings.get("enable_activation_checkpointing"), bool):
-        knobs["gradient_checkpointing"] = settings["enable_activation_checkpointing"]
-    if settings.get("dtype") in _TORCHTUNE_DTYPES:
-        knobs["precision"] = _TORCHTUNE_DTYPES[settings["dtype"]]
-    return knobs
-
-
-_FRAMEWORK_READERS: dict[str, Callable[[dict], dict[str, Any]]] = {
-    "hf-trainer": _hf_trainer, "deepspeed": _deepspeed, "lightning": _lightning, "nanogpt": _nanogpt,
-    "torchtune": _torchtune}
+def total_from_settings(events: Iterable[dict]) -> int | None:
+    """The job's total optimizer steps where its framework resolved them: the HF Trainer's
+    ``state.max_steps`` (epochs x steps per epoch already multiplied out, or ``--max_steps``),
+    Lightning's ``estimated_stepping_batches`` or ``max_steps``, a nanoGPT-style ``max_iters``."""
+    return next((total for name, settings in resolved_settings(events)
+                 if (total := framework_resolved(name, settings).total_steps)), None)
 
 
 def _parsers(events: list[dict]) -> list[dict]:

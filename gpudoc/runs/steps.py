@@ -92,25 +92,6 @@ def from_probe(steps: list[dict], observed: Mapping[str, Any], total: int | None
             "total": total, "unit": "step", "source": "probe", "series": _series(points)}
 
 
-def total_from_settings(events: Iterable[dict]) -> int | None:
-    """The job's total optimizer steps where its framework resolved them: the HF Trainer's
-    ``state.max_steps`` (epochs x steps per epoch already multiplied out, or ``--max_steps``),
-    Lightning's ``estimated_stepping_batches`` or ``max_steps``, a nanoGPT-style ``max_iters``."""
-    for event in events:
-        settings = event.get("settings") if event.get("event") == "framework" else (
-            event.get("values") if event.get("event") == "parser" and event.get("type") == "configurator" else None)
-        if not isinstance(settings, dict):
-            continue
-        name = event.get("name") if event.get("event") == "framework" else "nanogpt"
-        keys = {"hf-trainer": ("total_steps", "max_steps"), "lightning": ("estimated_stepping_batches", "max_steps"),
-                "nanogpt": ("max_iters",)}.get(str(name), ())
-        for key in keys:
-            value = settings.get(key)
-            if _count(value):
-                return value
-    return None
-
-
 # -- from the framework's own progress lines --------------------------------------------------------
 
 def from_log(path: Path) -> dict[str, Any] | None:

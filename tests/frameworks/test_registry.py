@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpudoc.frameworks import registry
-from gpudoc.frameworks.base import Framework
+from gpudoc.frameworks.base import Framework, Resolved
 from gpudoc.job.argv import parse_command
 from gpudoc.job.knobs import COUNT_BOUNDS
 from tests.job.scripts import ARGPARSE_LOOP, HF_TRAINER
@@ -24,7 +24,8 @@ _ATTRIBUTES = [n for n in Framework.__annotations__ if not n.startswith("_")]
 
 def test_the_protocol_names_every_member_the_brief_asks_for():
     assert set(_METHODS) == {"recognise", "read", "defaults", "edit_args", "step_limit", "resume_switch",
-                             "checkpoints", "launches"}  # launches: a front-end that starts torchrun itself
+                             "checkpoints", "launches",  # launches: a front-end that starts torchrun itself
+                             "resolved"}  # resolved: what the probe reported the framework resolved in the job
     assert set(_ATTRIBUTES) == {"name", "arg_names", "file_preset", "echo"}
 
 
@@ -174,3 +175,45 @@ def test_resume_switches_are_the_frameworks_own():
     switches = {a.name: a.resume_switch("ckpt") for a in registry.ADAPTERS if registry.resumes(a.name)}
     assert switches == {"hf-trainer": ("--resume_from_checkpoint", "ckpt"), "lightning": ("--ckpt_path", "ckpt"),
                         "torchtune": ("resume_from_checkpoint=True",)}
+
+
+# What the probe reported each framework resolved inside the job, read by that framework's adapter.
+@pytest.mark.parametrize("name,settings,knobs,total", [
+    ("hf-trainer", {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 8, "world_size": 2,
+                    "bf16": True, "fp16": False, "gradient_checkpointing": True,
+                    "optim": "OptimizerNames.ADAMW_TORCH_FUSED", "max_steps": -1, "total_steps": 750},
+     {"micro_batch_size": 4, "gradient_accumulation_steps": 8, "world_size": 2, "precision": "bf16",
+      "gradient_checkpointing": True, "optimizer": "adamw"}, 750),
+    ("hf-trainer", {"bf16": False, "fp16": False, "optim": "adamw_bnb_8bit", "max_steps": 3},
+     {"precision": "fp32", "optimizer": "adamw_8bit"}, 3),
+    ("lightning", {"accumulate_grad_batches": 3, "world_size": 1, "precision": "bf16-true",
+                   "max_steps": -1, "estimated_stepping_batches": 120},
+     {"gradient_accumulation_steps": 3, "world_size": 1, "precision": "bf16-true"}, 120),
+    ("lightning", {"precision": 16}, {"precision": "fp16"}, None),  # 1.x's integer
+    ("deepspeed", {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 16, "train_batch_size": 64},
+     {"micro_batch_size": 2, "gradient_accumulation_steps": 16}, None),
+    ("torchtune", {"batch_size": 4, "gradient_accumulation_steps": 2, "tokenizer.max_seq_len": 512,
+                   "enable_activation_checkpointing": False, "dtype": "bf16"},
+     {"micro_batch_size": 4, "gradient_accumulation_steps": 2, "max_seq_len": 512, "gradient_checkpointing": False,
+      "precision": "bf16"}, None),
+    ("nanogpt", {"batch_size": 12, "gradient_accumulation_steps": 40, "block_size": 1024, "dtype": "bfloat16",
+                 "max_iters": 600000}, {"micro_batch_size": 12, "gradient_accumulation_steps": 40, "max_seq_len": 1024,
+                                        "precision": "bf16"}, 600000),
+])
+def test_what_the_probe_reported_is_read_by_the_frameworks_adapter(name, settings, knobs, total):
+    found = registry.resolved(name, settings)
+    assert {knob: value for knob, (value, _key) in found.knobs.items()} == knobs
+    assert all(key in settings for _value, key in found.knobs.values())  # each names the setting it came from
+    assert found.total_steps == total
+
+
+@pytest.mark.parametrize("adapter", registry.ADAPTERS, ids=lambda a: a.name)
+def test_settings_the_job_wrote_are_never_believed_unchecked(adapter):
+    # The probe's file is the job's to write: strings, booleans, negatives and nesting are not figures.
+    hostile = {key: value for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "batch_size",
+                                      "train_micro_batch_size_per_gpu", "accumulate_grad_batches", "block_size",
+                                      "world_size", "max_steps", "total_steps", "max_iters")
+               for value in ("8", True, -4, [8], {"n": 8})}
+    found = adapter.resolved({**hostile, "precision": ["bf16"], "dtype": {"x": 1}, "optim": 7, "bf16": "yes"})
+    assert isinstance(found, Resolved) and found.knobs == {} and found.total_steps is None
+    assert registry.resolved("not-a-framework", {"batch_size": 8}) == Resolved()

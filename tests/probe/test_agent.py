@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from gpudoc.runs import probe
-from gpudoc.runs.steps import total_from_settings
 from tests.conftest import REPO, gpudoc_cli, needs_root
 
 JOB = Path(__file__).resolve().parent / "jobs" / "custom_loop.py"
@@ -311,7 +310,7 @@ def test_an_hf_trainer_job_out_of_memory_before_its_first_step_is_read_from_the_
     assert (record["oom"]["phase"], record["oom"]["step"]) == ("forward", 0)
     # The Trainer's own count of the steps it would run (state.max_steps), heard at on_train_begin.
     lines = (isolated_home / ".gpudoc" / "runs" / record["id"] / "probe" / "rank-0.jsonl").read_text().splitlines()
-    assert total_from_settings(json.loads(line) for line in lines) == 2
+    assert probe.total_from_settings(json.loads(line) for line in lines) == 2
     # HfArgumentParser is an ArgumentParser: the flags it declares are the Trainer's and the job's.
     options = record["parsers"][0]["options"]
     assert {"--per_device_train_batch_size", "--max_seq_length", "--oom_in_forward"} <= set(options)

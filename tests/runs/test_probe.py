@@ -276,3 +276,15 @@ def test_a_step_an_error_left_is_the_ooms_phase_only_when_the_log_says_it_ran_ou
     seen = probe.observations(tmp_path, record, said.append)
     assert (seen["oom"]["phase"], seen["oom"]["breakdown"], "left" in seen) == ("forward", {"parameters": 8}, False)
     assert said == []
+
+
+def test_the_total_comes_from_what_the_framework_resolved():
+    assert probe.total_from_settings([{"event": "framework", "name": "hf-trainer",
+                                 "settings": {"max_steps": -1, "total_steps": 750}}]) == 750
+    assert probe.total_from_settings([{"event": "framework", "name": "lightning",
+                                 "settings": {"max_steps": -1, "estimated_stepping_batches": 120}}]) == 120
+    assert probe.total_from_settings([{"event": "parser", "type": "configurator", "values": {"max_iters": 5000}}]) == 5000
+    assert probe.total_from_settings([{"event": "framework", "name": "lightning", "settings": {"max_steps": -1}}]) is None
+    # A name no adapter has, or settings that are not the framework's: nothing believed.
+    assert probe.total_from_settings([{"event": "framework", "name": "nope", "settings": {"max_steps": 9}}]) is None
+    assert probe.total_from_settings([{"event": "framework", "name": "hf-trainer", "settings": {"max_steps": True}}]) is None

@@ -12,7 +12,6 @@ from gpudoc.runs.steps import (
     from_probe,
     remaining,
     step_figures,
-    total_from_settings,
 )
 
 # The end of an HF Trainer run of 10000 steps, as a public project's README quotes it (transformers 4.x:
@@ -111,15 +110,6 @@ def test_a_long_run_keeps_a_bounded_series_with_its_peaks():
                                    "peak_reserved_bytes": 20_000}
     assert steps["peak_reserved_bytes"] == 20_000 and steps["samples_per_second"] == 8
     assert remaining(steps) == (10_000, 5000.0, 10_000.0)
-
-
-def test_the_total_comes_from_what_the_framework_resolved():
-    assert total_from_settings([{"event": "framework", "name": "hf-trainer",
-                                 "settings": {"max_steps": -1, "total_steps": 750}}]) == 750
-    assert total_from_settings([{"event": "framework", "name": "lightning",
-                                 "settings": {"max_steps": -1, "estimated_stepping_batches": 120}}]) == 120
-    assert total_from_settings([{"event": "parser", "type": "configurator", "values": {"max_iters": 5000}}]) == 5000
-    assert total_from_settings([{"event": "framework", "name": "lightning", "settings": {"max_steps": -1}}]) is None
 
 
 def test_the_probes_figures_win_and_the_log_fills_the_total(tmp_path):
