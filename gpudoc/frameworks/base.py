@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from gpudoc.bind.args import ArgEdits
+from gpudoc.reported import count
 
 if TYPE_CHECKING:
     from gpudoc.bind.args import ArgContext, PresetResult
@@ -163,11 +164,6 @@ def no_launches(job: JobCommand, environ: Mapping[str, str], r: JobReading) -> N
 def no_resolved(settings: Mapping[str, Any]) -> Resolved:
     return Resolved()
 
-
-def count(value: Any) -> int | None:
-    """``value`` when it is a whole number of something (an int, not a bool, not negative): how a
-    figure the job reported is believed."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def counted(settings: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, tuple[Any, str]]:

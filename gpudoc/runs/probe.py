@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpudoc.frameworks.base import Resolved
 
+from gpudoc.reported import count
 from gpudoc.runs.reach import unreachable, wrapper_resets
 from gpudoc.runs.steps import from_probe
 
@@ -71,7 +72,7 @@ def snapshot_setting(run: Mapping[str, Any], store: Any, parent_id: str | None) 
     attempt it relaunches ran out of memory, when the probe saw that step."""
     parent = store.record_or_none(parent_id) if parent_id else None
     mode = run.get("snapshot") or ("on-oom" if parent_id else "off")
-    step = _count((parent.oom or {}).get("step")) if parent is not None and isinstance(parent.oom, dict) else None
+    step = count((parent.oom or {}).get("step")) if parent is not None and isinstance(parent.oom, dict) else None
     return str(mode), step
 
 
@@ -109,9 +110,6 @@ def _events(path: Path) -> tuple[list[dict], int]:
     return events, bad
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
 
 def _rank_view(events: list[dict]) -> dict[str, Any]:
     """One rank's knobs as the probe saw them: {knob: (value, how)}, its steps and its OOM."""
@@ -119,14 +117,14 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
     steps = [e for e in events if e["event"] == "step"]
     first_input = next((e for e in events if e["event"] == "input" and isinstance(e.get("shape"), list)), {})
     shape = first_input.get("shape")
-    if shape and all(_count(n) for n in shape):
+    if shape and all(count(n) for n in shape):
         knobs["micro_batch_size"] = (shape[0], "input-shape")
         if len(shape) >= 2 and str(first_input.get("dtype")).startswith("int"):  # token ids: (batch, sequence)
             knobs["max_seq_len"] = (shape[1], "input-shape")
-    passes = [p for p in (_count(e.get("backward")) for e in steps) if p]
+    passes = [p for p in (count(e.get("backward")) for e in steps) if p]
     if passes:
         knobs["gradient_accumulation_steps"] = (int(statistics.median(passes)), "backward-per-step")
-    world = next((e for e in steps if _count(e.get("world_size"))), None)
+    world = next((e for e in steps if count(e.get("world_size"))), None)
     if world is not None:
         knobs["world_size"] = (world["world_size"], "process-group" if world.get("distributed") else "single-process")
     model = next((e for e in events if e["event"] == "model"), {})
@@ -260,7 +258,7 @@ def read(run_dir: Path) -> dict[str, Any]:
         observed[knob] = {"value": value, "how": how, "ranks": agree, "others": others}
     model = ranks[first]["model"]
     if model:
-        observed["model"] = {"parameters": _count(model.get("parameters")), "trainable": _count(model.get("trainable")),
+        observed["model"] = {"parameters": count(model.get("parameters")), "trainable": count(model.get("trainable")),
                              "optimizer_state_dtype": ranks[first]["state_dtype"]}
     if bad:
         errors.append(f"{bad} line(s) of the probe's files were not events and were skipped")
@@ -292,8 +290,8 @@ def _oom(ranks: dict[int, dict[str, Any]], directory: Path) -> dict[str, Any] | 
         if event is None:
             continue
         raw = event.get("breakdown") if isinstance(event.get("breakdown"), dict) else {}
-        breakdown = {key: _count(raw.get(key)) for key in _BREAKDOWN if _count(raw.get(key)) is not None}
-        return {"rank": rank, "step": _count(event.get("step")),
+        breakdown = {key: count(raw.get(key)) for key in _BREAKDOWN if count(raw.get(key)) is not None}
+        return {"rank": rank, "step": count(event.get("step")),
                 "phase": event.get("phase") if event.get("phase") in _PHASES else None,
                 "breakdown": breakdown, "snapshot": _snapshot(event.get("snapshot"), directory, rank),
                 "top": _top(event.get("top"))}
@@ -302,7 +300,7 @@ def _oom(ranks: dict[int, dict[str, Any]], directory: Path) -> dict[str, Any] | 
 
 def _left(ranks: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     """The first rank's backward or optimizer step that an error left unfinished: {rank, step, phase}."""
-    return next(({"rank": rank, "step": _count(view["left"].get("step")), "phase": view["left"]["phase"]}
+    return next(({"rank": rank, "step": count(view["left"].get("step")), "phase": view["left"]["phase"]}
                  for rank, view in sorted(ranks.items()) if view["left"] is not None), None)
 
 
@@ -321,7 +319,7 @@ def _top(said: Any) -> list[dict[str, Any]]:
     """The largest live allocations at the OOM, as the probe computed them: each checked."""
     out = []
     for entry in said[:10] if isinstance(said, list) else ():
-        if isinstance(entry, dict) and isinstance(entry.get("where"), str) and _count(entry.get("bytes")) is not None:
+        if isinstance(entry, dict) and isinstance(entry.get("where"), str) and count(entry.get("bytes")) is not None:
             module = entry.get("module")
             out.append({"where": entry["where"][:300], "module": module[:100] if isinstance(module, str) else None,
                         "bytes": entry["bytes"]})

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoc.reported import count
+
 SERIES_POINTS = 40
 LOG_WINDOW_BYTES = 4 * 2**20  # the end of the log: the closing metrics and the latest progress
 _LINE_CAP = 4096
@@ -38,9 +40,6 @@ def _number(value: Any) -> float | None:
     except ValueError:
         return None
 
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 _Point = tuple[int, "float | None", "int | None", "int | None"]  # step, seconds, peak allocated, peak reserved
@@ -76,19 +75,19 @@ def from_probe(steps: list[dict], observed: Mapping[str, Any], total: int | None
     samples = 1
     for knob in ("micro_batch_size", "gradient_accumulation_steps", "world_size"):
         samples *= int((observed.get(knob) or {}).get("value") or 1)
-    sequence = _count((observed.get("max_seq_len") or {}).get("value"))
+    sequence = count((observed.get("max_seq_len") or {}).get("value"))
     every = [*steps, *(event for rank in other_ranks for event in rank)]
-    peaks = {key: max((_count(s.get(field)) or 0 for s in every), default=0) or None
+    peaks = {key: max((count(s.get(field)) or 0 for s in every), default=0) or None
              for key, field in (("peak_allocated_bytes", "peak_allocated"), ("peak_reserved_bytes", "peak_reserved"))}
     rate = samples / per_step if per_step else None
     tokens = rate * sequence if rate and sequence else None
     points: list[_Point] = [
-        (_count(s.get("n")) or 0,
+        (count(s.get("n")) or 0,
          float(s["seconds"]) if isinstance(s.get("seconds"), (int, float)) and s["seconds"] > 0 else None,
-         _count(s.get("peak_allocated")), _count(s.get("peak_reserved"))) for s in steps]
+         count(s.get("peak_allocated")), count(s.get("peak_reserved"))) for s in steps]
     return {"count": max(p[0] for p in points), "seconds_per_step": per_step, "samples_per_second": rate,
             "tokens_per_second": tokens, **peaks,
-            "capacity_bytes": next((_count(s.get("capacity")) for s in steps if _count(s.get("capacity"))), None),
+            "capacity_bytes": next((count(s.get("capacity")) for s in steps if count(s.get("capacity"))), None),
             "total": total, "unit": "step", "source": "probe", "series": _series(points)}
 
 
@@ -176,8 +175,8 @@ def remaining(steps: Mapping[str, Any] | None) -> tuple[int, float, float] | Non
     """``(steps left, seconds left, seconds for the whole run)`` at the measured step time, when
     the job's total is known."""
     steps = steps or {}
-    total, count, per_step = _count(steps.get("total")), _count(steps.get("count")) or 0, steps.get("seconds_per_step")
+    total, done, per_step = count(steps.get("total")), count(steps.get("count")) or 0, steps.get("seconds_per_step")
     if not total or not isinstance(per_step, (int, float)) or per_step <= 0:
         return None
-    left = max(total - count, 0)
+    left = max(total - done, 0)
     return left, left * per_step, total * per_step
