@@ -98,6 +98,17 @@ def gpudoc_cli(*args: str, cwd: Path | None = None, env: dict | None = None, inp
     )
 
 
+def console_script(bin_dir: Path, name: str, python: str, body: str = "import sys\n") -> Path:
+    """A job's console script ``bin_dir/name`` whose ``#!`` names ``bin_dir/python``, a shell line
+    standing in for the job's interpreter (``exec ... -S "$@"``: one without site-packages)."""
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python").write_text(f"#!/bin/sh\n{python}\n")
+    (bin_dir / name).write_text(f"#!{bin_dir}/python\n{body}")
+    for made in ("python", name):
+        (bin_dir / made).chmod(0o755)
+    return bin_dir
+
+
 def captured_workspace(cwd: Path | None = None, *, environ: dict | None = None, stdin: str = "",
                        nvml_backend: object = None, cls: type | None = None):
     """A Workspace for calling a command in-process: its console writes into StringIO buffers

@@ -21,7 +21,7 @@ import pytest
 from gpudoc.frameworks import asked, litgpt_asked
 from gpudoc.job.interpreter import target_python
 from gpudoc.job.knobs import read_job
-from tests.conftest import CONFIGS, REPO, gpudoc_cli
+from tests.conftest import CONFIGS, REPO, console_script, gpudoc_cli
 from tests.frameworks.test_reading import _plan
 
 pytestmark = pytest.mark.slow
@@ -38,12 +38,8 @@ def job(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("litgpt-job")
     shutil.copy(LORA, root / "lora.yaml")
     (root / "small.yaml").write_text("train:\n  micro_batch_size: 1\n  global_batch_size: 32\n")
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").write_text(f'#!/bin/sh\nPYTHONPATH={LITGPT} exec {sys.executable} "$@"\n')
-    (bin_dir / "litgpt").write_text(f"#!{bin_dir}/python\nfrom litgpt.__main__ import main\nmain()\n")
-    for name in ("python", "litgpt"):
-        (bin_dir / name).chmod(0o755)
+    console_script(root / "bin", "litgpt", f'PYTHONPATH={LITGPT} exec {sys.executable} "$@"',
+                   "from litgpt.__main__ import main\nmain()\n")
     return root
 
 
@@ -82,12 +78,7 @@ def test_layered_configs_and_flags_are_read_by_litgpts_parser_and_edited_with_fl
 
 
 def test_without_litgpt_importable_gpudocs_own_reader_reads_and_says_so(job, tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # no site-packages
-    (bin_dir / "litgpt").write_text(f"#!{bin_dir}/python\n")
-    for name in ("python", "litgpt"):
-        (bin_dir / name).chmod(0o755)
+    bin_dir = console_script(tmp_path / "bin", "litgpt", f'exec {sys.executable} -S "$@"')  # no site-packages
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     shutil.copy(LORA, tmp_path / "lora.yaml")
     reading = read_job(["litgpt", "finetune", "m", "--config", "lora.yaml"], tmp_path)

@@ -14,7 +14,7 @@ import pytest
 
 from gpudoc.frameworks import asked
 from gpudoc.job.knobs import read_job
-from tests.conftest import VENV_BIN, gpudoc_cli
+from tests.conftest import VENV_BIN, console_script, gpudoc_cli
 from tests.frameworks.test_reading import _plan
 
 pytestmark = pytest.mark.slow
@@ -65,12 +65,7 @@ def test_dry_run_json_reads_the_builtin_config(importable):
 
 def test_without_torchtune_importable_only_the_overrides_are_read_and_it_says_why(tmp_path, monkeypatch):
     # The job's `tune` runs under an interpreter without site-packages: no torchtune there.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {VENV_BIN}/python -S "$@"\n')
-    (bin_dir / "tune").write_text(f"#!{bin_dir}/python\nimport sys\n")
-    for name in ("python", "tune"):
-        (bin_dir / name).chmod(0o755)
+    bin_dir = console_script(tmp_path / "bin", "tune", f'exec {VENV_BIN}/python -S "$@"')
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     reading = read_job(COMMAND, tmp_path)
     assert reading.places == {"micro_batch_size": "argv:batch_size"}
