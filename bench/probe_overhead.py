@@ -4,8 +4,10 @@ the probe's directory on its PYTHONPATH (as `gpudoc run` puts it) and without; a
 Python that never imports torch, with and without (the probe must cost it nothing measurable).
 
 Alternating runs, medians; prints the ratio of each against its baseline from the same run.
-Target: <= 1% of step time; the start-up difference within the noise of `python -c pass`.
+Target: <= 1% of step time; the start-up difference within the noise of `python -c pass` (the probe
+loads at the job's first import of argparse, a config parser or torch; `import argparse` shows that cost).
 usage: python bench/probe_overhead.py [ROUNDS] [STEPS]
+       python bench/probe_overhead.py --start-up [ROUNDS]   (the start-ups alone, no torch)
 """
 
 from __future__ import annotations
@@ -52,16 +54,45 @@ def loop(steps: int, probed: bool, work: str) -> float:
     return float(json.loads(out.stdout))
 
 
-def start_up(probed: bool, work: str, n: int = 15) -> float:
+def _env(probed: bool, work: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPUDOC_PROBE_DIR")}
     if probed:
         env.update(PYTHONPATH=str(SITE), GPUDOC_PROBE_DIR=os.path.join(work, "probe"))
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return env
+
+
+def launch(env: dict[str, str], code: str = "pass") -> tuple[float, float]:
+    """One `python -c CODE`: its wall time and its CPU time (user + system, from the kernel: what a
+    busy machine's other work does not inflate)."""
+    start = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-c", code], env=env)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"python -c {code!r} exited {child.returncode}")
+    return time.perf_counter() - start, usage.ru_utime + usage.ru_stime
+
+
+def start_up(probed: bool, work: str, n: int = 15) -> float:
+    return statistics.median(launch(_env(probed, work))[0] for _ in range(n))
+
+
+def start_ups(rounds: int) -> int:
+    """The start-up of a Python that never imports torch, launches alternating one by one without and
+    with the probe (so a busy machine's drift falls on both), ROUNDS x 15 of each: `python -c pass`,
+    then one that imports argparse (the probe loads). Wall and CPU time, medians."""
+    with tempfile.TemporaryDirectory(prefix="gpudoc-probe-bench-") as work:
+        for code in ("pass", "import argparse"):
+            plain, probed = [], []
+            for _ in range(rounds * 15):
+                plain.append(launch(_env(False, work), code))
+                probed.append(launch(_env(True, work), code))
+            print(f"start-up of `python -c {code!r}`, {len(plain)} alternating launches each, medians:")
+            for what, index in (("wall", 0), ("CPU", 1)):
+                a, b = statistics.median(t[index] for t in plain), statistics.median(t[index] for t in probed)
+                print(f"  {what:4} {a * 1e3:7.2f} ms without the probe, {b * 1e3:7.2f} ms with ({(b - a) * 1e3:+.2f} ms)"
+                      f"   ratio {b / a:.4f}")
+    return 0
 
 
 def compile_probe() -> None:
@@ -73,6 +104,8 @@ def compile_probe() -> None:
 
 def main() -> int:
     compile_probe()
+    if sys.argv[1:2] == ["--start-up"]:
+        return start_ups(int(sys.argv[2]) if len(sys.argv) > 2 else 5)
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
     with tempfile.TemporaryDirectory(prefix="gpudoc-probe-bench-") as work:
