@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoc.bind.filecontext import count
 from gpudoc.frameworks import asked
 from gpudoc.frameworks.lightning import SUBCOMMANDS
 from gpudoc.job.argv import JobCommand
@@ -98,9 +99,26 @@ def _place(answer: dict[str, Any], cwd: Path, r: JobReading, keys: Mapping[str, 
             r.set(knob, value, "argv", f"--{key}")
             files = [str(layers[i].get("arg")) for i in setters[key]]
             by_flag.append(f"{knob} ({key}, set by {' then '.join(files)})")
+    _world(config, setters, r)
     if by_flag:
         r.notes.append("lightning: composed by jsonargparse; changed with a flag after the configs, not in a file "
                        "a later layer overrides: " + ", ".join(by_flag))
+
+
+def _world(config: Mapping[str, Any], setters: Mapping[str, list[int]], r: JobReading) -> None:
+    """The Trainer's own processes (``trainer.devices`` x ``trainer.num_nodes``) where a layer sets
+    the devices as a count or a list; its default ``auto`` is every GPU found at launch."""
+    trainer = config.get("trainer") or {}
+    devices = trainer.get("devices")
+    if "trainer.devices" not in setters:
+        return
+    devices = len(devices) if isinstance(devices, list) else count(devices)
+    nodes = count(trainer.get("num_nodes", 1))
+    if isinstance(devices, int) and devices >= 1 and isinstance(nodes, int) and nodes >= 1:
+        r.launch.update({"nproc_per_node": devices, "nnodes": nodes})
+    else:
+        r.notes.append(f"lightning: trainer.devices = {trainer.get('devices')} is counted at launch: the world size "
+                       "was not read")
 
 
 def _unknown(config: Mapping[str, Any], candidates: tuple[str, ...]) -> str:

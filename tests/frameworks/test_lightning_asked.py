@@ -43,7 +43,7 @@ BASE = ("trainer:\n  max_steps: 1\n  accumulate_grad_batches: 2\nmodel:\n  class
 BIG = "trainer:\n  precision: bf16-mixed\ndata:\n  init_args:\n    batch_size: 16\n"
 NO_BATCH = "model:\n  class_path: tinyjob.TinyModel\ndata:\n  class_path: tinyjob.TinyData\n"
 COMMAND = [sys.executable, "main.py", "fit", "--config", "base.yaml", "--config", "big.yaml",
-           "--trainer.accumulate_grad_batches=4"]
+           "--trainer.accumulate_grad_batches=4", "--trainer.devices", "2"]
 # The real LightningCLI's composition of each command line given (one process for all).
 TRUTH = """\
 import contextlib, io, json, sys
@@ -91,9 +91,10 @@ def test_two_configs_and_flags_are_composed_as_lightningcli_does_and_edited_with
                               "gradient_accumulation_steps": "argv:--trainer.accumulate_grad_batches",
                               "precision": "file:big.yaml:trainer.precision"}
     assert any("data.init_args.batch_size, set by base.yaml then big.yaml" in n for n in reading.notes)
+    assert reading.launch == {"nproc_per_node": 2, "nnodes": 1}  # the Trainer's own processes
     plan = _plan(COMMAND, job, micro_batch_size=4, gradient_accumulation_steps=8)
     assert plan.file_edits == []  # neither file: base.yaml's 8 is overridden by big.yaml
-    assert plan.argv == [*COMMAND[:-1], "--trainer.accumulate_grad_batches=8", "--data.batch_size", "4"]
+    assert plan.argv == [*COMMAND[:-3], "--trainer.accumulate_grad_batches=8", *COMMAND[-2:], "--data.batch_size", "4"]
     before, after = _lightning_cli(job, COMMAND[2:], plan.argv[2:])
     assert (before["data"]["init_args"]["batch_size"], before["trainer"]["accumulate_grad_batches"]) == (16, 4)
     assert before["trainer"]["precision"] == "bf16-mixed" and before["model"]["class_path"] == "tinyjob.TinyModel"
@@ -119,6 +120,7 @@ def test_a_batch_only_the_jobs_class_knows_is_unknown_and_the_trainer_defaults_a
     # Lightning 2's Trainer: precision None (32-true), accumulate_grad_batches 1.
     assert reading.values == {"gradient_accumulation_steps": 1, "precision": "fp32"}
     assert reading.places == {"gradient_accumulation_steps": "default:lightning", "precision": "default:lightning"}
+    assert reading.launch == {}  # devices: auto, every GPU found at launch
 
 
 def test_without_jsonargparse_importable_gpudocs_own_reader_reads_and_says_so(tmp_path):
