@@ -216,6 +216,20 @@ def resume_switch(path: str) -> tuple[str, ...]:
 
 launches = base.no_launches
 
+# The Trainer's resolved precision, in the profile's spellings: 2.x's names and 1.x's.
+_RESOLVED_PRECISION = {str(v): k for k, v in (*_PRECISION_1X.items(), *PRECISION.items())}
+
+
+def resolved(settings: Mapping[str, Any]) -> base.Resolved:
+    """The Trainer's own attributes as the probe read them in its training loop (its accumulation,
+    world and precision connector's value) and the steps it estimated."""
+    knobs = base.counted(settings, {"gradient_accumulation_steps": "accumulate_grad_batches",
+                                    "world_size": "world_size"})
+    precision = _RESOLVED_PRECISION.get(str(settings.get("precision")))
+    if precision is not None:
+        knobs["precision"] = (precision, "precision")
+    return base.Resolved(knobs, base.first_count(settings, "estimated_stepping_batches", "max_steps"))
+
 
 def checkpoints(args: list[str], cwd: Path, since: float | None) -> list[ckpt.Checkpoint]:
     """``.ckpt`` files under the Trainer's ``default_root_dir`` (``checkpoints/``, or

@@ -184,3 +184,4 @@ file_preset: FilePreset | None = FilePreset(name, write_file, read_file)
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 launches = base.no_launches
+resolved = base.no_resolved
