@@ -157,6 +157,7 @@ class ArgContext:
     world_size: int
     launcher: str | None = None
     version: str | None = None  # the framework's installed release, where the job's reading found it
+    declared: frozenset[str] | None = None  # the flags the job's parser declares, where it was asked
 
 
 # -- what the frameworks' argument writers share (``gpudoc.frameworks``: each one's ``edit_args``) ----

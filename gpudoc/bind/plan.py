@@ -202,7 +202,8 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         only = bind.get("args_knobs")  # the knobs that live on the command line; the rest are in files
         arg_knobs = knobs if only is None else {k: v for k, v in knobs.items() if k in only}
         version = profile.job.version if profile.job is not None else None  # the framework's, as its reading found it
-        written = write_args(arg_preset, args_ed, arg_knobs, ArgContext(world, parts.launcher, version))
+        declared = profile.job.declared if profile.job is not None else None
+        written = write_args(arg_preset, args_ed, arg_knobs, ArgContext(world, parts.launcher, version, declared))
         if written is None:
             raise ProfileError(f"[bind] args = '{arg_preset}': unknown preset; one of "
                                f"{', '.join(arg_preset_names())}")

@@ -29,6 +29,9 @@ TIMEOUT_S = 30.0  # Hydra answers in a second or two; torchtune imports torch (s
 _MAX_FILES = 500  # a config directory holds tens of files: a home directory given as one is not read whole
 
 
+_ANSWERED: dict[str, dict[str, Any]] = {}  # this process's answers, by cache key
+
+
 class Unanswered(Exception):
     """The framework could not be asked; ``str(exc)`` says why."""
 
@@ -53,7 +56,9 @@ def ask(request: Mapping[str, Any], *, python: str, cwd: Path, files: Iterable[P
                                      "helper": code_digest(HELPER.parent)}, sort_keys=True).encode()).hexdigest()[:32]
     path = cache_dir(env, "read") / f"{key}.json"
     try:
-        cached = json.loads(path.read_text(encoding="utf-8"))
+        # This process's own answers first: a cache directory that cannot be written (a read-only
+        # home) then still costs one helper run per reading, not one per command that reads it.
+        cached = _ANSWERED.get(key) or json.loads(path.read_text(encoding="utf-8"))
         if cached.get("ok") and _digest(Path(p) for p in cached.get("read", {})) == cached.get("read"):
             return {**cached, "cached": True}
     except (OSError, ValueError, AttributeError):
@@ -73,6 +78,7 @@ def ask(request: Mapping[str, Any], *, python: str, cwd: Path, files: Iterable[P
     if not answer.get("ok"):
         raise Unanswered(str(answer.get("reason") or "no reason given"))
     answer["read"] = _digest(Path(p) for p in answer.get("read_files", ()))
+    _ANSWERED[key] = answer
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(answer))  # never through a link planted where it goes

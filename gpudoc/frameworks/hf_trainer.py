@@ -4,7 +4,9 @@ Recognised by what the script imports (``Trainer``, ``TrainingArguments``, ``HfA
 TRL's configs), by a flag only the Trainer's arguments name, or by a config file given first (as
 ``HfArgumentParser`` and LLaMA-Factory's CLI take one). Its sources, in the order it applies them:
 its defaults, ``accelerate launch --config_file``'s config, the config file given first, a
-``--deepspeed`` JSON, then its flags. Checkpoints: ``checkpoint-N`` under ``--output_dir``, resumed
+``--deepspeed`` JSON, then its flags. Where the job's interpreter imports transformers, its own
+``HfArgumentParser`` parses the flags and the args file, and its ``TrainingArguments`` (or the TRL
+config the script imports) gives the defaults of the installed release (``hf_asked``). Checkpoints: ``checkpoint-N`` under ``--output_dir``, resumed
 with ``--resume_from_checkpoint``.
 """
 
@@ -21,7 +23,7 @@ from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag, 
 from gpudoc.bind.filepresets import FilePreset, detect_preset
 from gpudoc.bind.values import is_neutral
 from gpudoc.errors import InputError
-from gpudoc.frameworks import accelerate, base, deepspeed, hydra
+from gpudoc.frameworks import accelerate, base, deepspeed, hf_asked, hydra
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.presetfiles import first_config
 from gpudoc.job import checkpoints as ckpt
@@ -123,7 +125,11 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     trainer = uses_hf_trainer(job, cwd)
     r.framework = name
     trl = bool(trainer) and _uses_trl(job, cwd)
-    if trainer:
+    config = first_config(args, cwd)
+    answer = _asked(job, cwd, r, config, trl) if trainer else None
+    if answer is not None:
+        hf_asked.place(r, answer, "default", name, config)
+    elif trainer:
         for knob, value in defaults(None).items():
             if not (trl and knob in _TRL_OWN):
                 r.set(knob, value, "default", name)
@@ -135,7 +141,6 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
                        "sets is unknown")
         _own_defaults(job, cwd, r)
     accelerate.accelerate_config(job, cwd, r, trainer=True)
-    config = first_config(args, cwd)
     if config is not None:
         data = load_config(cwd / config, config, r)
         preset = detect_preset(data, Path(config).suffix.lower()) if data is not None else None
@@ -145,6 +150,8 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
             for knob, value in file_preset(preset).read(data).items():
                 r.set(knob, value, "file", "", config)
             r.file_presets[config] = preset
+        if answer is not None:
+            hf_asked.place(r, answer, "file", name, config)
     ds = flag_value(args, ("--deepspeed",))
     if ds is not None and (cwd / ds[1]).is_file():
         data = load_config(cwd / ds[1], ds[1], r)
@@ -173,11 +180,44 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
         hit = flag_value(args, flags)
         if hit is not None:
             r.set(knob, knob_value(knob, hit[1]), "argv", hit[0])
+    if answer is not None:
+        hf_asked.place(r, answer, "argv", name, config)
+        _own_flags_note(r, answer)
     unsettled = [knob for knob in _TRL_OWN if knob not in r.knobs]
     if trl and unsettled:
         r.notes.append(f"{job.script or 'the script'}: builds TRL's trainer or config, whose defaults are not the "
                        "Trainer's and change between TRL releases (recent ones checkpoint, and train in bf16 unless "
                        f"fp16 is set): {' and '.join(unsettled)} stay unknown until a flag or a profile says")
+
+
+def _asked(job: JobCommand, cwd: Path, r: JobReading, config: str | None, trl: bool) -> dict[str, Any] | None:
+    """HfArgumentParser's parse of the command (and of the args file given first) over the installed
+    TrainingArguments, or the TRL config the script imports; None (with a note) when not asked."""
+    trl_classes = sorted(_trl_configs(job, cwd)) if trl else []
+    request = {"framework": "hf-trainer", "args": job.script_args[1:] if config else job.script_args,
+               "config": config, "trl_classes": trl_classes}
+    answer = hf_asked.ask(job, cwd, r, request, [cwd / config] if config else [], "hf-trainer: transformers' "
+                          "HfArgumentParser")
+    return answer
+
+
+def _own_flags_note(r: JobReading, answer: dict[str, Any]) -> None:
+    """Knobs read from flags the parser asked does not declare: the script's own dataclasses' (its
+    ``ModelArguments``), which are its code and never imported: read as written, and said so."""
+    own = sorted(f"{knob} ({k.name})" for knob, k in r.knobs.items()
+                 if k.kind == "argv" and k.name.startswith("-") and r.declared is not None and k.name not in r.declared)
+    if own:
+        r.notes.append(f"hf-trainer: transformers {answer.get('versions', {}).get('transformers', '?')}'s "
+                       f"HfArgumentParser was asked for {answer.get('class')} only; {', '.join(own)} "
+                       f"{'is a flag' if len(own) == 1 else 'are flags'} of the script's own argument dataclasses, "
+                       "which are its code and not imported: read as written")
+
+
+def _trl_configs(job: JobCommand, cwd: Path) -> set[str]:
+    """The TRL config classes the script imports (SFTConfig, DPOConfig ...)."""
+    return {alias.name for tree in source.job_sources(job, cwd) for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "trl"
+            for alias in node.names if alias.name.endswith(_TRL_SUFFIXES)}
 
 
 def _own_defaults(job: JobCommand, cwd: Path, r: JobReading) -> None:
@@ -201,15 +241,23 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
                                "gradient_accumulation_steps": "--gradient_accumulation_steps"})
     gc = knobs.get("gradient_checkpointing")
     if gc is not None:
-        if isinstance(gc, bool):
-            # transformers 5 ignores its old --gradient_checkpointing once --activation_checkpointing is given.
-            flag = "--activation_checkpointing" if ed.has(("--activation_checkpointing",)) else "--gradient_checkpointing"
+        # transformers 5 ignores its old --gradient_checkpointing once --activation_checkpointing is given;
+        # a release that declares only one of them (asked) gets that one.
+        flags = [f for f in ("--gradient_checkpointing", "--activation_checkpointing") if hf_asked.declared(ctx.declared, f)]
+        flag = "--activation_checkpointing" if ed.has(("--activation_checkpointing",)) \
+            and "--activation_checkpointing" in flags else flags[0] if flags else None
+        if isinstance(gc, bool) and flag is not None:
             ed.set_bool((flag,), gc)
             res.expressed.add("gradient_checkpointing")
+        elif flag is None:
+            res.cannot["gradient_checkpointing"] = f"{name}: the job's transformers declares no checkpointing flag"
         else:
             res.cannot["gradient_checkpointing"] = f"{name}: --gradient_checkpointing is on/off; '{gc}' has no flag"
     prec = knobs.get("precision")
-    if prec is not None:
+    missing = hf_asked.undeclared(ctx.declared, ("--bf16", "--fp16"))
+    if prec is not None and missing:
+        res.cannot["precision"] = f"{name}: the job's transformers declares no {missing} flag"
+    elif prec is not None:
         if prec == "bf16":
             ed.set_bool(("--bf16",), True)
             ed.remove(("--fp16",))

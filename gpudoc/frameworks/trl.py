@@ -18,10 +18,10 @@ from typing import Any
 from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, set_flags
 from gpudoc.bind.filecontext import MISSING, count, get
 from gpudoc.bind.filepresets import FilePreset
-from gpudoc.frameworks import base
+from gpudoc.frameworks import base, hf_asked
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job.argv import JobCommand
-from gpudoc.job.installed import installed_version, job_python, parse_version
+from gpudoc.job.installed import installed_version, parse_version
 from gpudoc.job.knobs import JobReading
 from gpudoc.job.sources import as_bool_text, flag_value, knob_value, load_config
 
@@ -58,8 +58,21 @@ def defaults(version: str | None) -> Mapping[str, Any]:
 
 def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     r.framework = name
-    # The interpreter of the `trl` script the job runs (its #! line): the environment TRL is installed in.
-    python = job_python(job.script, os.environ)
+    args = job.script_args[1:]
+    config = flag_value(args, ("--config",))
+    # TRL's own CLI parser in the job's interpreter (the `trl` script's #! line, or the environment
+    # `uv run` / `conda run` runs it in); gpudoc's own reading below where it cannot be asked.
+    path = config[1] if config is not None else None
+    local = cwd / path if path is not None and (cwd / path).is_file() else None
+    answer = hf_asked.ask(job, cwd, r, {"framework": "trl", "command": job.script_args[0], "args": args},
+                          [local] if local is not None else [], "trl: TRL's own parser")
+    if answer is not None:
+        r.version = (answer.get("versions") or {}).get("trl")
+        for kind in ("default", "file", "argv"):
+            hf_asked.place(r, answer, kind, name, path)
+        _world(r, load_config(local, path, r) if local is not None and path is not None else None, args)
+        return
+    python = hf_asked.interpreter(job, cwd)
     version = r.version = installed_version("trl", python) if python is not None else None
     for knob, value in defaults(version).items():
         r.set(knob, value, "default", name)
@@ -67,8 +80,6 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
         r.notes.append(f"trl: no installed release found for the job's interpreter ({python or 'trl not on PATH'}), "
                        "and its defaults changed between releases (gradient checkpointing from 0.22, bf16 from "
                        "0.19): they stay unknown until the YAML or a flag says")
-    args = job.script_args[1:]
-    config = flag_value(args, ("--config",))
     data: Any = None
     if config is not None:
         data = load_config(cwd / config[1], config[1], r) if (cwd / config[1]).is_file() else None
@@ -117,15 +128,26 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     set_flags(ed, knobs, res, {"micro_batch_size": "--per_device_train_batch_size",
                                "gradient_accumulation_steps": "--gradient_accumulation_steps"})
     if "max_seq_len" in knobs:
-        flag = "--max_seq_length" if ed.has(("--max_seq_length",)) else "--max_length"
-        ed.set_value((flag,), str(knobs["max_seq_len"]))
-        res.expressed.add("max_seq_len")
+        # The flag the command wrote, else the one the installed release declares (max_seq_length before 0.17).
+        flags = [f for f in ("--max_length", "--max_seq_length") if hf_asked.declared(ctx.declared, f)]
+        flag = "--max_seq_length" if ed.has(("--max_seq_length",)) and "--max_seq_length" in flags else \
+            flags[0] if flags else None
+        if flag is None:
+            res.cannot["max_seq_len"] = f"{name}: the job's TRL declares neither --max_length nor --max_seq_length"
+        else:
+            ed.set_value((flag,), str(knobs["max_seq_len"]))
+            res.expressed.add("max_seq_len")
     gc = knobs.get("gradient_checkpointing")
-    if isinstance(gc, bool):
+    if gc is not None and not hf_asked.declared(ctx.declared, "--gradient_checkpointing"):
+        res.cannot["gradient_checkpointing"] = f"{name}: the job's TRL declares no --gradient_checkpointing flag"
+    elif isinstance(gc, bool):
         ed.set_bool(("--gradient_checkpointing",), gc, explicit=True)  # on by default from 0.22
         res.expressed.add("gradient_checkpointing")
     prec = knobs.get("precision")
-    if prec in ("bf16", "fp16", "fp32"):
+    missing = hf_asked.undeclared(ctx.declared, ("--bf16", "--fp16"))
+    if prec is not None and missing:
+        res.cannot["precision"] = f"{name}: the job's TRL declares no {missing} flag"
+    elif prec in ("bf16", "fp16", "fp32"):
         ed.set_bool(("--fp16",), prec == "fp16", explicit=True)
         ed.set_bool(("--bf16",), prec == "bf16", explicit=True)  # on unless fp16 from 0.19
         res.expressed.add("precision")

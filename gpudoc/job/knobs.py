@@ -66,6 +66,9 @@ class JobReading:
     # The framework's release installed for the job's interpreter, where its adapter asked (TRL's
     # defaults, Lightning's precision spelling depend on it); None: not asked or not found.
     version: str | None = None
+    # The flags the framework's installed parser declares, where it was asked (HfArgumentParser,
+    # TrlParser): a flag outside them is never written. None: not asked, every flag it knows is written.
+    declared: frozenset[str] | None = None
 
     @property
     def values(self) -> dict[str, Any]:

@@ -4,7 +4,8 @@ JSON object. Anything else on stdout (a framework's import may print) is not the
 Request: ``{"framework": "hydra", "config_dir", "config_name", "overrides", "version_base"?}``,
 ``{"framework": "torchtune", "config", "recipe"?, "overrides", "cwd"}``,
 ``{"framework": "lightning", "args", "cwd"}`` or ``{"framework": "litgpt", "command", "args", "cwd"}``
-(``jsonargs.py``: for those two, ``setters`` (leaf key -> the layers that set it) and ``layers``).
+(``jsonargs.py``: for those two, ``setters`` (leaf key -> the layers that set it) and ``layers``), or
+``{"framework": "hf-trainer" | "trl", ...}`` (``hf.py``: HF's and TRL's argument dataclasses).
 
 Answer: ``{"ok": true, "config": {...}, "interpolated": {key: text}, "versions": {...}}`` with, for
 Hydra, ``choices`` (group -> option composed) and ``provenance`` (leaf key -> the defaults-list entry
@@ -188,7 +189,8 @@ _JSONARGS = {"lightning": _beside("jsonargs.py", "lightning"), "litgpt": _beside
 def answer(request: str) -> dict[str, Any]:
     try:
         req = json.loads(request)
-        ask = {**_JSONARGS, "hydra": hydra, "torchtune": torchtune}[req["framework"]]
+        ask = {**_JSONARGS, "hydra": hydra, "torchtune": torchtune, "hf-trainer": _beside("hf.py", "hf_trainer"),
+               "trl": _beside("hf.py", "trl")}[req["framework"]]
     except (ValueError, KeyError, TypeError) as exc:
         return {"ok": False, "reason": f"not a request: {exc}"}
     try:

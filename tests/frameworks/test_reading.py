@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -305,11 +306,15 @@ def test_a_script_that_is_a_pipe_is_not_read(tmp_path):
 
 def test_a_trl_job_takes_no_default_trl_overrides_from_the_trainer(tmp_path):
     """TRL's configs turn gradient checkpointing and bf16 on in later releases: for a job that
-    builds them, those knobs are unknown until a flag says, never the Trainer's false/fp32."""
+    builds them, those knobs are unknown until a flag says, never the Trainer's false/fp32. (Where
+    TRL is importable its config is asked instead: tests/frameworks/test_hf_asked.py.)"""
     from tests.job.scripts import TRL_SFT
 
     (tmp_path / "sft.py").write_text(TRL_SFT)
-    command = ["python", "sft.py", "--model_name_or_path", "Qwen/Qwen2-0.5B", "--per_device_train_batch_size", "2",
+    python = tmp_path / "python"  # an interpreter where TRL is not importable (no site-packages)
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    command = [str(python), "sft.py", "--model_name_or_path", "Qwen/Qwen2-0.5B", "--per_device_train_batch_size", "2",
                "--output_dir", "out"]
     reading = read_job(command, tmp_path)
     assert reading.framework == "hf-trainer"

@@ -7,11 +7,14 @@ import json
 import os
 import shutil
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from gpudoc.bind import plan_bindings
+from gpudoc.job.installed import parse_version
+from gpudoc.job.knobs import read_job
 from gpudoc.profiles.from_job import job_profile
 from tests.conftest import CONFIGS, gpudoc_cli
 
@@ -66,7 +69,8 @@ def test_the_installed_releases_defaults_are_read_through_the_dry_run(tmp_path, 
         assert (reading.version, reading.values[knob], reading.places[knob]) == (release, value, "default:trl")
 
 
-def test_flags_beat_the_yaml_and_an_unknown_release_leaves_its_changed_defaults_unknown(tmp_path):
+def test_flags_beat_the_yaml_and_an_unknown_release_leaves_its_changed_defaults_unknown(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `trl` to find: TRL's parser cannot be asked, gpudoc reads by hand
     shutil.copy(EXAMPLE, tmp_path / "config.yaml")
     with (tmp_path / "config.yaml").open("a") as handle:
         handle.write("per_device_train_batch_size: 2\ngradient_accumulation_steps: 4\nmax_length: 2048\n")
@@ -80,6 +84,8 @@ def test_flags_beat_the_yaml_and_an_unknown_release_leaves_its_changed_defaults_
     assert profile.train["micro_batch_size"] == 4 and profile.train["precision"] == "fp16"
     assert profile.launch == {"nproc_per_node": 4, "nnodes": 2}  # accelerate's num_processes is the total
     assert any("no installed release found" in note for note in profile.job.notes)
+    assert any(note.startswith("trl: TRL's own parser could not be asked") and note.endswith("gpudoc's own reader")
+               for note in profile.job.notes)
     # A rung's changes: the flag in place, the YAML's key in the YAML, the precision as two flags.
     changed = profile.with_train({"micro_batch_size": 2, "gradient_accumulation_steps": 8, "precision": "bf16"})
     plan = plan_bindings(changed.for_planning(), command, cwd=tmp_path)
@@ -87,3 +93,41 @@ def test_flags_beat_the_yaml_and_an_unknown_release_leaves_its_changed_defaults_
     assert plan.argv[6:] == ["--fp16=false", "--num_processes", "8", "--num_machines", "2", "--bf16", "true"]
     (edit,) = plan.file_edits
     assert edit.changes == [{"key": "gradient_accumulation_steps", "old": 4, "new": 8}]
+
+
+def test_the_installed_trl_parses_the_command_with_its_own_config_class(tmp_path, monkeypatch):
+    # The TRL of the project's environment (its test extra): `trl sft`'s own TrlParser over SFTConfig.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    shutil.copy(EXAMPLE, tmp_path / "config.yaml")
+    with (tmp_path / "config.yaml").open("a") as handle:
+        handle.write("gradient_accumulation_steps: 4\n")
+    command = ["trl", "sft", "--config", "config.yaml", "--per_device_train_batch_size", "4", "--fp16"]
+    reading = read_job(command, tmp_path)
+    installed = version("trl")
+    release = parse_version(installed)
+    assert reading.version == installed and release is not None
+    assert reading.places == {"micro_batch_size": "argv:--per_device_train_batch_size",
+                              "gradient_accumulation_steps": "file:config.yaml:gradient_accumulation_steps",
+                              "max_seq_len": "default:trl", "gradient_checkpointing": "default:trl",
+                              "precision": "argv:--fp16"}
+    assert reading.values["gradient_checkpointing"] is (release >= (0, 22))
+    assert reading.values["precision"] == "fp16"  # --fp16 turns SFTConfig's bf16-unless-fp16 off
+    # Its declared flags decide the spelling written: SFT's length is --max_length from 0.17.
+    assert reading.declared is not None and "--max_length" in reading.declared
+    assert ("--max_seq_length" in reading.declared) is (release < (0, 17))
+
+
+def test_conda_run_reads_the_release_installed_in_that_environment(tmp_path, trl_env, monkeypatch):
+    # `trl` on gpudoc's PATH is the project's; the job runs the one in the conda environment.
+    python = trl_env("0.18.1") / "python"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "conda").write_text(f'#!/bin/sh\n[ "$1 $2 $3" = "run -n old" ] && echo "{python}"\n')
+    (bin_dir / "conda").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    shutil.copy(EXAMPLE, tmp_path / "config.yaml")
+    reading = read_job(["conda", "run", "-n", "old", "trl", "sft", "--config", "config.yaml"], tmp_path)
+    # That environment has no transformers to ask: its TRL release, read from its layout, gives the defaults.
+    assert reading.framework == "trl" and reading.version == "0.18.1"
+    assert (reading.values["precision"], reading.values["gradient_checkpointing"]) == ("fp32", False)
+    assert any("TRL's own parser could not be asked" in note for note in reading.notes)

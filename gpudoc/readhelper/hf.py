@@ -1,0 +1,154 @@
+"""HF's and TRL's argument dataclasses, asked in the job's interpreter (loaded by ``main.py`` by path).
+
+``hf_trainer``: transformers' ``HfArgumentParser`` over ``TrainingArguments`` alone (the job's own
+dataclasses, a script's ``ModelArguments``, are not importable: their flags stay unparsed), taking the
+command's flags, or the JSON/YAML args file given first with the flags after it over its values.
+``trl``: the ``trl <command>`` CLI's own parser (``trl.scripts.<command>.make_parser``, a ``TrlParser``
+over the command's config class, ``ModelConfig`` ...) with its ``--config`` YAML under the flags.
+
+Request: ``{"framework": "hf-trainer", "args", "config"?, "trl_classes"?}`` or
+``{"framework": "trl", "command", "args"}``. Answer: ``fields`` (the training arguments after ``__post_init__``: bf16 resolved, old aliases
+mirrored), ``given`` (field -> ``["argv", flag]`` or ``["file", key]``: where the command set it; a
+field not named is its class's default in the installed release), ``declared`` (every option string
+the parser declares), ``class``, ``versions``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _assume_the_jobs_gpu() -> None:
+    """The helper runs with no GPU visible; TrainingArguments refuses bf16 without one. The job runs
+    on its own GPU, which decides that at launch: parsing assumes it supports bf16."""
+    from transformers import training_args
+
+    if hasattr(training_args, "is_torch_bf16_gpu_available"):
+        training_args.is_torch_bf16_gpu_available = lambda *a, **k: True
+
+
+def _plain(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return str(getattr(value, "value", value))  # an enum (IntervalStrategy.STEPS) as its value
+
+
+def _given_on_argv(parser: Any, args: Sequence[str]) -> dict[str, list[str]]:
+    """Each field the command's flags set -> [``argv``, the flag as written] (its last occurrence)."""
+    out: dict[str, list[str]] = {}
+    for action in parser._actions:
+        for tok in args:
+            flag = tok.split("=", 1)[0]
+            if flag in action.option_strings:
+                out[action.dest] = ["argv", flag]
+    return out
+
+
+def _answer(parser: Any, training: Any, given: dict[str, list[str]]) -> dict[str, Any]:
+    import dataclasses
+    from importlib.metadata import version
+
+    versions = {"transformers": version("transformers")}
+    try:
+        versions["trl"] = version("trl")
+    except Exception:
+        pass
+    fields = {f.name: _plain(getattr(training, f.name, None)) for f in dataclasses.fields(training)}
+    declared = sorted({opt for action in parser._actions for opt in action.option_strings})
+    return {"fields": fields, "given": {k: v for k, v in given.items() if k in fields}, "declared": declared,
+            "class": type(training).__name__, "versions": versions}
+
+
+def _training(found: Sequence[Any]) -> Any:
+    from transformers import TrainingArguments
+
+    return next(obj for obj in found if isinstance(obj, TrainingArguments))
+
+
+def _arguments_class(trl_names: Sequence[str]) -> Any:
+    """TrainingArguments, or the TRL config the script imports (SFTConfig ...: its subclass, with
+    TRL's own defaults)."""
+    from transformers import TrainingArguments
+
+    if trl_names:
+        import trl as trl_pkg
+
+        for name in trl_names:
+            cls = getattr(trl_pkg, str(name), None)
+            if isinstance(cls, type) and issubclass(cls, TrainingArguments):
+                return cls
+    return TrainingArguments
+
+
+def hf_trainer(req: Mapping[str, Any]) -> dict[str, Any]:
+    from transformers import HfArgumentParser
+
+    _assume_the_jobs_gpu()
+    args = [str(a) for a in req.get("args") or ()]
+    config = req.get("config")  # the args file given first, relative to the job's directory
+    # No abbreviations: the job's own parser also holds its own flags, which a prefix must not match here.
+    parser = HfArgumentParser(_arguments_class(req.get("trl_classes") or ()), allow_abbrev=False)
+    given: dict[str, list[str]] = {}
+    read_files = []
+    if config:
+        path = os.path.abspath(str(config))
+        read_files.append(path)
+        if path.endswith(".json"):
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        else:
+            import yaml  # type: ignore[import-untyped]
+
+            with open(path, encoding="utf-8") as handle:
+                data = yaml.safe_load(handle)
+        if not isinstance(data, dict):
+            raise ValueError(f"{config}: not a mapping of arguments")
+        # The file's keys as the parser's defaults, as parse_json_file/parse_yaml_file take them
+        # (keys of the job's own dataclasses left out), then the flags after it over them.
+        for action in parser._actions:
+            if action.dest in data:
+                action.default = data[action.dest]
+                action.required = False
+                given[action.dest] = ["file", action.dest]
+    given.update(_given_on_argv(parser, args))
+    found = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
+    answer = _answer(parser, _training(found[:-1]), given)
+    answer["read_files"] = read_files
+    return answer
+
+
+def trl(req: Mapping[str, Any]) -> dict[str, Any]:
+    import importlib
+
+    command = str(req["command"])
+    args = [str(a) for a in req.get("args") or ()]
+    importlib.import_module("transformers")
+    _assume_the_jobs_gpu()
+    try:
+        script = importlib.import_module(f"trl.scripts.{command}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"trl.scripts.{command}":
+            raise
+        raise ValueError(f"this TRL has no `trl {command}` command") from None
+    parser = script.make_parser()
+    given = {}
+    read_files = []
+    if "--config" in args:
+        path = args[args.index("--config") + 1]
+        read_files.append(os.path.abspath(path))
+        import yaml
+
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+        if isinstance(data, dict):
+            given = {action.dest: ["file", action.dest] for action in parser._actions if action.dest in data}
+    given.update(_given_on_argv(parser, [a for a in args if a != "--config"]))
+    found = parser.parse_args_and_config(args, return_remaining_strings=True)
+    answer = _answer(parser, _training(found[:-1]), given)
+    answer["read_files"] = read_files
+    return answer
