@@ -63,8 +63,11 @@ def composed(job: JobCommand, cwd: Path, r: JobReading, keys: Mapping[str, tuple
         answer = asked.ask({"framework": "lightning", "args": args, "cwd": str(cwd.resolve())}, python=python,
                            cwd=cwd, files=[c for c in configs if c.is_file()], timeout_s=TIMEOUT_S)
     except asked.Unanswered as exc:
-        r.notes.append(f"lightning: jsonargparse could not be asked ({exc}); read by gpudoc's own reader, which "
-                       "reads each --config and flag as written (no class_path merging)")
+        why = str(exc)
+        said = (f"jsonargparse refuses the command ({why.removeprefix('ArgumentError: ')}), and so will LightningCLI"
+                if why.startswith("ArgumentError: ") else f"jsonargparse could not be asked ({why})")
+        r.notes.append(f"lightning: {said}; read by gpudoc's own reader, which reads each --config and flag as "
+                       "written (no class_path merging)")
         return False
     versions = answer.get("versions") or {}
     r.version = versions.get("lightning") or versions.get("pytorch_lightning") or r.version

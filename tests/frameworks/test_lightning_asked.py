@@ -19,6 +19,7 @@ import pytest
 
 from gpudoc.frameworks import asked
 from gpudoc.job.knobs import read_job
+from gpudoc.readhelper import main as helper
 from tests.conftest import VENV_BIN, gpudoc_cli
 from tests.frameworks.test_reading import _plan
 
@@ -133,3 +134,18 @@ def test_without_jsonargparse_importable_gpudocs_own_reader_reads_and_says_so(tm
     assert reading.framework == "lightning" and reading.values["micro_batch_size"] == 16
     [note] = [n for n in reading.notes if "jsonargparse could not be asked" in n]
     assert "lightning is not importable here (No module named" in note and "gpudoc's own reader" in note
+
+
+def test_a_command_jsonargparse_refuses_is_said_to_be_refused_by_lightningcli_too(tmp_path):
+    (tmp_path / "base.yaml").write_text(BASE)
+    (tmp_path / "big.yaml").write_text(BIG)
+    # The job's interpreter answers as the helper does when jsonargparse refuses a layer's key.
+    refusal = {"ok": False, "reason": "ArgumentError: Group 'trainer' does not accept option 'accumulate_grad_batchez'"}
+    python = tmp_path / "python"
+    (tmp_path / "answer").write_text(f"{helper.MARKER}{json.dumps(refusal)}\n")
+    python.write_text(f"#!/bin/sh\ncat >/dev/null\ncat {tmp_path / 'answer'}\n")
+    python.chmod(0o755)
+    reading = read_job([str(python), *COMMAND[1:]], tmp_path)
+    [note] = [n for n in reading.notes if "refuses" in n]
+    assert note.startswith("lightning: jsonargparse refuses the command (Group 'trainer' does not accept option "
+                           "'accumulate_grad_batchez'), and so will LightningCLI; read by gpudoc's own reader")

