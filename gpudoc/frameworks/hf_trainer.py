@@ -126,7 +126,9 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     r.framework = name
     trl = bool(trainer) and _uses_trl(job, cwd)
     config = first_config(args, cwd)
-    answer = _asked(job, cwd, r, config, trl) if trainer else None
+    # A script that builds its arguments with TRL's TrlParser takes a --config YAML under its flags.
+    yaml = flag_value(args, ("--config",)) if trl and config is None else None
+    answer = _asked(job, cwd, r, config, trl, yaml[1] if yaml else None) if trainer else None
     if answer is not None:
         hf_asked.place(r, answer, "default", name, config)
     elif trainer:
@@ -150,8 +152,8 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
             for knob, value in file_preset(preset).read(data).items():
                 r.set(knob, value, "file", "", config)
             r.file_presets[config] = preset
-        if answer is not None:
-            hf_asked.place(r, answer, "file", name, config)
+    if answer is not None and (config or yaml):
+        hf_asked.place(r, answer, "file", name, config or (yaml[1] if yaml else None))
     ds = flag_value(args, ("--deepspeed",))
     if ds is not None and (cwd / ds[1]).is_file():
         data = load_config(cwd / ds[1], ds[1], r)
@@ -190,13 +192,15 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
                        f"fp16 is set): {' and '.join(unsettled)} stay unknown until a flag or a profile says")
 
 
-def _asked(job: JobCommand, cwd: Path, r: JobReading, config: str | None, trl: bool) -> dict[str, Any] | None:
+def _asked(job: JobCommand, cwd: Path, r: JobReading, config: str | None, trl: bool,
+           yaml: str | None) -> dict[str, Any] | None:
     """HfArgumentParser's parse of the command (and of the args file given first) over the installed
     TrainingArguments, or the TRL config the script imports; None (with a note) when not asked."""
     trl_classes = sorted(_trl_configs(job, cwd)) if trl else []
     request = {"framework": "hf-trainer", "args": job.script_args[1:] if config else job.script_args,
                "config": config, "trl_classes": trl_classes}
-    answer = hf_asked.ask(job, cwd, r, request, [cwd / config] if config else [], "hf-trainer: transformers' "
+    files = [cwd / f for f in (config, yaml) if f is not None and (cwd / f).is_file()]
+    answer = hf_asked.ask(job, cwd, r, request, files, "hf-trainer: transformers' "
                           "HfArgumentParser")
     return answer
 

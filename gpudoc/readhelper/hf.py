@@ -115,6 +115,8 @@ def hf_trainer(req: Mapping[str, Any]) -> dict[str, Any]:
                 action.default = data[action.dest]
                 action.required = False
                 given[action.dest] = ["file", action.dest]
+    if req.get("trl_classes") and "--config" in args:
+        return _trl_parsed(_arguments_class(req["trl_classes"]), args)
     given.update(_given_on_argv(parser, args))
     found = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
     answer = _answer(parser, _training(found[:-1]), given)
@@ -135,7 +137,16 @@ def trl(req: Mapping[str, Any]) -> dict[str, Any]:
         if exc.name != f"trl.scripts.{command}":
             raise
         raise ValueError(f"this TRL has no `trl {command}` command") from None
-    parser = script.make_parser()
+    return _trl_parsed(None, args, script.make_parser())
+
+
+def _trl_parsed(cls: Any, args: list[str], parser: Any = None) -> dict[str, Any]:
+    """TrlParser's ``--config`` YAML under the flags: the ``trl`` CLI's own parser, or one over the
+    TRL config a script builds with ``TrlParser`` (its other dataclasses are the script's)."""
+    if parser is None:
+        from trl import TrlParser
+
+        parser = TrlParser(cls, allow_abbrev=False)
     given = {}
     read_files = []
     if "--config" in args:

@@ -17,6 +17,7 @@ from gpudoc.bind.args import ArgContext, ArgEdits
 from gpudoc.frameworks import asked, hf_trainer, trl
 from gpudoc.job.installed import parse_version
 from gpudoc.job.knobs import read_job
+from tests.frameworks.test_reading import _plan
 from tests.job.scripts import HF_TRAINER, TRL_SFT
 
 pytestmark = pytest.mark.slow
@@ -71,8 +72,14 @@ def test_a_json_args_file_given_first_is_parsed_with_the_flags_after_it(tmp_path
 
 def test_a_script_building_trls_config_gets_that_configs_defaults_by_installed_release(tmp_path):
     (tmp_path / "sft.py").write_text(TRL_SFT)
-    reading = read_job(["python", "sft.py", "--model_name_or_path", "Qwen/Qwen2-0.5B", "--output_dir", "out"],
-                       tmp_path)
+    (tmp_path / "sft.yaml").write_text("model_name_or_path: Qwen/Qwen2-0.5B\nper_device_train_batch_size: 2\n")
+    reading = read_job(["python", "sft.py", "--config", "sft.yaml", "--output_dir", "out"], tmp_path)
+    # TrlParser's --config YAML, under the flags (its ModelConfig key is the script's: left alone).
+    assert (reading.values["micro_batch_size"], reading.places["micro_batch_size"]) == \
+        (2, "file:sft.yaml:per_device_train_batch_size")
+    [edit] = _plan(["python", "sft.py", "--config", "sft.yaml", "--output_dir", "out"], tmp_path,
+                   micro_batch_size=1).file_edits
+    assert edit.path.name == "sft.yaml" and edit.changes == [{"key": "per_device_train_batch_size", "old": 2, "new": 1}]
     release = parse_version(version("trl"))
     assert release is not None
     # SFTConfig's own: checkpointing on from 0.22, bf16 unless fp16 from 0.19 (resolved by its __post_init__).
