@@ -59,7 +59,7 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     from gpudoc.frameworks import litgpt_asked
 
     try:
-        said, notes, _accumulation = litgpt_asked.settings(job, cwd, (*_KEYS.values(), _GLOBAL, _DEVICES, _NODES))
+        said, notes = litgpt_asked.settings(job, cwd, (*_KEYS.values(), _GLOBAL, _DEVICES, _NODES))
     except litgpt_asked.asked.Unanswered as exc:
         r.notes.append(f"litgpt: its own parser could not be asked ({exc}); read by gpudoc's own reader with "
                        "litgpt 0.5's defaults")
