@@ -39,7 +39,6 @@ CAP_BYTES = 4 * 2**20
 _HF_SETTINGS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size", "bf16", "fp16",
                 "gradient_checkpointing", "optim", "max_steps", "deepspeed")
 _COMPILE_WARNS = r"Using `torch\.compile\(module\)` when there are global hooks"
-_PHASE_FRAMES = (("backward", "backward"), ("_engine_run_backward", "backward"), ("step", "optimizer"))
 
 
 class _Probe:
@@ -164,8 +163,10 @@ class _Probe:
         optimizer.register_optimizer_step_pre_hook(self.guarded("step-pre", self._step_begins))
         optimizer.register_optimizer_step_post_hook(self.guarded("step-post", self._step_ends))
         import atexit
+        import gc
 
         atexit.register(self.guarded("exit", self._left))
+        gc.callbacks.append(self.guarded("recovery", self._collecting))
 
     def _find_top(self, module: Any, args: Any) -> None:
         # The first module called is the outermost one: found, the global hook goes (torch.compile
@@ -196,6 +197,7 @@ class _Probe:
         self.phase = "forward"
         if self.input_seen:
             return
+        self.oom_at = None  # a forward after an OOM: the job went on, and may run out again at this step
         torch = self.torch
         self.autocast = "off"
         for device in ("cuda", "cpu"):
@@ -230,6 +232,13 @@ class _Probe:
         if self.unfinished is not None and self.oom_at != self.steps:
             self.write("interrupted", phase=self.unfinished, step=self.steps)
         self.unfinished = None
+
+    def _collecting(self, phase: str, info: Any) -> None:
+        """A job that recovers from an OOM in backward or in the optimizer step (HF's
+        auto_find_batch_size, Lightning's batch size finder) collects garbage while it handles it:
+        the error is read there, never kept, and recorded in the phase it left."""
+        if phase == "start" and self.unfinished is not None and _is_oom(self.torch, sys.exc_info()[1]):
+            self._oom(self.unfinished, sys._getframe())
 
     def _backward_done(self, param: Any) -> None:
         self.backward += 1
@@ -283,7 +292,7 @@ class _Probe:
     def excepthook(self, kind: type, value: BaseException, tb: Any) -> None:
         try:
             if self.torch is not None and os.getpid() == self.pid and _is_oom(self.torch, value):
-                self._oom(_phase_of(tb) or self.phase, self.settings.innermost(tb))
+                self._oom(self.settings.phase_of(tb) or self.phase, self.settings.innermost(tb))
         except Exception:
             pass
 
@@ -298,6 +307,7 @@ class _Probe:
         dumped = self.guarded("snapshot", self.history.dump)(self.directory, self.rank) if self.history else None
         snapshot, top = dumped or (None, [])
         self.write("oom", phase=phase, step=self.steps, breakdown=self._breakdown(), snapshot=snapshot, top=top)
+        self.input_seen = False  # a job that goes on (a smaller batch) shows its next input
 
     def _breakdown(self) -> dict:
         model = self.model() if self.model is not None else None
@@ -348,20 +358,6 @@ def _is_oom(torch: Any, value: BaseException | None) -> bool:
     oom = getattr(torch, "OutOfMemoryError", None)
     return (oom is not None and isinstance(value, oom)) or (
         isinstance(value, RuntimeError) and "out of memory" in str(value).lower())
-
-
-def _phase_of(tb: Any) -> str | None:
-    """The phase from the frames the OOM passed through: the innermost named one wins (the hooks'
-    state can lag, e.g. an OOM in backward's first kernel before any gradient reached the output)."""
-    phase = None
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        for name, what in _PHASE_FRAMES:
-            if code.co_name == name and ("autograd" in code.co_filename or "_tensor" in code.co_filename
-                                         or ("optim" in code.co_filename and what == "optimizer")):
-                phase = what
-        tb = tb.tb_next
-    return phase
 
 
 def _sibling(name: str) -> Any:

@@ -34,6 +34,8 @@ _LIGHTNING = ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.tr
 _LIGHTNING_SETTINGS = ("accumulate_grad_batches", "precision", "world_size", "num_devices", "num_nodes",
                        "max_steps", "max_epochs", "gradient_clip_val")
 _DEEPSPEED = "deepspeed.runtime.engine"
+# Frames of torch an OOM passes through, and the phase each is.
+_PHASE_FRAMES = (("backward", "backward"), ("_engine_run_backward", "backward"), ("step", "optimizer"))
 _OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's frame, whose f_locals is a snapshot (not imported: start-up cost)
 
 
@@ -153,6 +155,20 @@ def innermost(tb: Any) -> Any:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return tb.tb_frame if tb is not None else None
+
+
+def phase_of(tb: Any) -> str | None:
+    """The phase from the frames the OOM passed through: the innermost named one wins (the hooks'
+    state can lag, e.g. an OOM in backward's first kernel before any gradient reached the output)."""
+    phase = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        for name, what in _PHASE_FRAMES:
+            if code.co_name == name and ("autograd" in code.co_filename or "_tensor" in code.co_filename
+                                         or ("optim" in code.co_filename and what == "optimizer")):
+                phase = what
+        tb = tb.tb_next
+    return phase
 
 
 def resolved_settings(frames: list) -> list[dict]:

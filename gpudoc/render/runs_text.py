@@ -115,6 +115,12 @@ def _probe_lines(record: RunRecord) -> list[str]:
         lines.append("  observed in the job: " + ", ".join(
             f"{k}={printable(knob_word(v['value']))} ({printable(str(v.get('how')))})" for k, v in sorted(observed.items())))
     lines += step_lines(record, chart=True)
+    went_on = record.oom_recovered or {}
+    if went_on:  # OOMs the job went on from by itself (HF's auto_find_batch_size): said, never a failure
+        lines.append(f"  recovered from an OOM at micro batch {went_on.get('micro_batch_size') or '?'} (rank "
+                     f"{went_on.get('rank')}, {went_on.get('phase') or 'phase unknown'}, after {went_on.get('step')} "
+                     f"step(s), {went_on.get('times')} time(s)); the job went on with micro batch "
+                     f"{went_on.get('went_on_with') or '?'}")
     oom = record.oom or {}
     if oom:
         where = f"rank {oom.get('rank')}" + (f", {oom['phase']}" if oom.get("phase") else "") + (

@@ -115,11 +115,13 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
     """One rank's knobs as the probe saw them: {knob: (value, how)}, its steps and its OOM."""
     knobs: dict[str, tuple[Any, str]] = {}
     steps = [e for e in events if e["event"] == "step"]
-    first_input = next((e for e in events if e["event"] == "input" and isinstance(e.get("shape"), list)), {})
-    shape = first_input.get("shape")
+    # The input the job trained with: the last one it showed (one, unless it went on after an OOM).
+    inputs = [(i, e) for i, e in enumerate(events) if e["event"] == "input" and isinstance(e.get("shape"), list)]
+    last_input = inputs[-1][1] if inputs else {}
+    shape = last_input.get("shape")
     if shape and all(count(n) for n in shape):
         knobs["micro_batch_size"] = (shape[0], "input-shape")
-        if len(shape) >= 2 and str(first_input.get("dtype")).startswith("int"):  # token ids: (batch, sequence)
+        if len(shape) >= 2 and str(last_input.get("dtype")).startswith("int"):  # token ids: (batch, sequence)
             knobs["max_seq_len"] = (shape[1], "input-shape")
     passes = [p for p in (count(e.get("backward")) for e in steps) if p]
     if passes:
@@ -144,11 +146,30 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
     # micro batch comes before any optimizer step): the steps, when there are some, win.
     for knob, value in _framework_knobs(events).items():
         knobs.setdefault(knob, value)
-    oom = next((e for e in events if e["event"] == "oom"), None)
+    ooms = [(i, e) for i, e in enumerate(events) if e["event"] == "oom"]
+    went_on = [(i, e) for i, e in ooms if inputs and inputs[-1][0] > i]  # a forward came after it
+    oom = next((e for i, e in ooms if (i, e) not in went_on), None)
     left = next((e for e in events if e["event"] == "interrupted" and e.get("phase") in _PHASES), None)
     return {"knobs": knobs, "steps": steps, "oom": oom, "left": left, "model": model, "parsers": _parsers(events),
+            "recovered": _recovered(went_on, inputs),
             "total": total_from_settings(events),
             "state_dtype": next((e.get("state_dtype") for e in steps if isinstance(e.get("state_dtype"), str)), None)}
+
+
+def _recovered(went_on: list[tuple[int, dict]], inputs: list[tuple[int, dict]]) -> dict[str, Any] | None:
+    """The OOMs the job went on from (HF's auto_find_batch_size halves its batch and starts again):
+    the first one's step and phase, the micro batch it ran out at, the one it went on with at last."""
+    if not went_on:
+        return None
+    at, first = went_on[0]
+    before: dict = next((e for i, e in reversed(inputs) if i < at), {})
+    return {"step": count(first.get("step")), "phase": first.get("phase") if first.get("phase") in _PHASES else None,
+            "micro_batch_size": _batch(before), "went_on_with": _batch(inputs[-1][1]), "times": len(went_on)}
+
+
+def _batch(event: dict) -> int | None:
+    shape = event.get("shape")
+    return count(shape[0]) if isinstance(shape, list) and shape else None
 
 
 def _framework_knobs(events: list[dict]) -> dict[str, tuple[Any, str]]:
@@ -218,8 +239,8 @@ def _parser(prog: Any, kind: Any, options: list, raw: Any) -> dict:
 
 
 def read(run_dir: Path) -> dict[str, Any]:
-    """``{"observed", "steps", "oom", "parsers", "probe_errors"}`` for the record (each None when not
-    seen), and ``left``: a backward or optimizer step an error left unfinished (``observations``)."""
+    """``{"observed", "steps", "oom", "oom_recovered", "parsers", "probe_errors"}`` for the record (each
+    None when not seen), and ``left``: a backward or optimizer step an error left unfinished (``observations``)."""
     from gpudoc.trust import untrusted
 
     directory = run_dir / PROBE_DIR
@@ -247,7 +268,7 @@ def read(run_dir: Path) -> dict[str, Any]:
         if events:
             ranks[int(match.group(1))] = _rank_view(events)
     if not ranks:
-        return {"observed": None, "steps": None, "oom": None, "left": None, "parsers": None,
+        return {"observed": None, "steps": None, "oom": None, "oom_recovered": None, "left": None, "parsers": None,
                 "probe_errors": errors[:10] or None}
     first = min(ranks)
     observed: dict[str, Any] = {}
@@ -266,6 +287,8 @@ def read(run_dir: Path) -> dict[str, Any]:
     other_ranks = [ranks[r]["steps"] for r in sorted(ranks) if r != first]
     return {"observed": observed or None, "steps": from_probe(view["steps"], observed, view["total"], other_ranks),
             "oom": _oom(ranks, directory), "left": _left(ranks),
+            "oom_recovered": next(({"rank": r, **v["recovered"]} for r, v in sorted(ranks.items()) if v["recovered"]),
+                                  None),
             "parsers": ranks[first]["parsers"] or None, "probe_errors": errors[:10] or None}
 
 

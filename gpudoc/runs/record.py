@@ -84,6 +84,9 @@ class RunRecord:
     observed: dict | None = None
     steps: dict | None = None
     oom: dict | None = None
+    # OOMs the job went on from itself (a smaller batch): {"rank", "step", "phase", "micro_batch_size",
+    # "went_on_with", "times"}; the run is not failed by them.
+    oom_recovered: dict | None = None
     # The argument parsers the job used ({"prog", "type", "options", "values"}): the flags it declares.
     parsers: list[dict] | None = None
     probe_errors: list[str] | None = None
@@ -115,8 +118,9 @@ class RunRecord:
         return record
 
     def take_observations(self, seen: Mapping[str, Any]) -> None:
-        """What the probe saw (``gpudoc.runs.probe.read``): observed, steps, oom, parsers, probe_errors."""
-        for key in ("observed", "steps", "oom", "parsers", "probe_errors"):
+        """What the probe saw (``gpudoc.runs.probe.read``): observed, steps, oom (and those the job went
+        on from), parsers, probe_errors."""
+        for key in ("observed", "steps", "oom", "oom_recovered", "parsers", "probe_errors"):
             setattr(self, key, seen.get(key))
 
     # -- what other rooms ask of a record ------------------------------------------------------

@@ -350,19 +350,12 @@ def test_the_probe_keeps_no_batch_or_loss_of_the_job_alive(tmp_path):
     # Measured on a GPU: one micro batch of input ids and one 0-dim tensor more at the allocator's
     # peak with the probe on. Reading the loop's frames (the frameworks' settings, at the first step
     # and at an OOM before it) must not keep its variables, nor those of an OOM the loop recovers from.
-    import types
     import weakref
 
     import torch
 
-    writer = _writer(_agent(), tmp_path / "probe")
-    writer.torch, writer._global, writer._quiet = torch, types.SimpleNamespace(remove=lambda: None), None
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    model.register_forward_pre_hook(writer.guarded("top", writer._find_top))
+    writer, model, opt = _armed(tmp_path)
     model.register_forward_pre_hook(lambda m, args: _oom_above(torch, args[0], 2))
-    opt.register_step_pre_hook(writer.guarded("step-pre", writer._step_begins))
-    opt.register_step_post_hook(writer.guarded("step-post", writer._step_ends))
     freed = []
     for size in (4, 2, 2, 2):  # HF's auto_find_batch_size: the OOM caught, the batch halved
         batch = torch.ones(size, 4)
@@ -378,9 +371,58 @@ def test_the_probe_keeps_no_batch_or_loss_of_the_job_alive(tmp_path):
         del batch
         freed.append([ref() is None for ref in refs])
     assert freed == [[True], [True, True], [True, True], [True, True]]
-    assert writer.oom_at == 0 and writer.steps == 3 and writer.broken == set()
+    assert writer.steps == 3 and writer.broken == set()
+    events = [json.loads(line) for line in (tmp_path / "probe" / "rank-0.jsonl").read_text().splitlines()]
+    assert [(e["phase"], e["step"]) for e in events if e["event"] == "oom"] == [("forward", 0)]
 
 
 def _oom_above(torch, batch, size: int) -> None:
     if batch.shape[0] > size:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+
+
+def _armed(tmp_path):
+    """The probe armed on a model and its optimizer in this process, through the hooks of those two
+    objects only (arming torch's global hooks would outlive the test)."""
+    import types
+
+    import torch
+
+    writer = _writer(_agent(), tmp_path / "probe")
+    writer.torch, writer._global, writer._quiet = torch, types.SimpleNamespace(remove=lambda: None), None
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.register_forward_pre_hook(writer.guarded("top", writer._find_top))
+    opt.register_step_pre_hook(writer.guarded("step-pre", writer._step_begins))
+    opt.register_step_post_hook(writer.guarded("step-post", writer._step_ends))
+    return writer, model, opt
+
+
+def test_an_oom_the_job_recovers_from_in_backward_is_recorded_with_each_batch_it_tried(tmp_path):
+    # accelerate's find_executable_batch_size (HF's auto_find_batch_size): the OOM caught, garbage
+    # collected inside the except block, the batch halved, the loop started again.
+    import gc
+
+    import torch
+
+    writer, model, opt = _armed(tmp_path)
+    hook = writer.guarded("recovery", writer._collecting)
+    gc.callbacks.append(hook)
+    try:
+        for size in (8, 4, 2, 2):
+            out = model(torch.ones(size, 4))
+            if size > 2:
+                out.register_hook(lambda grad: _oom_above(torch, grad, 2))
+            try:
+                out.sum().backward()
+            except torch.OutOfMemoryError:
+                gc.collect()
+                continue
+            opt.step()
+    finally:
+        gc.callbacks.remove(hook)
+    events = [json.loads(line) for line in (tmp_path / "probe" / "rank-0.jsonl").read_text().splitlines()]
+    assert [(e["event"], e.get("shape", e.get("phase")), e.get("step", e.get("n"))) for e in events
+            if e["event"] in ("input", "oom", "step", "interrupted")] == [
+        ("input", [8, 4], None), ("oom", "backward", 0), ("input", [4, 4], None), ("oom", "backward", 0),
+        ("input", [2, 4], None), ("step", None, 1), ("step", None, 2)]

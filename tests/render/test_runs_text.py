@@ -179,3 +179,15 @@ def test_diff_says_what_a_rung_cost_in_tokens_and_allocator_peak():
     assert "    step time: 0.78 s -> 0.94 s (+21%)" in said
     assert "    tokens/s: 1,000 -> 830 (-17%)" in said
     assert "    peak allocated: 8.0 GiB -> 6.0 GiB (-25%)" in said
+
+
+def test_an_oom_the_job_went_on_from_is_said_and_the_run_is_not_failed_by_it():
+    console = _console()
+    record = RunRecord(id="20260101-000000000-aaaaaa", command=["python", "train.py"], cwd="/x", status="succeeded",
+                       oom_recovered={"rank": 0, "step": 0, "phase": "backward", "micro_batch_size": 8,
+                                      "went_on_with": 2, "times": 2})
+    text(RunShowResult(record=record, live_status="succeeded", start=None, end=None, used={}, total={}), console)
+    shown = console.out.getvalue()
+    assert ("  recovered from an OOM at micro batch 8 (rank 0, backward, after 0 step(s), 2 time(s)); the job went "
+            "on with micro batch 2") in shown
+    assert "out of memory:" not in shown and "fix" not in shown

@@ -103,8 +103,8 @@ def test_a_planted_link_and_other_names_are_not_read(tmp_path):
 
 
 def test_nothing_written_is_nothing_observed(tmp_path):
-    assert probe.read(tmp_path) == {"observed": None, "steps": None, "oom": None, "left": None, "parsers": None,
-                                    "probe_errors": None}
+    assert probe.read(tmp_path) == {"observed": None, "steps": None, "oom": None, "oom_recovered": None, "left": None,
+                                    "parsers": None, "probe_errors": None}
 
 
 def test_a_parser_is_kept_with_what_it_declares_and_nothing_else(tmp_path):
@@ -228,7 +228,7 @@ def test_any_json_the_job_writes_is_read_without_a_crash(tmp_path, events):
     _write(tmp_path, "rank-0.jsonl", *({**fields, "event": fields.get("event", name)} for name, fields in events))
     read = probe.read(tmp_path)
     json.dumps(read, default=str)  # what goes into the record
-    assert set(read) == {"observed", "steps", "oom", "left", "parsers", "probe_errors"}
+    assert set(read) == {"observed", "steps", "oom", "oom_recovered", "left", "parsers", "probe_errors"}
 
 
 def test_the_memory_history_is_on_for_relaunches_and_stops_past_the_failed_step(store):
@@ -288,3 +288,20 @@ def test_the_total_comes_from_what_the_framework_resolved():
     # A name no adapter has, or settings that are not the framework's: nothing believed.
     assert probe.total_from_settings([{"event": "framework", "name": "nope", "settings": {"max_steps": 9}}]) is None
     assert probe.total_from_settings([{"event": "framework", "name": "hf-trainer", "settings": {"max_steps": True}}]) is None
+
+
+def test_an_oom_the_job_went_on_from_is_said_with_the_batches_and_is_not_the_runs_oom(tmp_path):
+    # HF's auto_find_batch_size: 8 ran out in the forward, 4 in backward, 2 trained.
+    start, step = _rank(8)[:2], _rank(8)[3:]
+    oom = {"event": "oom", "phase": "forward", "step": 0, "breakdown": {"parameters": 8}}
+    tried = [{"event": "input", "shape": [n, 128], "dtype": "int64"} for n in (8, 4, 2)]
+    _write(tmp_path, "rank-0.jsonl", *start, tried[0], oom, tried[1], {**oom, "phase": "backward"}, tried[2], *step)
+    read = probe.read(tmp_path)
+    assert read["oom"] is None
+    assert read["oom_recovered"] == {"rank": 0, "step": 0, "phase": "forward", "micro_batch_size": 8,
+                                     "went_on_with": 2, "times": 2}
+    assert read["observed"]["micro_batch_size"]["value"] == 2 and read["steps"]["samples_per_second"] == 2 * 8 * 2 / 0.5
+    # An OOM after the last input the job showed is the one that ended it.
+    _write(tmp_path, "rank-0.jsonl", *start, tried[0], oom, tried[2], *step, {**oom, "step": 2})
+    read = probe.read(tmp_path)
+    assert (read["oom"]["step"], read["oom_recovered"]["went_on_with"], read["oom_recovered"]["times"]) == (2, 2, 1)
