@@ -308,6 +308,7 @@ class _Probe:
         snapshot, top = dumped or (None, [])
         self.write("oom", phase=phase, step=self.steps, breakdown=self._breakdown(), snapshot=snapshot, top=top)
         self.input_seen = False  # a job that goes on (a smaller batch) shows its next input
+        self.backward_at_step = self.backward  # and the passes of the micro batches it abandoned never count
 
     def _breakdown(self) -> dict:
         model = self.model() if self.model is not None else None

@@ -384,15 +384,13 @@ def _oom_above(torch, batch, size: int) -> None:
 def _armed(tmp_path):
     """The probe armed on a model and its optimizer in this process, through the hooks of those two
     objects only (arming torch's global hooks would outlive the test)."""
-    import types
-
     import torch
 
     writer = _writer(_agent(), tmp_path / "probe")
-    writer.torch, writer._global, writer._quiet = torch, types.SimpleNamespace(remove=lambda: None), None
-    model = torch.nn.Linear(4, 1)
+    writer.torch, writer._quiet = torch, None
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    model.register_forward_pre_hook(writer.guarded("top", writer._find_top))
+    writer._global = model.register_forward_pre_hook(writer.guarded("top", writer._find_top))  # removed once found
     opt.register_step_pre_hook(writer.guarded("step-pre", writer._step_begins))
     opt.register_step_post_hook(writer.guarded("step-post", writer._step_ends))
     return writer, model, opt
@@ -406,15 +404,17 @@ def test_an_oom_the_job_recovers_from_in_backward_is_recorded_with_each_batch_it
     import torch
 
     writer, model, opt = _armed(tmp_path)
+    # Out of memory in the first layer's backward: the last layer's gradients are in by then.
+    def fails_in_backward(module, args, out) -> None:
+        out.register_hook(lambda grad: _oom_above(torch, grad, 2))
+
+    model[0].register_forward_hook(fails_in_backward)
     hook = writer.guarded("recovery", writer._collecting)
     gc.callbacks.append(hook)
     try:
         for size in (8, 4, 2, 2):
-            out = model(torch.ones(size, 4))
-            if size > 2:
-                out.register_hook(lambda grad: _oom_above(torch, grad, 2))
             try:
-                out.sum().backward()
+                model(torch.ones(size, 4)).sum().backward()
             except torch.OutOfMemoryError:
                 gc.collect()
                 continue
@@ -426,3 +426,5 @@ def test_an_oom_the_job_recovers_from_in_backward_is_recorded_with_each_batch_it
             if e["event"] in ("input", "oom", "step", "interrupted")] == [
         ("input", [8, 4], None), ("oom", "backward", 0), ("input", [4, 4], None), ("oom", "backward", 0),
         ("input", [2, 4], None), ("step", None, 1), ("step", None, 2)]
+    # The backward passes of the abandoned micro batches are no accumulation.
+    assert [e["backward"] for e in events if e["event"] == "step"] == [1, 1]
