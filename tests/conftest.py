@@ -34,12 +34,24 @@ SEEDS = FIXTURES / "seeds"
 VENV_BIN = str(Path(sys.executable).parent)
 
 
+def _session_root(tmp_path_factory) -> Path:
+    """The temporary directory above every pytest-xdist worker's own: the session's."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("home")
     work = tmp_path_factory.mktemp("work")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    # The answers gpudoc caches from the helpers it runs in a job's interpreter (a framework asked for
+    # a command's reading, a simulated step), shared by the session's tests as a user's runs share
+    # them: each is keyed on the interpreter, the request and the bytes of every file it read, so a
+    # test sees the answer it would compute itself (an HF Trainer script costs a helper run of about
+    # 9 s of CPU to read). A test of the caches themselves sets its own directory.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(_session_root(tmp_path_factory) / "cache"))
     monkeypatch.delenv("GPUDOC_HOME", raising=False)
     monkeypatch.delenv("GPUDOC_PROFILE", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
@@ -61,9 +73,7 @@ def shared_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Pa
     the same directory. Each worker has a temporary root of its own; the one above them is the
     session's. A ``make`` that fails leaves nothing behind: the next test to ask runs it again (and
     fails on its own account). Readers only: a test that changes what it finds works on a copy."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
+    root = _session_root(tmp_path_factory)
     target, done = root / f"shared-{name}", root / f"shared-{name}.done"
     with open(root / f"shared-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when make() raises

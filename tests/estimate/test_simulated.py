@@ -130,7 +130,8 @@ def test_a_fifo_beside_the_factory_does_not_block_the_estimate(tmp_path):
     assert json.loads(done.stdout)["source"] == "simulation", done.stderr
 
 
-def test_a_factory_outside_the_project_is_simulated_every_time(tmp_path):
+def test_a_factory_outside_the_project_is_simulated_every_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # writable: what is not cached shows
     elsewhere = tmp_path / "site"
     elsewhere.mkdir()
     (elsewhere / "tinymodel.py").write_text(FACTORY)
