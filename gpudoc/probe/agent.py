@@ -62,6 +62,8 @@ class _Probe:
         self.last_step_at: float | None = None
         self.input_seen = False
         self.autocast: str | None = None  # the autocast dtype of the first forward, or "off"
+        self.inside: list[Any] = []  # one-shot hooks on the top module's children, reading autocast within
+        self.ts: Any = None  # torchstate.py, once torch is imported
         self.history: Any = None  # PyTorch's memory history, with [run] snapshot = "on-oom" (snapshot.py)
         self.oom_at: int | None = None  # the step of the OOM recorded
         # A backward or optimizer step begun and not (yet) completed: one that never completes was left
@@ -149,7 +151,7 @@ class _Probe:
     def arm(self, torch: Any) -> None:
         if self.torch is not None or os.getpid() != self.pid:
             return
-        self.torch = torch
+        self.torch, self.ts = torch, _sibling("torchstate")
         import torch.nn.modules.module as modules
         import torch.optim.optimizer as optimizer  # the attribute path fails on torch 2.13
 
@@ -199,10 +201,13 @@ class _Probe:
             return
         self.oom_at = None  # a forward after an OOM: the job went on, and may run out again at this step
         torch = self.torch
-        self.autocast = "off"
-        for device in ("cuda", "cpu"):
-            if hasattr(torch, "get_autocast_dtype") and torch.is_autocast_enabled(device):
-                self.autocast = str(torch.get_autocast_dtype(device)).replace("torch.", "")
+        self.autocast = self.ts.autocast(torch)
+        # A wrapper of its forward may enter autocast (accelerate's, for HF's --bf16): read it within, at
+        # the first child's call. Not in a compiled model, which would trace the hooks (and recompile).
+        compiled = "_orig_mod" in module._modules or getattr(module, "_compiled_call_impl", None) is not None
+        if self.autocast == "off" and not self.inside and not compiled:
+            self.inside = [child.register_forward_pre_hook(self.guarded("autocast", self._within))
+                           for child in module.children()]
         first = kwargs.get("input_ids") if isinstance(kwargs, dict) else None
         if first is None:
             first = next((a for a in (*args, *(kwargs or {}).values()) if isinstance(a, self.torch.Tensor)), None)
@@ -210,11 +215,16 @@ class _Probe:
             self.input_seen = True
             self.write("input", shape=list(first.shape), dtype=str(first.dtype).replace("torch.", ""))
 
+    def _within(self, module: Any, args: Any) -> None:
+        self.autocast = self.ts.autocast(self.torch)  # inside the top module's forward: any wrapper's autocast
+        while self.inside:  # once: the first child called answers
+            self.inside.pop().remove()
+
     def _forward_ends(self, module: Any, args: Any, output: Any) -> None:
-        if output is None and _is_oom(self.torch, sys.exc_info()[1]):  # the error in flight, never kept
+        if output is None and self.ts.is_oom(self.torch, sys.exc_info()[1]):  # the error in flight, never kept
             self._oom("forward", sys._getframe())
             return
-        tensor = _first_grad_tensor(self.torch, output)
+        tensor = self.ts.first_grad_tensor(self.torch, output)
         if tensor is not None:
             tensor.register_hook(self.guarded("backward", self._backward_begins))
 
@@ -237,7 +247,7 @@ class _Probe:
         """A job that recovers from an OOM in backward or in the optimizer step (HF's
         auto_find_batch_size, Lightning's batch size finder) collects garbage while it handles it:
         the error is read there, never kept, and recorded in the phase it left."""
-        if phase == "start" and self.unfinished is not None and _is_oom(self.torch, sys.exc_info()[1]):
+        if phase == "start" and self.unfinished is not None and self.ts.is_oom(self.torch, sys.exc_info()[1]):
             self._oom(self.unfinished, sys._getframe())
 
     def _backward_done(self, param: Any) -> None:
@@ -255,7 +265,7 @@ class _Probe:
         seconds = now - self.last_step_at if self.last_step_at is not None else None
         self.last_step_at = now
         passes, self.backward_at_step = self.backward - self.backward_at_step, self.backward
-        distributed = _distributed(torch)
+        distributed = self.ts.distributed(torch)
         world = torch.distributed.get_world_size() if distributed else 1
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         state_dtype = next((str(v.dtype).replace("torch.", "") for s in opt.state.values() for v in s.values()
@@ -291,7 +301,7 @@ class _Probe:
 
     def excepthook(self, kind: type, value: BaseException, tb: Any) -> None:
         try:
-            if self.torch is not None and os.getpid() == self.pid and _is_oom(self.torch, value):
+            if self.torch is not None and os.getpid() == self.pid and self.ts.is_oom(self.torch, value):
                 self._oom(self.settings.phase_of(tb) or self.phase, self.settings.innermost(tb))
         except Exception:
             pass
@@ -337,28 +347,6 @@ def _call_kwargs() -> dict:
 
 def _int(value: str | None) -> int | None:
     return int(value) if value is not None and value.strip().isdigit() else None
-
-
-def _distributed(torch: Any) -> bool:
-    dist = getattr(torch, "distributed", None)
-    return bool(dist is not None and dist.is_available() and dist.is_initialized())
-
-
-def _first_grad_tensor(torch: Any, output: Any) -> Any:
-    if isinstance(output, torch.Tensor):
-        return output if output.requires_grad else None
-    values = output.values() if isinstance(output, dict) else output if isinstance(output, (list, tuple)) else ()
-    for value in values:
-        found = _first_grad_tensor(torch, value)
-        if found is not None:
-            return found
-    return None
-
-
-def _is_oom(torch: Any, value: BaseException | None) -> bool:
-    oom = getattr(torch, "OutOfMemoryError", None)
-    return (oom is not None and isinstance(value, oom)) or (
-        isinstance(value, RuntimeError) and "out of memory" in str(value).lower())
 
 
 def _sibling(name: str) -> Any:

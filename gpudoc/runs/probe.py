@@ -143,8 +143,12 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
     if optimizer:
         knobs["optimizer"] = (_OPTIMIZERS.get(optimizer, optimizer.lower()), "optimizer-step")
     # What the framework resolved answers where the job's own steps have not (an OOM in the first
-    # micro batch comes before any optimizer step): the steps, when there are some, win.
+    # micro batch comes before any optimizer step): the steps, when there are some, win, except fp32
+    # guessed from the parameters' dtype where no autocast was seen: a compiled model's wrapper may
+    # enter autocast out of the probe's sight, and the framework says what it entered.
     for knob, value in _framework_knobs(events).items():
+        if knob == "precision" and knobs.get(knob, (None, ""))[1] == "parameter-dtype" and knobs[knob][0] == "fp32":
+            knobs[knob] = value
         knobs.setdefault(knob, value)
     ooms = [(i, e) for i, e in enumerate(events) if e["event"] == "oom"]
     went_on = [(i, e) for i, e in ooms if inputs and inputs[-1][0] > i]  # a forward came after it

@@ -107,8 +107,9 @@ def test_an_oom_a_framework_catches_in_backward_is_recorded_with_its_phase(isola
 def test_a_backward_or_step_an_error_left_is_written_once_and_a_completed_one_never(tmp_path):
     import torch
 
-    writer = _writer(_agent(), tmp_path / "probe")
-    writer.torch = torch
+    agent = _agent()
+    writer = _writer(agent, tmp_path / "probe")
+    writer.torch, writer.ts = torch, agent._sibling("torchstate")
     x = torch.ones(3, requires_grad=True)
 
     def backward(*then) -> None:
@@ -124,7 +125,7 @@ def test_a_backward_or_step_an_error_left_is_written_once_and_a_completed_one_ne
     writer._left()
     with pytest.raises(torch.OutOfMemoryError):  # caught, as HF's auto_find_batch_size catches it
         backward(fails)
-    writer._forward_begins(None, (), {})  # the next micro batch: the last backward was abandoned
+    writer._forward_begins(torch.nn.Linear(1, 1), (), {})  # the next micro batch: the last backward was abandoned
     writer._step_begins(torch.optim.SGD([x], lr=0.1), (), {})  # an error in the step, then the exit
     writer._left()
     writer._left()
@@ -386,8 +387,9 @@ def _armed(tmp_path):
     objects only (arming torch's global hooks would outlive the test)."""
     import torch
 
-    writer = _writer(_agent(), tmp_path / "probe")
-    writer.torch, writer._quiet = torch, None
+    agent = _agent()
+    writer = _writer(agent, tmp_path / "probe")
+    writer.torch, writer.ts, writer._quiet = torch, agent._sibling("torchstate"), None
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     writer._global = model.register_forward_pre_hook(writer.guarded("top", writer._find_top))  # removed once found
@@ -428,3 +430,29 @@ def test_an_oom_the_job_recovers_from_in_backward_is_recorded_with_each_batch_it
         ("input", [2, 4], None), ("step", None, 1), ("step", None, 2)]
     # The backward passes of the abandoned micro batches are no accumulation.
     assert [e["backward"] for e in events if e["event"] == "step"] == [1, 1]
+
+
+def test_autocast_a_wrapper_enters_inside_the_forward_is_the_precision(tmp_path):
+    # accelerate (HF's --bf16, Lightning's bf16-mixed) wraps the model's forward in autocast: the top
+    # module's pre-hook runs before the wrapper enters it, with the parameters in fp32. Seen on an
+    # H100, the relaunch of a --bf16 HF job was observed as fp32.
+    import functools
+
+    import torch
+
+    writer, model, opt = _armed(tmp_path)
+    assert writer.autocast is None
+    inner = model.forward
+
+    @functools.wraps(inner)
+    def autocast_forward(*args, **kwargs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return inner(*args, **kwargs)
+
+    model.forward = autocast_forward
+    for _ in range(2):
+        model(torch.ones(2, 4)).float().sum().backward()
+        opt.step()
+    steps = [json.loads(line) for line in (tmp_path / "probe" / "rank-0.jsonl").read_text().splitlines()]
+    assert [e["autocast"] for e in steps if e["event"] == "step"] == ["bfloat16", "bfloat16"]
+    assert all(not child._forward_pre_hooks for child in model.children())  # read once, then gone

@@ -305,3 +305,19 @@ def test_an_oom_the_job_went_on_from_is_said_with_the_batches_and_is_not_the_run
     _write(tmp_path, "rank-0.jsonl", *start, tried[0], oom, tried[2], *step, {**oom, "step": 2})
     read = probe.read(tmp_path)
     assert (read["oom"]["step"], read["oom_recovered"]["went_on_with"], read["oom_recovered"]["times"]) == (2, 2, 1)
+
+
+@pytest.mark.parametrize("framework,precision", [
+    (None, {"value": "fp32", "how": "parameter-dtype"}),
+    ({"bf16": True, "fp16": False}, {"value": "bf16", "how": "framework:hf-trainer"}),
+    ({"bf16": False, "fp16": False}, {"value": "fp32", "how": "framework:hf-trainer"}),
+])
+def test_fp32_guessed_from_the_parameters_yields_to_what_the_framework_entered(tmp_path, framework, precision):
+    # A compiled model's wrapper (accelerate's, for HF's --bf16) enters autocast where the probe does
+    # not look: fp32 parameters and no autocast seen are a guess, the Trainer's arguments are not.
+    events = [dict(e, dtypes=["float32"]) if e["event"] == "model" else e for e in _rank(4, world=1)]
+    if framework is not None:
+        events.append({"event": "framework", "name": "hf-trainer", "settings": framework})
+    _write(tmp_path, "rank-0.jsonl", *events)
+    observed = probe.read(tmp_path)["observed"]["precision"]
+    assert {k: observed[k] for k in ("value", "how")} == precision
