@@ -138,6 +138,18 @@ def flag_step_limit(flag: str, *, eq_only: bool = False) -> Callable[[list[str],
     return step_limit
 
 
+def mixed_precision_flags(ed: ArgEdits, res: PresetResult, precision: Any, framework: str, *,
+                          explicit: bool = False) -> None:
+    """A mixed ``precision`` as the pair of switches ``--bf16``/``--fp16`` (both off for fp32); any
+    other precision has no flag. ``explicit``: both written out, for a parser whose default is on."""
+    if precision in ("bf16", "fp16", "fp32"):
+        ed.set_bool(("--fp16",), precision == "fp16", explicit=explicit)
+        ed.set_bool(("--bf16",), precision == "bf16", explicit=explicit)
+        res.expressed.add("precision")
+    elif precision is not None:
+        res.cannot["precision"] = f"{framework}: --bf16/--fp16 are mixed precision; '{precision}' has no flag"
+
+
 def override_step_limit(key: str) -> Callable[[list[str], int], list[str]]:
     """A ``step_limit`` that sets the ``key=N`` override."""
     def step_limit(args: list[str], steps: int) -> list[str]:

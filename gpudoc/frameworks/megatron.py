@@ -111,13 +111,7 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
         else:
             ed.set_value((_GLOBAL,), str(base.global_batch(micro, knobs["gradient_accumulation_steps"], ctx.world_size)))
             res.expressed.add("gradient_accumulation_steps")
-    prec = knobs.get("precision")
-    if prec in ("bf16", "fp16", "fp32"):
-        ed.set_bool(("--bf16",), prec == "bf16")
-        ed.set_bool(("--fp16",), prec == "fp16")
-        res.expressed.add("precision")
-    elif prec is not None:
-        res.cannot["precision"] = f"{name}: --bf16/--fp16 are mixed precision; '{prec}' has no flag"
+    base.mixed_precision_flags(ed, res, knobs.get("precision"), name)
     res.unsupported(knobs, ("gradient_checkpointing", "zero_stage", "offload_optimizer", "offload_params", "lora_rank"),
                     lambda knob: f"{name}: gpudoc writes no flag for {knob}")
     return res

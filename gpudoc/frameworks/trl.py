@@ -147,12 +147,8 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     missing = hf_asked.undeclared(ctx.declared, ("--bf16", "--fp16"))
     if prec is not None and missing:
         res.cannot["precision"] = f"{name}: the job's TRL declares no {missing} flag"
-    elif prec in ("bf16", "fp16", "fp32"):
-        ed.set_bool(("--fp16",), prec == "fp16", explicit=True)
-        ed.set_bool(("--bf16",), prec == "bf16", explicit=True)  # on unless fp16 from 0.19
-        res.expressed.add("precision")
-    elif prec is not None:
-        res.cannot["precision"] = f"{name}: --bf16/--fp16 are mixed precision; '{prec}' has no flag"
+    else:
+        base.mixed_precision_flags(ed, res, prec, name, explicit=True)  # bf16 on unless fp16 from 0.19
     res.unsupported(knobs, ("zero_stage", "offload_optimizer", "offload_params", "lora_rank"),
                     lambda knob: f"{name}: {knob} is not written as a flag by gpudoc (its accelerate config or "
                                  "ModelConfig holds it)")
@@ -162,8 +158,6 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
 step_limit = base.flag_step_limit("--max_steps")
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
-
-
 launches = base.no_launches
 resolved = base.no_resolved
 
