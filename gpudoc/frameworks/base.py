@@ -177,7 +177,6 @@ def no_resolved(settings: Mapping[str, Any]) -> Resolved:
     return Resolved()
 
 
-
 def counted(settings: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     """{knob: (value, key)} for each ``knob: key`` whose setting is a positive whole number."""
     return {knob: (settings[key], key) for knob, key in keys.items() if count(settings.get(key))}
