@@ -147,7 +147,7 @@ def _rank_view(events: list[dict]) -> dict[str, Any]:
     # guessed from the parameters' dtype where no autocast was seen: a compiled model's wrapper may
     # enter autocast out of the probe's sight, and the framework says what it entered.
     for knob, value in _framework_knobs(events).items():
-        if knob == "precision" and knobs.get(knob, (None, ""))[1] == "parameter-dtype" and knobs[knob][0] == "fp32":
+        if knob == "precision" and knobs.get(knob) == ("fp32", "parameter-dtype"):
             knobs[knob] = value
         knobs.setdefault(knob, value)
     ooms = [(i, e) for i, e in enumerate(events) if e["event"] == "oom"]
