@@ -203,7 +203,6 @@ def test_runs_all_says_which_records_of_a_project_it_skipped(isolated_home, tmp_
 def test_runs_show_in_a_real_tmux_pane_shows_the_chart_and_where_knobs_went(isolated_home, tmux_env):
     import os
     import subprocess
-    import time
 
     (isolated_home / "gpudoc.toml").write_text('[train]\nmicro_batch_size = 4\n[bind]\nargs = "hf-trainer"\n')
     assert gpudoc_cli("run", "--no-check", "--", "python", "-c", "print(1)", "--per_device_train_batch_size", "8",
@@ -214,10 +213,12 @@ def test_runs_show_in_a_real_tmux_pane_shows_the_chart_and_where_knobs_went(isol
                    env=env, check=True)
     gpudoc = os.path.join(VENV_BIN, "gpudoc")  # a login shell in the pane resets PATH
     for command in (f"{gpudoc} runs show {record.id}", f"{gpudoc} runs show"):
-        subprocess.run(["tmux", "send-keys", "-t", "=show:", "clear; " + command, "Enter"], env=env, check=True)
-        tmux_screen(env, "=show:", until="run ")
-        time.sleep(0.5)
-        screen = tmux_screen(env, "=show:")
+        # The marker is typed split ("shown""-here") so that only the echo's output, after the
+        # command has printed everything, matches: the typed line, and the screen before `clear`
+        # runs, never do.
+        subprocess.run(["tmux", "send-keys", "-t", "=show:", f'clear; {command}; echo "shown""-here"', "Enter"],
+                       env=env, check=True)
+        screen = tmux_screen(env, "=show:", until="shown-here")
         if record.id in command:
             assert "GPU 0 ████" in screen and "= 91%" in screen, screen
         else:
