@@ -35,6 +35,15 @@ BLOCK = 64  # weights per absmax (bitsandbytes' 4-bit blocksize)
 NESTED_BLOCK = 256  # absmax values per fp32 constant of the double quantization
 
 
+def _features(layer: Any) -> tuple[int, int]:
+    """(in, out) of a ``torch.nn.Linear`` or of transformers' ``Conv1D``, whose weight is stored
+    transposed (in x out)."""
+    if isinstance(layer, torch.nn.Linear):
+        return layer.in_features, layer.out_features
+    fan_in, fan_out = layer.weight.shape
+    return int(fan_in), int(fan_out)
+
+
 class _MatMul4Bit(torch.autograd.Function):
     """``bnb.matmul_4bit`` as its autograd function runs it in training."""
 
@@ -63,9 +72,9 @@ class Linear4bit(torch.nn.Linear):
     """A ``torch.nn.Linear`` to peft (which wraps it as it wraps bitsandbytes' own), holding the
     packed weight and its quantization state instead of a floating-point weight."""
 
-    def __init__(self, linear: torch.nn.Linear, compute_dtype: Any) -> None:
+    def __init__(self, linear: Any, compute_dtype: Any) -> None:
         torch.nn.Module.__init__(self)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.in_features, self.out_features = _features(linear)
         numel = self.in_features * self.out_features
         device = linear.weight.device
         self.weight = torch.nn.Parameter(torch.empty((numel + 1) // 2, 1, dtype=torch.uint8, device=device),
@@ -116,9 +125,9 @@ class LinearNF4(torch.nn.Linear):
     """torchtune's frozen NF4 base layer (``FrozenNF4Linear``, ``LoRALinear(quantize_base=True)``): an
     ``NF4Tensor`` weight's inner tensors, in torchao's dtypes."""
 
-    def __init__(self, linear: torch.nn.Linear, compute_dtype: Any) -> None:
+    def __init__(self, linear: Any, compute_dtype: Any) -> None:
         torch.nn.Module.__init__(self)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.in_features, self.out_features = _features(linear)
         numel = self.in_features * self.out_features
         device = linear.weight.device
         blocks = numel // BLOCK
@@ -138,14 +147,15 @@ class LinearNF4(torch.nn.Linear):
 
 def quantize_linears(model: Any, compute_dtype: Any, *, torchao: bool = False) -> int:
     """Every linear layer of ``model`` but its output head as a ``Linear4bit`` (what transformers'
-    ``load_in_4bit`` converts: the output embeddings stay in their dtype), or with ``torchao`` as a
+    ``load_in_4bit`` converts: the output embeddings stay in their dtype; GPT-2's ``Conv1D`` layers
+    too, which transformers' bitsandbytes integration replaces as linear layers), or with ``torchao`` as a
     ``LinearNF4`` (torchtune's 7B QLoRA recipes put LoRA, and so NF4, on every linear layer but the
     output). Returns how many."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     converted = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear and child is not head:
+            if (type(child) is torch.nn.Linear or type(child).__name__ == "Conv1D") and child is not head:
                 setattr(parent, name, (LinearNF4 if torchao else Linear4bit)(child, compute_dtype))
                 converted += 1
     return converted

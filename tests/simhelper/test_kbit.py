@@ -78,6 +78,19 @@ def test_every_linear_but_the_output_head_is_converted():
     assert isinstance(model.blocks[0], Linear4bit) and type(model.head) is torch.nn.Linear
 
 
+def test_gpt2s_conv1d_layers_are_converted_as_linear_layers_of_their_transposed_shape():
+    """transformers' bitsandbytes integration replaces GPT-2's Conv1D (weight stored in x out) as a
+    linear layer; left in bf16 they would hold four times the packed bytes."""
+    pytorch_utils = pytest.importorskip("transformers.pytorch_utils")
+    with torch.device("meta"):
+        model = torch.nn.Sequential(pytorch_utils.Conv1D(3 * 64, 64), torch.nn.Linear(3 * 64, 64))
+    assert quantize_linears(model, torch.bfloat16) == 2
+    fused = model[0]
+    assert isinstance(fused, Linear4bit) and (fused.in_features, fused.out_features) == (64, 3 * 64)
+    assert fused.weight.numel() == 64 * 3 * 64 // 2
+    assert model(torch.empty(8, 64, device="meta", dtype=torch.bfloat16)).shape == (8, 64)
+
+
 @pytest.mark.parametrize("checkpointed", [False, True])
 def test_the_kept_input_is_dropped_by_gradient_checkpointing(checkpointed):
     """An fp32 input is cast to a bf16 copy the matmul keeps; inside a checkpointed region that copy
