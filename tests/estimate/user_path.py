@@ -1,8 +1,8 @@
 """The published measurements (tests/fixtures/memory/cases.jsonl) through the user's path: each case
 becomes a profile TOML written the way its user would write it — only the keys the SPEC gives a
-profile, only what the case's structured fields say (among them optimizer_in_backward, and a torchtune
-job's loss as its config says it; the free-text notes and the dropout, LoRA targets or CUDA context
-they mention are facts a profile does not carry) — and runs through
+profile, only what the case's structured fields say (among them optimizer_in_backward, the LoRA targets
+the job's config lists, and a torchtune job's loss as its config says it; the free-text notes and the
+dropout or CUDA context they mention are facts a profile does not carry) — and runs through
 ``gpudoc estimate --json`` (the command function, in-process), with or without ``--simulate``.
 The rows measured with LitGPT's scripts also get what their user has: a ``[model] factory`` building
 LitGPT's model and step (``jobs/litgpt_lora.py``), and LitGPT in the interpreter.
@@ -71,6 +71,8 @@ def _toml(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
     return repr(value)
 
 
@@ -111,6 +113,8 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
         train["loss"] = loss
     if r.get("lora"):
         train["lora_rank"] = int(r["lora"]["rank"])
+        if isinstance(r["lora"].get("targets"), list):  # the layers the job's config names ("default": none)
+            train["lora_targets"] = [str(t) for t in r["lora"]["targets"]]
     if "nf4" in quant:
         train["quantization"] = "nf4"
     launch = {"nproc_per_node": min(world, 8), "nnodes": max(1, world // 8)}
