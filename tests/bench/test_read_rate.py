@@ -1,10 +1,9 @@
-"""bench/read_rate.py's collection of real commands stays runnable: every entry names fixture files
-that exist, a framework gpudoc knows and knobs of the profile's vocabulary; one entry read end to
-end through the harness."""
+"""bench/read_rate.py's collections of real commands (the seen one and the held-out one) stay runnable:
+every entry names fixture files that exist, a framework gpudoc knows and knobs of the profile's
+vocabulary; one entry read end to end through the harness."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
@@ -17,12 +16,16 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import read_rate  # a script beside the others, not a package
 
-ENTRIES = [json.loads(line) for line in read_rate.COLLECTION.read_text().splitlines() if line.strip()]
+ENTRIES = [entry for name in read_rate.COLLECTIONS for entry in read_rate.load(name)]
+
+
+def test_ids_are_unique_over_both_collections():
+    assert len({e["id"] for e in ENTRIES}) == len(ENTRIES)
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["id"])
 def test_every_entry_is_whole(entry):
-    assert all((read_rate.CONFIGS / fixture).is_file() for fixture in entry["files"].values())
+    assert all(read_rate.fixture(source).exists() for source in entry["files"].values())
     assert registry.get(entry["framework"]) is not None
     assert set(entry["truth"]) <= set(TABLES["train"])  # the knobs a profile names
     assert len(entry["source"]) > 20 and entry["command"]
