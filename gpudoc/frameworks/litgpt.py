@@ -77,7 +77,10 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
         if option == "--config":
             data = load_config(cwd / value, value, r) if (cwd / value).is_file() else None
             if data is None:
-                r.notes.append(f"litgpt: --config {value} not read")
+                # The file may set any key: a default it would replace is no longer known (a flag
+                # after it still is).
+                r.notes.append(f"litgpt: --config {value} not read: the settings it may set are unknown")
+                said = {key: entry for key, entry in said.items() if entry[1] != "default"}
                 continue
             r.file_presets[value] = name
             for key in (*_KEYS.values(), _GLOBAL, _DEVICES, _NODES):

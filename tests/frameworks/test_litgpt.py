@@ -83,6 +83,18 @@ def test_a_command_with_no_config_takes_the_commands_own_defaults(tmp_path):
     assert any("devices = auto" in note for note in reading.notes)
 
 
+def test_a_config_it_cannot_read_leaves_the_defaults_it_may_replace_unknown(tmp_path):
+    # LitGPT's tutorials/pretrain.md gives the config as a URL (config_hub/pretrain/debug.yaml, whose
+    # micro batch is 5): pretrain's own default, 4, would be a wrong answer, not a reading.
+    url = "https://raw.githubusercontent.com/Lightning-AI/litgpt/main/config_hub/pretrain/debug.yaml"
+    reading = read_job(["litgpt", "pretrain", "pythia-14m", "--config", url], tmp_path)
+    assert reading.framework == "litgpt" and reading.values == {}
+    assert any(f"--config {url} not read" in note for note in reading.notes)
+    # A flag after the file still settles what it names.
+    reading = read_job(["litgpt", "pretrain", "pythia-14m", "--config", url, "--train.micro_batch_size", "2"], tmp_path)
+    assert reading.values == {"micro_batch_size": 2}
+
+
 def _plan(command: list[str], cwd: Path, **changes: Any) -> Any:
     return plan_bindings(job_profile(command, cwd).with_train(changes).for_planning(), command, cwd=cwd)
 
