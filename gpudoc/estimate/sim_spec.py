@@ -115,6 +115,8 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
     }
     if setup.loss == "fp32_logits":  # the model's logits upcast, then torch's cross-entropy (torchtune's)
         spec["loss"] = setup.loss
+    elif setup.loss == "lm" and not setup.loss_upcast and not profile.model.get("factory"):
+        spec["loss"] = "half_logits"  # torch's cross-entropy on the logits as the model returns them
     if zero_sharded(setup):
         # DeepSpeed's defaults (reduce_bucket_size 5e8 elements, overlap_comm off below stage 3): the
         # profile carries no ZeRO config.

@@ -51,7 +51,9 @@ class Simulation:
             if spec.get("zero") else None
         self.optimizer, self.impl = (self.zero.optimizer, self.zero.impl) if self.zero else optimizer(spec, self.params)
         self.accumulation = max(1, min(2, int(spec.get("gradient_accumulation_steps") or 1)))
-        self.fp32_logits = spec.get("loss") == "fp32_logits"
+        # The job's own cross-entropy on the model's logits: upcast first (torchtune's ``fp32_logits``)
+        # or on the logits as they come (``half_logits``: LitGPT's and nanoGPT's, ``loss_upcast = false``).
+        self.own_loss = spec.get("loss") if spec.get("loss") in ("fp32_logits", "half_logits") else None
         self.weights: set[int] = set()
         for tensor in (*job.model.parameters(), *job.model.buffers()):
             serial = tracker.track(tensor)
@@ -83,12 +85,13 @@ class Simulation:
             batch = self._batch(size)
             tracker.stage = "forward"
             emulation.forward_begins()
-            labels = batch.pop("labels", None) if self.fp32_logits and isinstance(batch, dict) else None
+            labels = batch.pop("labels", None) if self.own_loss and isinstance(batch, dict) else None
             out = _forward(self.job.model, batch)
             if labels is not None:
                 # torchtune's decoder returns its logits upcast (``self.output(h).float()``) to torch's
                 # CrossEntropyLoss: the fp32 copy, not the half-precision output, lives through backward.
-                out = out.logits.float()
+                # Without the upcast, the cross-entropy works in the logits' own dtype.
+                out = out.logits.float() if self.own_loss == "fp32_logits" else out.logits
                 loss = F.cross_entropy(out.flatten(0, -2), labels.flatten())
             else:
                 loss = _loss(out)

@@ -103,3 +103,6 @@ def test_a_model_returning_fp32_logits_holds_the_fp32_copy_through_backward_inst
         return run["first_step"]["stage_peaks"]["backward"]
 
     assert backward_peak("fp32_logits") - backward_peak(None) == pytest.approx(2 * batch * seq * vocab, rel=0.05)
+    # ``loss_upcast = false`` (LitGPT's, nanoGPT's loss): the cross-entropy in bf16, no fp32 buffer of
+    # the vocabulary's size: its log-softmax and the two gradients in bf16 instead of fp32.
+    assert backward_peak(None) - backward_peak("half_logits") == pytest.approx(6 * batch * seq * vocab, rel=0.05)
