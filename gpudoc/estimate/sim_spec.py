@@ -82,7 +82,8 @@ def _config_from_shape(shape: ModelShape, setup: TrainSetup) -> tuple[dict, str]
         return {"model_type": "bert", "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
                 "num_attention_heads": shape.heads, "intermediate_size": shape.ffn, "vocab_size": shape.vocab,
                 "max_position_embeddings": max(512, setup.seq_len), "hidden_act": "gelu",
-                "hidden_dropout_prob": p, "attention_probs_dropout_prob": p}, f"{said} (GELU, dropout {p:g})"
+                "hidden_dropout_prob": p, "attention_probs_dropout_prob": p,
+                "tie_word_embeddings": shape.tied_embeddings}, f"{said} (GELU, dropout {p:g})"
     if family == "llama":
         config = {"model_type": "llama", "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
                   "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads,

@@ -49,6 +49,15 @@ def test_a_plain_mlp_decoder_of_shapes_is_simulated_with_the_profiles_dropout_an
     assert silent[0]["hf_config"]["resid_pdrop"] == 0.1 and "dropout 0.1" in silent[1][0]
 
 
+@pytest.mark.parametrize("model", [GPT2_SHAPE, LLAMA_SHAPE, {**GPT2_SHAPE, "arch": "encoder"},
+                                   {**LLAMA_SHAPE, "arch": "encoder-decoder", "kv_heads": 4}],
+                         ids=["gpt2", "llama", "bert", "t5"])
+def test_the_profiles_tied_or_separate_output_embeddings_reach_the_simulated_config(tmp_path, model):
+    for tied in (True, False):
+        config = _read(_profile(tmp_path, {**model, "tied_embeddings": tied}))[0]["hf_config"]
+        assert config["tie_word_embeddings"] is tied, config["model_type"]
+
+
 def test_a_gated_decoder_of_shapes_keeps_its_kv_heads_and_head_dim(tmp_path):
     spec, _, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE))
     config = spec["hf_config"]
