@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get
+from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.trainer_configs import follows_deepspeed, lora_key, precision_bools, read_simple
 from gpudoc.frameworks import base, trainer_yaml
 from gpudoc.frameworks.base import Recognition
+from gpudoc.frameworks.presetfiles import follow_deepspeed
 from gpudoc.job.argv import JobCommand, parse_command
 from gpudoc.job.identity import world
 from gpudoc.job.knobs import JobReading
@@ -45,12 +46,51 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     args = job.script_args
     after = args[args.index(config) + 1:]
     after = after[:after.index("--")] if "--" in after else after  # the launcher's own options (``launches``)
-    hit = flag_value(after, ("--launcher",))
-    if hit is not None:
-        after = [tok for tok in after if tok not in (hit[0], hit[1], f"{hit[0]}={hit[1]}")]
-    if any(tok.startswith("-") for tok in after):
-        r.notes.append(f"axolotl: the options after {config} ({' '.join(after)}) were not read; the knobs are "
-                       f"{config}'s")
+    _options(cwd, r, [(flag, value) for flag, value in _flags(after)])
+
+
+def _flags(args: list[str]) -> list[tuple[str, str]]:
+    """``--key value`` / ``--key=value``; a switch (``--bf16`` then another option) has the value ""."""
+    out = []
+    for i, tok in enumerate(args):
+        if tok.startswith("--"):
+            flag, eq, value = tok.partition("=")
+            nxt = args[i + 1] if i + 1 < len(args) else ""
+            out.append((flag, value if eq else "" if nxt.startswith("--") else nxt))
+    return out
+
+
+# The config keys its CLI takes as options after the YAML that hold a knob as a number (axolotl's
+# click options are made from its config schema: ``--micro-batch-size``, ``--micro_batch_size``).
+_COUNTS = {"micro_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
+           "sequence_len": "max_seq_len", "lora_r": "lora_rank"}
+
+
+def _options(cwd: Path, r: JobReading, options: list[tuple[str, str]]) -> None:
+    """``axolotl train cfg.yml --micro-batch-size 2 --deepspeed ds.json``: each option replaces the
+    YAML's key (axolotl's load_cfg), so a knob it names lives on the command line and is changed there.
+    An option that holds a knob some other way (a precision switch) is named, not guessed."""
+    unread = []
+    for flag, value in options:
+        key = flag[2:].replace("-", "_")
+        if key in _COUNTS:
+            r.set(_COUNTS[key], count(value), "argv", flag)
+        elif key == "deepspeed":  # replaces the JSON the YAML names, whose ZeRO settings no longer hold
+            for knob in ("zero_stage", "offload_optimizer", "offload_params"):
+                r.knobs.pop(knob, None)
+            follow_deepspeed(r, cwd, flag, value, flag)
+            r.named_by.pop(value, None)  # named by the command line: the JSON is written as itself
+        elif key in _UNREAD:
+            r.knobs.pop(_UNREAD[key], None)
+            unread.append(flag)
+    if unread:
+        r.notes.append(f"axolotl: {', '.join(unread)} on the command line replace the config's keys and were not "
+                       "read: what they set is not known before launch")
+
+
+# Config keys whose options change a knob in a way not read here: the knob each leaves unknown.
+_UNREAD = {"bf16": "precision", "fp16": "precision", "gradient_checkpointing": "gradient_checkpointing",
+           "load_in_4bit": "quantization", "load_in_8bit": "quantization", "adapter": "lora_rank"}
 
 
 def _auto_precision(r: JobReading, config: str, data: Mapping[str, Any]) -> bool:
