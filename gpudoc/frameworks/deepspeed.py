@@ -180,6 +180,8 @@ def read_file(data: Any) -> dict[str, Any]:
         v = count(get(data, path))
         if v is not None:
             out[knob] = v
+    if get(data, ("zero_optimization", "stage")) is MISSING:
+        out["zero_stage"] = 0  # DeepSpeed's default: a JSON that names no stage runs without ZeRO
     for knob, section, legacy in (("offload_optimizer", "offload_optimizer", "cpu_offload"),
                                   ("offload_params", "offload_param", "cpu_offload_params")):
         legacy_v = get(data, ("zero_optimization", legacy))

@@ -116,9 +116,10 @@ def test_accumulation_is_derived_from_train_batch_size_over_the_data_parallel_ra
     done = gpudoc_cli("run", "--dry-run", "--json", "--", *command, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     read = {b["knob"]: (b["old"], b["where"]) for b in json.loads(done.stdout)["bindings"]}
-    # DeepSpeed's _set_batch_related_parameters: 256 // 8 // (4 ranks / 2 stages) = 16.
+    # DeepSpeed's _set_batch_related_parameters: 256 // 8 // (4 ranks / 2 stages) = 16; no
+    # zero_optimization section: DeepSpeed's stage 0.
     assert read == {"micro_batch_size": (8, "file:ds_config.json"),
-                    "gradient_accumulation_steps": (16, "file:ds_config.json")}
+                    "gradient_accumulation_steps": (16, "file:ds_config.json"), "zero_stage": (0, "file:ds_config.json")}
     # The stages from the script's own parser default when -p is left out: still 2.
     from gpudoc.job.knobs import read_job
 
@@ -167,3 +168,19 @@ def test_any_two_batch_keys_give_the_third_as_deepspeed_derives_it(data, ranks, 
     from gpudoc.frameworks.deepspeed import derived_batch
 
     assert derived_batch(data, ranks) == derived
+
+
+def test_a_json_that_names_no_zero_stage_runs_deepspeeds_stage_0(tmp_path):
+    # DeepSpeedExamples training/BingBertSquad/run_squad_deepspeed.sh with NGPU_PER_NODE=4: its JSON
+    # (train_batch_size 24, micro 3, fp16, no zero_optimization) under the launcher's 4 GPUs.
+    from gpudoc.job.knobs import read_job
+
+    shutil.copy(CONFIGS.parent / "heldout" / "DeepSpeedExamples__training__BingBertSquad__deepspeed_bsz24_config.json",
+                tmp_path / "deepspeed_bsz24_config.json")
+    (tmp_path / "nvidia_run_squad_deepspeed.py").write_text("import deepspeed\n")
+    reading = read_job(["deepspeed", "--num_nodes", "1", "--num_gpus", "4", "nvidia_run_squad_deepspeed.py",
+                        "--do_train", "--fp16", "--deepspeed", "--deepspeed_config", "deepspeed_bsz24_config.json"],
+                       tmp_path)
+    assert {k: reading.values.get(k) for k in ("micro_batch_size", "gradient_accumulation_steps", "zero_stage",
+                                               "precision")} == {"micro_batch_size": 3, "gradient_accumulation_steps": 2,
+                                                                 "zero_stage": 0, "precision": "fp16"}
