@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudoc.estimate import terms
+from gpudoc.estimate import terms, zero3
 from gpudoc.estimate.inputs import (
     Inputs,
     ModelShape,
@@ -221,16 +221,22 @@ def _logits(shape: ModelShape, setup: TrainSetup) -> float:
                               upcast=setup.loss_upcast)
 
 
-def _gathered_params(model_params: float, unit: float, setup: TrainSetup, notes: list[str]) -> float:
+def _gathered_params(shape: ModelShape, setup: TrainSetup, total: float, unit: float, notes: list[str]) -> float:
     """Parameters a ZeRO-3 / FSDP engine holds gathered at once: FSDP the unit it computes and the
-    one it prefetches; DeepSpeed its live-parameter and prefetch budgets. ``zero_stage = 3`` does not
-    say which engine: the larger."""
-    fsdp = min(model_params, terms.gathered_working_set_bytes(unit, 1.0))
+    one it prefetches; DeepSpeed what its trace keeps for reuse and prefetches (``zero3``).
+    ``zero_stage = 3`` does not say which engine: the larger."""
+    fsdp = min(total, terms.gathered_working_set_bytes(unit, 1.0))
     if setup.fsdp:
         return fsdp
-    live = terms.zero3_live_params(model_params, unit)
-    notes.append(f"ZeRO-3 gathers up to {live:.3g} parameters at once (DeepSpeed's stage3_max_live_parameters "
-                 "1e9 + stage3_prefetch_bucket_size 5e8; fsdp = true for FSDP's two units)")
+    plain, cross = n_blocks(shape)
+    emb = float(shape.vocab * shape.hidden)
+    live = zero3.gathered_params(
+        zero3.settings(setup.zero3, shape.hidden), model=total, block=float(layer_params(shape, cross_attention=bool(cross))),
+        blocks=plain + cross, head=emb, largest=float(max([i * o for i, o in layer_matrix_shapes(shape).values()] + [emb])),
+        small=3.0 * (plain + cross + 1) * shape.hidden, recompute=setup.gradient_checkpointing != "none", world=setup.world_size)
+    notes.append(f"ZeRO-3 holds {live:.3g} parameters gathered as backward starts (the head and last blocks kept for "
+                 f"reuse, prefetch, persistent ones, the partition being gathered), from {zero3.describe(setup.zero3)}; "
+                 "fsdp = true for FSDP's two units")
     return max(fsdp, live)
 
 
@@ -325,7 +331,7 @@ def compute_phases(inputs: Inputs) -> Phases:
             workspace_fb += min(full_grads, 2 * unit * grad_b)
     if stage >= 3:
         weights = terms.zero_shard(weights, world)
-        workspace_fb += _gathered_params(total, unit, setup, notes) * compute_bytes
+        workspace_fb += _gathered_params(shape, setup, total, unit, notes) * compute_bytes
     elif world > 1 and stage == 0:
         workspace_fb += terms.ddp_bucket_bytes(grads)
         workspace_step += terms.ddp_bucket_bytes(grads)
@@ -337,7 +343,7 @@ def compute_phases(inputs: Inputs) -> Phases:
                          "counted as offloaded anyway")
         weights = 0.0
         if stage < 3:  # one GPU: the engine still gathers the parameters it computes with
-            workspace_fb += _gathered_params(total, unit, setup, notes) * compute_bytes
+            workspace_fb += _gathered_params(shape, setup, total, unit, notes) * compute_bytes
         if setup.offload_optimizer and not setup.fsdp and not deepspeed3:
             # ZeRO-Infinity: gradients leave the GPU through the reduce bucket to the CPU optimizer.
             grads = min(grads, terms.REDUCE_BUCKET_SIZE * grad_b)
@@ -347,10 +353,13 @@ def compute_phases(inputs: Inputs) -> Phases:
         # (``zero_stage = 3`` does not say which engine).
         # In the engine's gradient dtype: on one GPU the rest of the formula reads fp32 parameters.
         largest, engine_grad = min(trainable, largest_matrix), terms.gradient_bytes(setup.precision, True)
+        z3 = zero3.settings(setup.zero3, shape.hidden)
         buffers = terms.zero3_gradient_buffer_bytes(trainable, largest, world, engine_grad,
-                                                    offload_optimizer=setup.offload_optimizer)
-        workspace_fb += max(buffers, min(trainable * grad_b, 2 * unit * grad_b))
-        workspace_step += terms.zero12_bucket_bytes(engine_grad)  # held for good
+                                                    offload_optimizer=setup.offload_optimizer, bucket=z3.reduce_bucket)
+        # Held for good: the bucket and, the optimizer on the GPU, its largest sub-group's fp32 gradient.
+        sub_group = 0.0 if setup.offload_optimizer else 4.0 * min(trainable / max(1, world), z3.sub_group)
+        workspace_fb += max(buffers, min(trainable * grad_b, 2 * unit * grad_b)) + sub_group
+        workspace_step += z3.reduce_bucket * engine_grad + sub_group
         if setup.offload_optimizer:
             grads = 0.0  # the gradients' share is the host's (grad_partitions_flat_buffer)
     if setup.zero_stage and world <= 1:

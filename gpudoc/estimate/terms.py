@@ -189,10 +189,6 @@ def gathered_working_set_bytes(largest_unit_params: float, compute_bytes: float,
     return prefetch * largest_unit_params * compute_bytes
 
 
-# DeepSpeed ZeRO-3's defaults (DeepSpeed config docs, "ZeRO optimizations"): parameters kept gathered
-# before the engine releases them, and parameters fetched ahead of use; elements, not bytes.
-STAGE3_MAX_LIVE_PARAMETERS = 1e9
-STAGE3_PREFETCH_BUCKET_SIZE = 5e8
 # DeepSpeed's reduce_bucket_size default: gradients reduced (and, offloaded, copied out) per bucket.
 REDUCE_BUCKET_SIZE = 5e8
 
@@ -225,24 +221,16 @@ def zero12_step_gradient_bytes(stage: int, trainable: float, world: int, grad_by
 
 
 def zero3_gradient_buffer_bytes(trainable: float, largest_param: float, world: int, grad_bytes: float, *,
-                                offload_optimizer: bool) -> float:
+                                offload_optimizer: bool, bucket: float = REDUCE_BUCKET_SIZE) -> float:
     """DeepSpeed ZeRO-3's gradient path on the GPU (``deepspeed/runtime/zero/stage3.py``): the reduce
     bucket allocated at start-up (``torch.empty(reduce_bucket_size)``, whatever the model's size, held
     for good); while it is reduced, ``reduce_scatter_coalesced``'s flattened copy of what it holds
     (``torch.cat``); with ``offload_optimizer``, ``partition_grads`` brings each parameter's share of
     the gradient back to the GPU (``grad_buffer.to(device)``) and ``_offload_grad_partition_at_boundary``
     casts it to fp32 there before the host copy: 2 + 4 B of the largest parameter's share."""
-    reduce = min(REDUCE_BUCKET_SIZE, trainable) * grad_bytes
+    reduce = min(bucket, trainable) * grad_bytes
     offload = (grad_bytes + 4.0) * largest_param / max(1, world) if offload_optimizer else 0.0
-    return zero12_bucket_bytes(grad_bytes) + reduce + offload
-
-
-def zero3_live_params(model_params: float, largest_unit_params: float) -> float:
-    """Parameters DeepSpeed ZeRO-3 may hold gathered on a GPU: up to ``stage3_max_live_parameters``
-    resident (a module larger than that is still gathered whole) plus ``stage3_prefetch_bucket_size``
-    in flight, never more than the model. With ``offload_param`` this is all the GPU holds of the
-    weights, on one GPU as on many."""
-    return min(model_params, max(largest_unit_params, STAGE3_MAX_LIVE_PARAMETERS) + STAGE3_PREFETCH_BUCKET_SIZE)
+    return bucket * grad_bytes + reduce + offload
 
 
 def ddp_bucket_bytes(gradient_bytes_total: float) -> float:

@@ -237,23 +237,26 @@ def test_fp32_activations_are_twice_half():
     assert 1.7 < a32 / a16 <= 2.0  # fp32 norm copies are the same size in both
 
 
-def test_zero3_parameter_offload_on_one_gpu_holds_the_engines_live_budget():
-    """DeepSpeed ZeRO-3 with offload_param, on one GPU as on many: no resident weights, but up to
-    stage3_max_live_parameters (1e9) + stage3_prefetch_bucket_size (5e8) gathered, and the
-    gradients leave through the reduce bucket — not two gathered layers."""
+def test_zero3_parameter_offload_on_one_gpu_holds_what_deepspeeds_trace_keeps():
+    """DeepSpeed ZeRO-3 with offload_param, on one GPU as on many: no resident weights; gathered as
+    backward starts, what the trace keeps for reuse within stage3_max_reuse_distance (the head; a
+    Llama-3.1-8B block's reuse comes after two heads, 1.05e9 elements, past the default 1e9),
+    stage3_prefetch_bucket_size and the head's partition copy while it is gathered; the gradients
+    leave through the reduce bucket."""
     offload = compute_phases(_inputs(precision="bf16-true", zero_stage=3, world_size=1, offload_params=True,
                                      offload_optimizer=True))
     fb, step = offload.forward_backward, offload.optimizer_step
     assert fb["weights"] == step["weights"] == 0 and step["optimizer"] == 0
-    assert fb["workspace"] >= 1.5e9 * 2  # bf16 elements, 8.03e9 parameters in all
+    head = 128256 * 4096
     assert step["gradients"] <= 5e8 * 2
     assert not any("counted as offloaded anyway" in n for n in offload.notes)
-    # A model smaller than the budget is gathered whole, never more (beside the gradient path's
-    # bucket, whole whatever the model, and the reduce's copy of the model's gradients).
-    small = _inputs(shape=ModelShape(layers=12, hidden=768, heads=12, kv_heads=12, ffn=3072, vocab=50257,
-                                     params=124e6, gated_mlp=False), precision="bf16-true", zero_stage=3,
-                    offload_params=True)
-    assert compute_phases(small).forward_backward["workspace"] <= 124e6 * 2 + 5e8 * 2 + 124e6 * 2
+    assert any("from DeepSpeed's defaults" in n for n in offload.notes)
+    # A longer reuse distance from the job's JSON keeps the last blocks too.
+    kept = compute_phases(_inputs(precision="bf16-true", zero_stage=3, world_size=1, offload_params=True,
+                                  offload_optimizer=True, zero3=(("stage3_max_reuse_distance", 4e9),)))
+    blocks = (4e9 - 2 * head) // (2 * 218_112_000) + 1
+    assert kept.forward_backward["workspace"] - fb["workspace"] == pytest.approx(blocks * 218_112_000 * 2 - 5e7 * 2,
+                                                                                  rel=0.01)
 
 
 def test_deepspeed_zero3_gradient_path_holds_its_bucket_and_offloaded_the_largest_shares_copies():
@@ -266,8 +269,15 @@ def test_deepspeed_zero3_gradient_path_holds_its_bucket_and_offloaded_the_larges
     offload = compute_phases(_inputs(shape, precision="bf16-true", zero_stage=3, world_size=8,
                                      offload_optimizer=True))
     embedding = 32000 * 4096
+    # On the GPU, the optimizer's largest sub-group holds its fp32 gradient for good (the rank's
+    # 7.5e9 / 8 elements: under sub_group_size, one sub-group); offloaded, it is the host's.
     assert offload.forward_backward["workspace"] - on_gpu.forward_backward["workspace"] == \
-        pytest.approx(6 * embedding / 8)
+        pytest.approx(6 * embedding / 8 - 4 * 7.5e9 / 8)
+    assert on_gpu.optimizer_step["workspace"] == pytest.approx(5e8 * 2 + 4 * 7.5e9 / 8)
+    small_groups = compute_phases(_inputs(shape, precision="bf16-true", zero_stage=3, world_size=8,
+                                          zero3=(("sub_group_size", 1e8),)))
+    assert on_gpu.optimizer_step["workspace"] - small_groups.optimizer_step["workspace"] == \
+        pytest.approx(4 * (7.5e9 / 8 - 1e8))
     assert offload.optimizer_step["gradients"] == 0 < on_gpu.optimizer_step["gradients"]
     assert offload.optimizer_step["workspace"] == pytest.approx(5e8 * 2)
     # On one GPU the formula reads bf16 as fp32 parameters under autocast; DeepSpeed's bucket is bf16.
