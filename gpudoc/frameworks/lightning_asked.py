@@ -21,7 +21,7 @@ from typing import Any
 
 from gpudoc.bind.filecontext import count
 from gpudoc.frameworks import asked
-from gpudoc.frameworks.lightning import SUBCOMMANDS
+from gpudoc.frameworks.lightning import SUBCOMMANDS, train_batch_keys
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.interpreter import target_python
 from gpudoc.job.knobs import JobReading
@@ -83,6 +83,8 @@ def _place(answer: dict[str, Any], cwd: Path, r: JobReading, keys: Mapping[str, 
     defaults: dict[str, Any] = answer.get("defaults") or {}
     by_flag: list[str] = []
     for knob, candidates in keys.items():
+        if knob == "micro_batch_size":
+            candidates = (*candidates, *train_batch_keys(config))
         key = next((k for c in candidates for k in (c, _init_args(c)) if k in setters), None)
         if key is None:
             default = next((c for c in candidates if c in defaults), None)

@@ -10,17 +10,19 @@ cache for the module, and one real LightningCLI process checks both the reading 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 
 from gpudoc.frameworks import asked
 from gpudoc.job.knobs import read_job
 from gpudoc.readhelper import main as helper
-from tests.conftest import VENV_BIN, gpudoc_cli
+from tests.conftest import CONFIGS, VENV_BIN, gpudoc_cli
 from tests.frameworks.test_reading import _plan
 
 pytestmark = pytest.mark.slow
@@ -149,3 +151,31 @@ def test_a_command_jsonargparse_refuses_is_said_to_be_refused_by_lightningcli_to
     [note] = [n for n in reading.notes if "refuses" in n]
     assert note.startswith("lightning: jsonargparse refuses the command (Group 'trainer' does not accept option "
                            "'accumulate_grad_batchez'), and so will LightningCLI; read by gpudoc's own reader")
+
+
+VOCOS = CONFIGS.parent / "heldout" / "vocos__configs__vocos.yaml"
+
+
+def _vocos(root: Path) -> list[str]:
+    (root / "configs").mkdir()
+    shutil.copy(VOCOS, root / "configs" / "vocos.yaml")
+    shutil.copy(CONFIGS.parent / "standins" / "lightning_cli_script.py", root / "train.py")
+    return [sys.executable, "train.py", "-c", "configs/vocos.yaml"]  # Vocos's README: `python train.py -c ...`
+
+
+def test_a_data_module_whose_training_batch_sits_in_its_own_settings_is_read_there(tmp_path):
+    # Vocos's config: data.init_args.train_params.batch_size 16 beside val_params.batch_size 16.
+    command = _vocos(tmp_path)
+    reading = read_job(command, tmp_path)
+    assert reading.values["micro_batch_size"] == 16
+    assert reading.places["micro_batch_size"] == "file:configs/vocos.yaml:data.init_args.train_params.batch_size"
+    plan = _plan(command, tmp_path, micro_batch_size=8)
+    [edit] = plan.file_edits
+    data = YAML(typ="safe").load(edit.new_text)["data"]["init_args"]
+    assert (data["train_params"]["batch_size"], data["val_params"]["batch_size"]) == (8, 16)
+    # gpudoc's own reader, where jsonargparse cannot be asked, finds it as well.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    reading = read_job([str(python), *command[1:]], tmp_path)
+    assert reading.places["micro_batch_size"] == "file:configs/vocos.yaml:data.init_args.train_params.batch_size"
