@@ -116,3 +116,20 @@ def test_mig_counts_the_largest_instance():
 def test_gpus_switch_selects_the_gpus():
     findings = check_free_memory(snap(A5000), profile(gpu={"min_free_gib": 4}), CheckContext(gpus=(1,)))
     assert [f.severity for f in findings] == [Severity.OK]
+
+
+def test_the_gate_weighs_the_steady_state_not_the_first_step():
+    """A one-step benchmark's peak (no optimizer states yet) would fit the T4's 13.6 GiB free; every
+    later step holds AdamW's states too: the gate and the largest micro batch weigh that one."""
+    from gpudoc.estimate import estimate_inputs
+    from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup
+
+    shape = ModelShape(layers=16, hidden=1536, heads=16, kv_heads=16, ffn=6144, vocab=32000, params=0.5e9)
+    est = estimate_inputs(Inputs(shape, TrainSetup(micro_batch_size=3, seq_len=1024, precision="fp32")),
+                          gpu_total_bytes=15 * 2**30)
+    first, steady = est.phases["first_step"], est.phases["steady_state"]
+    assert first + est.context_bytes + est.slack_bytes < 13.6 * 2**30 < est.total_bytes
+    assert steady == est.peak_bytes and first < steady
+    f = only(check_free_memory(snap(T4), profile(gpu={"min_free_gib": 2}), CheckContext(estimate=est)), Severity.FAIL)
+    assert f"needs {est.total_bytes / 2**30:.1f} GiB" in f.title
+    assert est.max_micro_batch_size == 1  # what tune starts from: the steady state's, not the first step's 3
