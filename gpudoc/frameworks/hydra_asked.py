@@ -11,10 +11,11 @@ an override of the composed key (Hydra's syntax), never into a file the job woul
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.frameworks import asked
+from gpudoc.frameworks import asked, lightning
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.interpreter import target_python
 from gpudoc.job.knobs import JobReading
@@ -92,10 +93,33 @@ def _place(answer: dict[str, Any], cwd: Path, r: JobReading, command_keys: set[s
                                                        f", composed under {' '.join(picked)} from the command") \
                 if group else "no file of the config"
             by_override.append(f"{knob} ({key}, from {why})")
+    _lightning_trainer(config, r)
     r.config_data.append((str(answer.get("primary") or "hydra"), config))
     if by_override:
         r.notes.append("hydra: composed by Hydra; changed with an override of the composed key, not in a file: "
                        + ", ".join(by_override))
+
+
+# The classes a composed node instantiates as Lightning's Trainer (``_target_``, as hydra.utils.instantiate reads it).
+_LIGHTNING_TRAINERS = frozenset({"lightning.pytorch.trainer.Trainer", "lightning.pytorch.Trainer", "lightning.Trainer",
+                                 "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer",
+                                 "pytorch_lightning.trainer.Trainer", "pytorch_lightning.trainer.trainer.Trainer"})
+
+
+def _lightning_trainer(config: Mapping[str, Any], r: JobReading) -> None:
+    """A node the job instantiates as Lightning's Trainer that sets no accumulation runs the Trainer's
+    own default (1, every release): that is the job's accumulation, and a change is the override
+    Hydra takes for a key its config lacks (``+trainer.accumulate_grad_batches=N``)."""
+    if "gradient_accumulation_steps" in r.knobs:
+        return
+    for key, node in config.items():
+        if isinstance(node, Mapping) and node.get("_target_") in _LIGHTNING_TRAINERS \
+                and "accumulate_grad_batches" not in node:
+            r.set("gradient_accumulation_steps", lightning.defaults(None)["gradient_accumulation_steps"], "argv",
+                  f"+{key}.accumulate_grad_batches")
+            r.notes.append(f"hydra: {key} is Lightning's Trainer ({node['_target_']}) with no accumulate_grad_batches: "
+                           f"its default, 1; changed with +{key}.accumulate_grad_batches=N")
+            return
 
 
 def _choice(answer: dict[str, Any], group: str) -> str:

@@ -82,6 +82,23 @@ def test_dry_run_json_reads_the_composed_config(template):
     assert "composed by Hydra" in done.stderr
 
 
+def test_a_lightning_trainer_without_accumulation_runs_its_default_changed_by_an_appending_override(template):
+    # The template's README: `python train.py trainer=gpu`; trainer/gpu.yaml (over default.yaml) is
+    # Lightning's Trainer and sets no accumulate_grad_batches: the Trainer's 1.
+    command = ["python", "src/train.py", "trainer=gpu"]
+    reading = read_job(command, template)
+    assert reading.values["gradient_accumulation_steps"] == 1
+    assert reading.places["gradient_accumulation_steps"] == "argv:+trainer.accumulate_grad_batches"
+    plan = _plan(command, template, gradient_accumulation_steps=2)
+    assert plan.file_edits == [] and plan.argv == [*command, "+trainer.accumulate_grad_batches=2"]
+    assert _compose(template, plan.argv[2:])["trainer"]["accumulate_grad_batches"] == 2
+    # One the command already appends is read there and changed there.
+    command = ["python", "src/train.py", "+trainer.accumulate_grad_batches=10"]
+    assert read_job(command, template).values["gradient_accumulation_steps"] == 10
+    plan = _plan(command, template, gradient_accumulation_steps=20)
+    assert _compose(template, plan.argv[2:])["trainer"]["accumulate_grad_batches"] == 20
+
+
 def _project(root: Path, config: str, script_head: str = "") -> None:
     (root / "conf").mkdir()
     (root / "conf" / "config.yaml").write_text(config)
