@@ -146,6 +146,8 @@ def read_file(data: Any) -> dict[str, Any]:
                               "max_seq_len": "cutoff_len", "lora_rank": "lora_rank"})
     if isinstance(get(data, ("disable_gradient_checkpointing",)), bool):
         out["gradient_checkpointing"] = not get(data, ("disable_gradient_checkpointing",))
+    if get(data, ("pure_bf16",)) is True:  # bf16 weights too, with or without bf16: true beside it
+        out["precision"] = "bf16-true"
     return out
 
 

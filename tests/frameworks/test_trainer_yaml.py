@@ -133,6 +133,17 @@ def test_llama_factory_key_value_overrides_are_read_and_edited_in_place(tmp_path
                          "disable_gradient_checkpointing=true"]
 
 
+def test_llama_factory_pure_bf16_is_read_as_bf16_weights_and_changed_there(tmp_path):
+    # LLaMA-Factory's examples/extras/galore/llama3_full_sft.yaml: pure_bf16: true and no bf16 key.
+    shutil.copy(CONFIGS.parent / "heldout" / "LLaMA-Factory__examples__extras__galore__llama3_full_sft.yaml",
+                tmp_path / "galore.yaml")
+    command = ["llamafactory-cli", "train", "galore.yaml"]
+    reading = read_job(command, tmp_path)
+    assert reading.values["precision"] == "bf16-true" and reading.places["precision"] == "file:galore.yaml"
+    [edit] = _plan(command, tmp_path, precision="bf16").file_edits
+    assert {c["key"]: (c["old"], c["new"]) for c in edit.changes} == {"bf16": (None, True), "pure_bf16": (True, False)}
+
+
 def test_accelerate_config_gives_precision_zero_stage_and_world(tmp_path):
     shutil.copy(TRL_ZERO3, tmp_path / "acc.yaml")
     write_hf_script(tmp_path)
