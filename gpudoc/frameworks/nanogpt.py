@@ -47,12 +47,24 @@ def recognise(job: JobCommand, cwd: Path) -> Recognition | None:
         return Recognition(True, "a config .py given to the script, as nanoGPT's configurator.py takes one")
     if mentions and any(a.startswith("--") and "=" in a for a in args):
         return Recognition(True, "--key=value flags to a script that runs nanoGPT's configurator.py")
+    if not args and source.source_mentions(job, cwd, "configurator.py"):
+        return Recognition(True, "a script that runs nanoGPT's configurator.py, on its own defaults")
     return None
 
 
 def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     r.framework = name
-    world = max(1, int(r.launch.get("nproc_per_node") or to_int(job.options.get("--nproc_per_node")) or 1))
+    # train.py divides by its WORLD_SIZE: the processes on every node.
+    world = max(1, int(r.launch.get("nproc_per_node") or to_int(job.options.get("--nproc_per_node")) or 1)) * max(
+        1, int(r.launch.get("nnodes") or to_int(job.options.get("--nnodes")) or 1))
+    script = cwd / job.script if job.script else None
+    if script is not None and script.suffix == ".py" and script.is_file():
+        # train.py's own globals, set before its configurator runs: the job's defaults, changed
+        # with --key=value like any other.
+        own = load_config(script, job.script or "", r) or {}
+        for key, knob in _KEYS.items():
+            if key in own and key != "dtype":  # train.py's dtype is an expression of the GPU it finds
+                _set(r, knob, own[key], ("default", name, None), world)
     for tok in job.script_args:  # configurator.py: config files, then --key=value, in order
         if tok.endswith(".py") and not tok.startswith("-"):
             data = load_config(cwd / tok, tok, r) if (cwd / tok).is_file() else None
