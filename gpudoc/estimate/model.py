@@ -80,7 +80,7 @@ def _saving_roles(setup: TrainSetup) -> set[str]:
     """Linear layers whose input autograd keeps: trainable weights (full fine-tune) or LoRA-targeted
     ones; bitsandbytes' 4/8-bit matmul functions keep their input whenever any input needs grad."""
     all_roles = {"q", "k", "v", "o", "gate", "up", "down", "head"}
-    if setup.lora_rank == 0 and setup.quantization == "none":
+    if (setup.lora_rank == 0 and setup.quantization == "none") or zero3.runs(setup):  # zero.Init's F.linear
         return all_roles
     roles = set(setup.lora_targets) if setup.lora_rank else set()
     if setup.quantization != "none":
@@ -318,8 +318,7 @@ def compute_phases(inputs: Inputs) -> Phases:
     deepspeed12 = stage in (1, 2) and not setup.fsdp
     step_grads: tuple[float, float] | None = None
     # DeepSpeed ZeRO-3 (``zero_stage = 3`` without ``fsdp``), sharded or offloaded on one GPU.
-    deepspeed3 = setup.zero_stage >= 3 and not setup.fsdp and (stage >= 3 or setup.offload_params
-                                                                or setup.offload_optimizer)
+    deepspeed3 = zero3.runs(setup)
     if deepspeed12 and not setup.offload_optimizer:
         step_grads = terms.zero12_step_gradient_bytes(stage, trainable, world, grad_b, step_temp)
         workspace_fb += terms.zero12_bucket_bytes(grad_b)

@@ -58,6 +58,16 @@ class Zero3Settings:
     sub_group: float
 
 
+def runs(setup: Any) -> bool:
+    """DeepSpeed ZeRO-3 runs the job: ``zero_stage = 3`` without ``fsdp``, sharded or offloaded on one GPU.
+    Its ``zero.Init`` (which the HF Trainer and accelerate enter for stage 3) replaces
+    ``torch.nn.functional.linear`` by ``LinearFunctionForZeroStage3`` (``linear.py``), which saves
+    every linear layer's input for backward, a frozen one's too (torch's own saves it only where the
+    weight trains): so that the weight it saves is the parameter, released after the module, not a view."""
+    return setup.zero_stage >= 3 and not setup.fsdp and (setup.sharding_stage >= 3 or setup.offload_params
+                                                         or setup.offload_optimizer)
+
+
 def job_settings(config_data: Sequence[tuple[str, Any]]) -> tuple[tuple[str, float | str], ...]:
     """The keys above that the job's DeepSpeed JSON (the first config read with a
     ``zero_optimization`` table) sets, as written: a number or ``"auto"``."""

@@ -4,6 +4,7 @@ where it is silent, "auto" as the HF Trainer fills it) and the parameters its tr
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -80,3 +81,20 @@ def test_the_estimate_reads_the_jobs_deepspeed_json(tmp_path):
     far, said = estimated({"stage3_max_reuse_distance": 4e9})
     assert "from the job's DeepSpeed JSON (stage3_max_reuse_distance 4e+09; DeepSpeed's defaults for the rest)" in said
     assert far - default == pytest.approx(2 * (7 * 218_112_000 - 5e7), rel=1e-3)  # seven blocks, no prefetch
+
+
+def test_under_zero_3_every_linear_layer_keeps_its_input_a_frozen_ones_too():
+    """zero.Init's F.linear (LinearFunctionForZeroStage3) saves input and weight whatever trains: a
+    LoRA job on q and v also keeps the MLP's inputs (gate/up's, down's) and the head's, which torch's
+    own linear drops for frozen weights."""
+    from gpudoc.estimate.inputs import ModelShape, TrainSetup
+    from gpudoc.estimate.model import activation_bytes
+
+    shape = ModelShape(layers=4, hidden=256, heads=4, kv_heads=4, ffn=1024, vocab=1000, params=5e6, gated_mlp=True)
+    lora = TrainSetup(micro_batch_size=2, seq_len=128, precision="bf16-true", lora_rank=8, lora_targets=("q", "v"))
+    plain, _ = activation_bytes(shape, lora)
+    deepspeed, _ = activation_bytes(shape, replace(lora, zero_stage=3, offload_params=True, offload_optimizer=True))
+    tokens = 2 * 128
+    assert deepspeed - plain == 2 * tokens * (4 * (256 + 1024) + 256)  # bf16: per block gate/up and down; the head
+    fsdp, _ = activation_bytes(shape, replace(lora, zero_stage=3, world_size=2, fsdp=True))
+    assert fsdp == plain
