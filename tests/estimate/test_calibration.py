@@ -115,7 +115,9 @@ def test_the_formula_through_the_users_path(tmp_path, with_config):
             assert x.predicted <= 1.6 * x.capacity, f"{x.id}: a run that fit predicted far over its card"
     s = summary(_bounded(results))
     assert s["n"] >= 35
-    assert s["median"] <= 0.10  # the target through the user's path; measured 7.1% / 8.1%
+    # The target through the user's path; measured 7.9% / 8.9% (7.1% / 8.1% before the profiles
+    # named the LoRA targets their jobs trained: the all-linear adapters cost more than peft's q, v default).
+    assert s["median"] <= 0.10
     assert s["within25"] >= 0.80
     # Under-prediction lets a job through the gate into an OOM: measured 2 (hf-bert-01: that run's
     # 1.3 GiB CUDA context; tt-qlora-01: torchtune's reserve from loading the model), where the
