@@ -126,8 +126,12 @@ def describe(given: Sequence[tuple[str, float | str]]) -> str:
     return f"the job's DeepSpeed JSON ({said}; DeepSpeed's defaults for the rest)" if said else "DeepSpeed's defaults"
 
 
-def with_job_settings(inputs: Any, profile: Any) -> Any:
-    """``inputs`` with the stage-3 keys of the DeepSpeed JSON the profile's job reads, where it reads one."""
+def setup_with_job_settings(setup: Any, profile: Any) -> Any:
+    """``setup`` with the stage-3 keys of the DeepSpeed JSON the profile's job reads, where it reads one."""
     job = getattr(profile, "job", None)
     given = job_settings(job.config_data) if job is not None else ()
-    return replace(inputs, setup=replace(inputs.setup, zero3=given)) if given else inputs
+    return replace(setup, zero3=given) if given else setup
+
+
+def with_job_settings(inputs: Any, profile: Any) -> Any:
+    return replace(inputs, setup=setup_with_job_settings(inputs.setup, profile))

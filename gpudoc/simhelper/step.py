@@ -14,6 +14,7 @@ from .build import Job, Unsupported, optimizer
 from .emulate import Emulation
 from .tracker import LiveBytes, Window, classify
 from .zero import ZeroRank
+from .zero3 import Zero3Offload
 
 
 def _loss(out: Any) -> Any:
@@ -47,8 +48,10 @@ class Simulation:
         if not self.params:
             raise Unsupported("no parameter of the model requires a gradient: nothing trains")
         # DeepSpeed ZeRO-1/2: the optimizer steps this rank's fp32 share (``zero``), not the parameters.
-        self.zero = ZeroRank(spec["zero"], self.params, lambda group: optimizer(spec, group)) \
-            if spec.get("zero") else None
+        # ZeRO-3 with the optimizer on the host: its gather and release order (``zero3``).
+        zero = spec.get("zero") or {}
+        self.zero: Any = (Zero3Offload(zero, job.model, self.params, tracker) if int(zero.get("stage", 0)) == 3 else
+                          ZeroRank(zero, self.params, lambda group: optimizer(spec, group))) if zero else None
         self.optimizer, self.impl = (self.zero.optimizer, self.zero.impl) if self.zero else optimizer(spec, self.params)
         self.accumulation = max(1, min(2, int(spec.get("gradient_accumulation_steps") or 1)))
         # The job's own cross-entropy on the model's logits: upcast first (torchtune's ``fp32_logits``)
@@ -60,7 +63,7 @@ class Simulation:
             if serial is not None:
                 self.weights.add(serial)
         self.states: set[int] = set()
-        if self.zero is not None:
+        if self.zero is not None and self.zero.master is not None:
             self.states.add(tracker.serial_of(self.zero.master) or 0)  # the fp32 master share
         self.trainable_bytes = sum(-(-p.untyped_storage().nbytes() // 512) * 512 for p in self.params)
 
@@ -75,7 +78,8 @@ class Simulation:
         """One optimizer step at micro batch ``size`` (two micro batches under accumulation, so that
         the gradients of the first are live through the second): its peak and what made it up."""
         window, gradients = self._step(size)
-        return _describe(window, classify(window, weights=self.weights, gradients=gradients, states=self.states))
+        weights = self.weights | getattr(self.zero, "gathered", set())
+        return _describe(window, classify(window, weights=weights, gradients=gradients, states=self.states))
 
     def _step(self, size: int, *, keep_gradients: bool = False) -> tuple[Window, set[int]]:
         tracker, emulation = self.tracker, self.emulation

@@ -191,3 +191,15 @@ def test_a_loss_without_upcast_reaches_the_simulation_and_a_factorys_own_loss_st
     assert reason is None and spec["loss"] == "half_logits"
     spec, _, reason, _ = _read(_profile(tmp_path, {**LLAMA_SHAPE, "factory": "job:build"}, {"loss_upcast": False}))
     assert reason is None and "loss" not in spec
+
+
+def test_deepspeed_zero_3_with_the_optimizer_on_the_host_is_simulated_in_its_gather_order(tmp_path):
+    train = {"zero_stage": 3, "offload_optimizer": True, "offload_params": True}
+    spec, said, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, train))
+    assert reason is None
+    assert spec["zero"] == {"stage": 3, "world": 1, "offload_params": True, "settings": {
+        "stage3_max_reuse_distance": 1e9, "stage3_param_persistence_threshold": 1e5, "reduce_bucket_size": 5e8}}
+    assert any(n.startswith("ZeRO-3, optimizer on the host") and n.endswith("from DeepSpeed's defaults") for n in said)
+    # The optimizer on the GPU: its fp32 partitions and sub-groups are the formula's.
+    assert "ZeRO-3 sharding across GPUs is not simulated" in (
+        _read(_profile(tmp_path, LLAMA_SHAPE, {"zero_stage": 3}, {"nproc_per_node": 4}))[2] or "")
