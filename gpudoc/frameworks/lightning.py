@@ -53,14 +53,16 @@ _KEYS = {
                     "data.init_args.max_seq_len", "model.max_seq_len"),
     "lora_rank": ("model.lora_rank", "model.lora_r", "model.init_args.lora_rank"),
 }
-def train_batch_keys(config: Any, prefix: str = "") -> tuple[str, ...]:
+
+
+def train_batch_keys(config: Any) -> tuple[str, ...]:
     """A data module whose batch sits one level down, in its training side's own settings
     (``data.init_args.train_params.batch_size`` beside ``val_params``): the one such key, else none."""
     data = config.get("data") if isinstance(config, Mapping) else None
     if not isinstance(data, Mapping):
         return ()
     args, at = (data["init_args"], "data.init_args") if isinstance(data.get("init_args"), Mapping) else (data, "data")
-    found = [f"{prefix}{at}.{sub}.batch_size" for sub, value in args.items()
+    found = [f"{at}.{sub}.batch_size" for sub, value in args.items()
              if str(sub).startswith("train") and isinstance(value, Mapping) and "batch_size" in value]
     return tuple(found) if len(found) == 1 else ()
 
@@ -149,7 +151,7 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
             for knob, keys in _KEYS.items():
                 if knob == "micro_batch_size":
                     within = data.get(prefix[:-1]) if prefix and isinstance(data, Mapping) else data
-                    keys = (*keys, *(k.removeprefix(prefix) for k in train_batch_keys(within)))
+                    keys = (*keys, *train_batch_keys(within))  # under the subcommand: keys within it
                 for key in keys:
                     found = get(data, tuple((prefix + key).split("."))) if data is not None else MISSING
                     typed = knob_value(knob, found) if found is not MISSING else None
