@@ -7,8 +7,8 @@ from pathlib import Path
 
 from gpudoc.atomic import atomic_write_text, backup, refuse_read_only
 from gpudoc.bind.plan import BindPlan, FileEdit
+from gpudoc.edits.lineends import read_exact
 from gpudoc.errors import InputError
-from gpudoc.lineends import read_exact
 from gpudoc.runs.edits import entry, read_bytes
 
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind import jsonedit, pyedit, tomledit, yamledit
 from gpudoc.bind.filecontext import MISSING, get
+from gpudoc.edits import jsonedit, pyedit, tomledit, yamledit
+from gpudoc.edits.lineends import as_lf, read_exact, restore
 from gpudoc.errors import InputError, ProfileError, UsageError
-from gpudoc.lineends import as_lf, read_exact, restore
 
 _FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".py": "py",
             ".sh": "sh", ".bash": "sh"}

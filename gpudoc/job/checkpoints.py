@@ -174,7 +174,7 @@ def _set_flag(argv: list[str], flag: str, value: str) -> list[str]:
 
 def load(path: Path) -> Any:
     """A config's data, or None: the job complains about a config it cannot read itself."""
-    from gpudoc.bind import jsonedit, yamledit
+    from gpudoc.edits import jsonedit, yamledit
     from gpudoc.errors import GpudocError
 
     try:

@@ -49,7 +49,7 @@ def load_config(path: Path, label: str, reading: JobReading, *, empty_ok: bool =
     """A config file's data, or None with a note: reading never fails on the job's behalf.
     ``empty_ok``: an empty file is an empty mapping, as Hydra composes one (a group option such as
     ``none.yaml`` that sets nothing), not a config the job would fail on."""
-    from gpudoc.bind import jsonedit, pyedit, yamledit
+    from gpudoc.edits import jsonedit, pyedit, yamledit
     from gpudoc.errors import GpudocError
 
     try:

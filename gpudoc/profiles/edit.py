@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoc.atomic import atomic_write_text, backup, refuse_read_only
+from gpudoc.edits.lineends import as_lf, read_exact, restore
 from gpudoc.errors import ProfileError, UsageError
-from gpudoc.lineends import as_lf, read_exact, restore
 from gpudoc.profiles.loader import PROJECT_PROFILE
 from gpudoc.profiles.model import Profile
 from gpudoc.trust import Refused, untrusted

@@ -19,6 +19,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from gpudoc.bind import apply_file_edits, plan_bindings
+from gpudoc.errors import InputError
 from gpudoc.profiles.model import Profile
 from tests.conftest import CONFIGS
 
@@ -314,3 +315,16 @@ def test_fixture_binding_changes_only_bound_values(case, isolated_home):
     rec = next(r for r in records if Path(r["path"]).name == Path(target).name)
     assert Path(rec["backup"]).read_text() == old
     assert rec["changes"] == edit.changes
+
+
+def test_a_real_deepspeed_config_with_a_repeated_key_is_refused_as_a_duplicate(tmp_path):
+    text = (CONFIGS / "axolotl__deepspeed_configs__zero2.json").read_text()
+    last = '  "train_micro_batch_size_per_gpu": "auto",\n'
+    assert last in text
+    (tmp_path / "ds.json").write_text(text.replace(last, last + '  "train_micro_batch_size_per_gpu": 2,\n'))
+    before = (tmp_path / "ds.json").read_bytes()
+    profile = Profile(name="t", train={"micro_batch_size": 4}, bind={"files": {"ds.json": "deepspeed"}})
+    with pytest.raises(InputError, match=r"^ds.json: 'train_micro_batch_size_per_gpu' appears twice \(lines 25 and "
+                                         r"26\); readers disagree on which counts"):
+        plan_bindings(profile, ["python", "train.py"], cwd=tmp_path)
+    assert (tmp_path / "ds.json").read_bytes() == before

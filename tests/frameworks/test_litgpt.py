@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpudoc.bind import plan_bindings
-from gpudoc.bind.yamledit import load, plain
+from gpudoc.edits.yamledit import load, plain
 from gpudoc.job.knobs import read_job
 from gpudoc.profiles.from_job import job_profile
 from tests.conftest import CONFIGS, REPO, gpudoc_cli

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 
-from gpudoc.bind.tomledit import set_value
+from gpudoc.edits.tomledit import set_value
 
 
 def test_toml_edit_keeps_comments_and_floats():

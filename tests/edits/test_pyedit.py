@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudoc.bind.pyedit import load, set_value
+from gpudoc.edits.pyedit import load, set_value
 from gpudoc.errors import InputError
 from tests.conftest import CONFIGS, SEEDS
 

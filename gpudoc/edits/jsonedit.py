@@ -1,6 +1,6 @@
 """Surgical JSON edits: replace the exact span of one value, leave every other byte alone.
 
-Re-dumping a DeepSpeed config with ``json.dump`` would rewrite ``5e8`` as ``500000000.0``,
+Re-dumping a config with ``json.dump`` would rewrite ``5e8`` as ``500000000.0``,
 ``1.000000e+09`` as ``1000000000.0``, reorder nothing but reflow everything; users diff these
 files in review, so only the bound values may change.
 """
@@ -157,14 +157,14 @@ def set_value(text: str, path: Sequence[str], value: Any, *, name: str = "JSON")
 
 def _refuse_duplicate(text: str, obj: Node, path: Sequence[str], name: str) -> None:
     """A key written twice in one object: ``json.loads`` keeps the last, an edit would reach the
-    first, and DeepSpeed refuses the file (it loads configs with a duplicate-key check)."""
+    first, and a reader that checks for duplicates refuses the file."""
     starts = [key_start for key, key_start, _, _ in obj.members if obj.kind == "object" and key == path[-1]]
     if len(starts) > 1:
         numbers = [str(text.count("\n", 0, pos) + 1) for pos in starts]
         lines = ", ".join(numbers[:-1]) + " and " + numbers[-1]
         times = "twice" if len(starts) == 2 else f"{len(starts)} times"
-        raise InputError(f"{name}: '{'.'.join(path)}' appears {times} (lines {lines}); DeepSpeed itself rejects "
-                         f"duplicate keys and JSON readers keep only the last: remove the others, then run gpudoc "
+        raise InputError(f"{name}: '{'.'.join(path)}' appears {times} (lines {lines}); readers disagree on which "
+                         f"counts (most keep the last, some refuse the file): remove the others, then run gpudoc "
                          f"again", file=name, key=".".join(path))
 
 

@@ -1,7 +1,7 @@
 """Edits of Python config files: top-level ``name = literal`` lines and the keys of dict literals.
 
-nanoGPT ``exec``s its config files, so an assignment's right-hand side (even ``5 * 8``) is replaced
-by a literal and everything else — comments, other expressions — stays as written. Projects that
+Such files are ``exec``'d by the job (nanoGPT's are), so an assignment's right-hand side (even
+``5 * 8``) is replaced by a literal and everything else — comments, other expressions — stays as written. Projects that
 keep a ``TRAINING_CONFIG = {...}`` dict (or ``dict(key=value, ...)``) are reached by key:
 ``TRAINING_CONFIG.per_device_train_batch_size`` or ``TRAINING_CONFIG["per_device_train_batch_size"]``
 (nested dicts too); only the value's own characters change. A missing top-level name is appended;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudoc.bind.yamledit import set_value
+from gpudoc.edits.yamledit import set_value
 from gpudoc.errors import InputError
 from tests.conftest import CONFIGS, gpudoc_cli
 

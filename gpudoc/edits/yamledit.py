@@ -3,7 +3,7 @@
 ruamel.yaml's round-trip dump is good but not byte-exact (it re-indents sequences, drops
 trailing spaces, rewrites some flow lists), so it is used here to *locate* each value (line and
 column) and to *verify* the result; the edit itself replaces the scalar's characters on its
-line. OmegaConf ``${...}`` and ``???`` are plain scalars to YAML and are never rewritten.
+line. Interpolations (``${...}``) and ``???`` placeholders are plain scalars to YAML and are never rewritten.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudoc.lineends import as_lf, is_crlf, read_exact, restore
+from gpudoc.edits.lineends import as_lf, is_crlf, read_exact, restore
 
 
 def test_a_crlf_file_is_edited_as_lf_and_gets_crlf_back(tmp_path):

@@ -6,11 +6,8 @@ import json
 
 import pytest
 
-from gpudoc.bind import plan_bindings
-from gpudoc.bind.jsonedit import set_value
+from gpudoc.edits.jsonedit import set_value
 from gpudoc.errors import InputError
-from gpudoc.profiles.model import Profile
-from tests.conftest import CONFIGS
 
 
 def test_replace_keeps_every_other_byte():
@@ -60,8 +57,8 @@ def test_a_key_written_twice_is_refused_naming_both_lines():
            '  "train_micro_batch_size_per_gpu": 8\n}\n'
     with pytest.raises(InputError) as err:
         set_value(text, ("train_micro_batch_size_per_gpu",), 4, name="ds.json")
-    assert str(err.value) == ("ds.json: 'train_micro_batch_size_per_gpu' appears twice (lines 2 and 4); DeepSpeed "
-                              "itself rejects duplicate keys and JSON readers keep only the last: remove the others, "
+    assert str(err.value) == ("ds.json: 'train_micro_batch_size_per_gpu' appears twice (lines 2 and 4); readers "
+                              "disagree on which counts (most keep the last, some refuse the file): remove the others, "
                               "then run gpudoc again")
     assert (err.value.file, err.value.key) == ("ds.json", "train_micro_batch_size_per_gpu")
     with pytest.raises(InputError, match=r"'zero_optimization' appears 3 times \(lines 1, 1 and 1\)"):
@@ -70,15 +67,3 @@ def test_a_key_written_twice_is_refused_naming_both_lines():
     # A key written twice elsewhere is not this edit's business.
     assert set_value('{"a": 1, "b": 2, "b": 3}', ("a",), 5) == '{"a": 5, "b": 2, "b": 3}'
 
-
-def test_a_real_deepspeed_config_with_a_repeated_key_is_refused_as_a_duplicate(tmp_path):
-    text = (CONFIGS / "axolotl__deepspeed_configs__zero2.json").read_text()
-    last = '  "train_micro_batch_size_per_gpu": "auto",\n'
-    assert last in text
-    (tmp_path / "ds.json").write_text(text.replace(last, last + '  "train_micro_batch_size_per_gpu": 2,\n'))
-    before = (tmp_path / "ds.json").read_bytes()
-    profile = Profile(name="t", train={"micro_batch_size": 4}, bind={"files": {"ds.json": "deepspeed"}})
-    with pytest.raises(InputError, match=r"^ds.json: 'train_micro_batch_size_per_gpu' appears twice \(lines 25 and "
-                                         r"26\); DeepSpeed itself rejects duplicate keys"):
-        plan_bindings(profile, ["python", "train.py"], cwd=tmp_path)
-    assert (tmp_path / "ds.json").read_bytes() == before
