@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from gpudoc.bind.args import KNOWN_FLAGS, ArgEdits, PresetResult
 from gpudoc.bind.filecontext import get, num
-from gpudoc.bind.filepresets import detect_preset
 from gpudoc.bind.values import LADDER_KNOBS, format_value, is_neutral
 from gpudoc.errors import ProfileError
 
@@ -92,10 +91,11 @@ def unbound_file_conflicts(st: FileState, knobs: Mapping[str, Any], bound: set[s
     ``--config``, Hydra's composed config) but not a DeepSpeed JSON (DeepSpeed reads it itself)."""
     if st.fmt == "sh" or st.data is None:
         return []
-    preset = preset or detect_preset(st.data, st.path.suffix.lower())
+    from gpudoc.frameworks.registry import file_layout, file_preset  # the frameworks' modules read through bind
+
+    preset = preset or file_layout(st.data, st.path.suffix.lower())
     if preset is None:
         return []
-    from gpudoc.frameworks.registry import file_preset  # the frameworks' modules read through bind
 
     carried = set(bound) | (set() if preset == "deepspeed" else set(overridden))
     out = []

@@ -1,9 +1,11 @@
 """File presets: where each knob lives in the config files frameworks read (each framework's
 ``file_preset``, ``gpudoc.frameworks``; the registry finds one by name).
 
-Each preset has ``write`` (knobs -> key-path assignments, plus what it could not express) and
+Each preset has ``write`` (knobs -> key-path assignments, plus what it could not express),
 ``read`` (file -> the knob values it hard-codes, for the consistency check when a knob is set in
-the profile but not bound into this file).
+the profile but not bound into this file) and ``has_layout`` (whether a file's parsed data is laid
+out as the framework's own config, for files bound by explicit key paths; the registry asks each
+framework in its order, ``gpudoc.frameworks.registry.file_layout``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ class FilePreset:
     name: str
     assign: Callable[[Any, FileContext], FileResult]  # knobs -> key paths, unchecked
     read: Callable[[Any], dict[str, Any]]
+    # (the file's parsed top level, its suffix) -> whether it is this framework's config; None: no
+    # layout of its own to recognise (it is only ever named)
+    has_layout: Callable[[Mapping[str, Any], str], bool] | None = None
 
     def write(self, data: Any, ctx: FileContext) -> FileResult:
         """The preset's assignments, each type-checked against the value it replaces by the check
@@ -32,24 +37,3 @@ class FilePreset:
             for path, value, knob in res.assignments]
         return res
 
-
-def detect_preset(data: Any, suffix: str) -> str | None:
-    """Recognise a file's layout (for conflict checks on files bound by explicit key paths)."""
-    if not isinstance(data, Mapping):
-        return None
-    if suffix == ".py":
-        return "nanogpt" if "batch_size" in data or "block_size" in data else None
-    if "zero_optimization" in data or "train_micro_batch_size_per_gpu" in data or "train_batch_size" in data:
-        return "deepspeed"
-    if "micro_batch_size" in data and "sequence_len" in data:
-        return "axolotl"
-    if "cutoff_len" in data or ("per_device_train_batch_size" in data and "stage" in data):
-        return "llama-factory"
-    if "distributed_type" in data and "compute_environment" in data:
-        return "accelerate"
-    if "batch_size" in data and "dtype" in data and "tokenizer" in data:
-        return "torchtune"
-    if isinstance(data.get("trainer"), Mapping) and isinstance(data.get("model"), Mapping) and \
-            "micro_batch_size" in data["model"]:
-        return "nemo"
-    return None

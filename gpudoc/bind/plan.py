@@ -21,7 +21,6 @@ from gpudoc.bind.conflicts import (
     whose,
 )
 from gpudoc.bind.filecontext import MISSING, FileContext, FileResult
-from gpudoc.bind.filepresets import detect_preset
 from gpudoc.bind.filestate import FileEdit, FileState, unified_diff
 from gpudoc.bind.overrides import apply_flags, apply_overrides
 from gpudoc.bind.targets import Target, check_files_table, fit, targets
@@ -132,7 +131,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     does not parse or cannot be edited safely.
     """
     # Here, not at the top: the frameworks' modules read configs through this package.
-    from gpudoc.frameworks.registry import arg_preset_names, file_preset, file_preset_names, write_args
+    from gpudoc.frameworks.registry import arg_preset_names, file_layout, file_preset, file_preset_names, write_args
     from gpudoc.profiles.schema import ENUMS
 
     cwd = Path(cwd)
@@ -245,7 +244,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         if not preset:
             conflicts.extend(unbound_file_conflicts(st, knobs, bound_in_file.get(st.path.resolve(), set()),
                                                     overridden=frozenset(overridden), by=by))
-            if detect_preset(st.data, st.path.suffix.lower()) == "deepspeed":
+            if file_layout(st.data, st.path.suffix.lower()) == "deepspeed":
                 deepspeed_jsons.add(st.path.resolve())
 
     # 3. A DeepSpeed JSON the command names while no preset binds it: check, do not edit.

@@ -124,4 +124,9 @@ def read_file(data: Any) -> dict[str, Any]:
     return out
 
 
-file_preset: FilePreset | None = FilePreset(name, write_file, read_file)
+def has_layout(data: Mapping[str, Any], suffix: str) -> bool:
+    """An accelerate config file, as ``accelerate config`` writes it."""
+    return suffix != ".py" and "distributed_type" in data and "compute_environment" in data
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file, has_layout)

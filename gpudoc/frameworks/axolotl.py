@@ -165,4 +165,9 @@ def read_file(data: Any) -> dict[str, Any]:
                         bools={"gradient_checkpointing": "gradient_checkpointing"})
 
 
-file_preset: FilePreset | None = FilePreset(name, write_file, read_file)
+def has_layout(data: Mapping[str, Any], suffix: str) -> bool:
+    """An axolotl config: its micro batch beside its ``sequence_len``."""
+    return suffix != ".py" and "micro_batch_size" in data and "sequence_len" in data
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file, has_layout)

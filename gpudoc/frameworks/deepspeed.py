@@ -201,4 +201,10 @@ def read_file(data: Any) -> dict[str, Any]:
     return out
 
 
-file_preset: FilePreset | None = FilePreset(name, write_file, read_file)
+def has_layout(data: Mapping[str, Any], suffix: str) -> bool:
+    """A DeepSpeed config: a ZeRO section or one of its batch keys."""
+    return suffix != ".py" and ("zero_optimization" in data or "train_micro_batch_size_per_gpu" in data
+                                or "train_batch_size" in data)
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file, has_layout)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag, set_flags
-from gpudoc.bind.filepresets import FilePreset, detect_preset
+from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.values import is_neutral
 from gpudoc.errors import InputError
 from gpudoc.frameworks import accelerate, base, deepspeed, hf_asked, hydra
@@ -145,9 +145,10 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     accelerate.accelerate_config(job, cwd, r, trainer=True)
     if config is not None:
         data = load_config(cwd / config, config, r)
-        preset = detect_preset(data, Path(config).suffix.lower()) if data is not None else None
+        from gpudoc.frameworks.registry import file_layout, file_preset  # it holds this module
+
+        preset = file_layout(data, Path(config).suffix.lower()) if data is not None else None
         if preset is not None and data is not None:
-            from gpudoc.frameworks.registry import file_preset  # it holds this module
 
             for knob, value in file_preset(preset).read(data).items():
                 r.set(knob, value, "file", "", config)

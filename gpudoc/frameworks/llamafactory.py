@@ -151,4 +151,9 @@ def read_file(data: Any) -> dict[str, Any]:
     return out
 
 
-file_preset: FilePreset | None = FilePreset(name, write_file, read_file)
+def has_layout(data: Mapping[str, Any], suffix: str) -> bool:
+    """A LLaMA-Factory config: its ``cutoff_len``, or the Trainer's batch beside its ``stage``."""
+    return suffix != ".py" and ("cutoff_len" in data or ("per_device_train_batch_size" in data and "stage" in data))
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file, has_layout)

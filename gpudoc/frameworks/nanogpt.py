@@ -164,4 +164,9 @@ def read_file(data: Any) -> dict[str, Any]:
     return read_simple(data, {"micro_batch_size": "batch_size", "max_seq_len": "block_size"})
 
 
-file_preset: FilePreset | None = FilePreset(name, write_file, read_file)
+def has_layout(data: Mapping[str, Any], suffix: str) -> bool:
+    """A Python config file the script ``exec``s: top-level names such as ``batch_size``, ``block_size``."""
+    return suffix == ".py" and ("batch_size" in data or "block_size" in data)
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file, has_layout)

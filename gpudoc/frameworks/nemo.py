@@ -6,6 +6,7 @@ derives accumulation from the global batch: ``global / (micro x data-parallel si
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,4 +78,11 @@ def read_file(data: Any) -> dict[str, Any]:
     return out
 
 
-file_preset: FilePreset | None = FilePreset(name, write_file, read_file)
+def has_layout(data: Mapping[str, Any], suffix: str) -> bool:
+    """A NeMo config: ``trainer`` beside a ``model`` that holds the micro batch."""
+    model = data.get("model")
+    return suffix != ".py" and isinstance(data.get("trainer"), Mapping) and isinstance(model, Mapping) \
+        and "micro_batch_size" in model
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file, has_layout)

@@ -110,6 +110,15 @@ def file_preset(name: str) -> FilePreset:
     return adapter.file_preset
 
 
+def file_layout(data: Any, suffix: str) -> str | None:
+    """The framework whose own config a file's parsed ``data`` (with its ``suffix``) is laid out as,
+    for the checks on a file bound by explicit key paths; None: no framework's."""
+    if not isinstance(data, Mapping):
+        return None
+    return next((a.name for a in ADAPTERS if a.file_preset is not None and a.file_preset.has_layout is not None
+                 and a.file_preset.has_layout(data, suffix)), None)
+
+
 def file_preset_names() -> list[str]:
     return sorted(a.name for a in ADAPTERS if a.file_preset is not None)
 

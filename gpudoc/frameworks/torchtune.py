@@ -287,4 +287,9 @@ def read_file(data: Any) -> dict[str, Any]:
     return out
 
 
-file_preset: FilePreset | None = FilePreset(name, write_file, read_file)
+def has_layout(data: Mapping[str, Any], suffix: str) -> bool:
+    """A torchtune recipe config: batch size, dtype and a tokenizer component."""
+    return suffix != ".py" and "batch_size" in data and "dtype" in data and "tokenizer" in data
+
+
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file, has_layout)

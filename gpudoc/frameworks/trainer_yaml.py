@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from gpudoc.bind.filecontext import get
-from gpudoc.bind.filepresets import detect_preset
 from gpudoc.frameworks.accelerate import accelerate_config
 from gpudoc.frameworks.presetfiles import first_config, follow_deepspeed, set_from
 from gpudoc.job.argv import JobCommand
@@ -31,7 +30,9 @@ def config_of(job: JobCommand, cwd: Path, preset: str, programs: tuple[str, ...]
     if config is None:
         return None
     data = load_config(cwd / config, config, JobReading())
-    found = detect_preset(data, Path(config).suffix.lower()) if data is not None else None
+    from gpudoc.frameworks.registry import file_layout  # it holds the modules that use this one
+
+    found = file_layout(data, Path(config).suffix.lower()) if data is not None else None
     if found in _JOB_YAMLS:
         return config if found == preset else None
     program = os.path.basename(job.script or "")

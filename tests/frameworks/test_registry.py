@@ -217,3 +217,30 @@ def test_settings_the_job_wrote_are_never_believed_unchecked(adapter):
     found = adapter.resolved({**hostile, "precision": ["bf16"], "dtype": {"x": 1}, "optim": 7, "bf16": "yes"})
     assert isinstance(found, Resolved) and found.knobs == {} and found.total_steps is None
     assert registry.resolved("not-a-framework", {"batch_size": 8}) == Resolved()
+
+
+@pytest.mark.parametrize("config, framework", [
+    ("DeepSpeedExamples__training__pipeline_parallelism__ds_config.json", "deepspeed"),
+    ("axolotl__deepspeed_configs__zero3_bf16_cpuoffload_all.json", "deepspeed"),
+    ("axolotl__examples__llama-2__qlora.yml", "axolotl"),
+    ("LLaMA-Factory__examples__train_full__qwen3_full_sft.yaml", "llama-factory"),
+    ("trl__examples__accelerate_configs__deepspeed_zero3.yaml", "accelerate"),
+    ("torchtune__recipes__configs__llama3_1__8B_lora_single_device.yaml", "torchtune"),
+    ("NeMo__examples__nlp__language_modeling__conf__megatron_gpt_config.yaml", "nemo"),
+    ("nanoGPT__config__train_shakespeare_char.py", "nanogpt"),
+    ("trl__examples__cli_configs__example_config.yaml", None),  # HfArgumentParser's YAML: no layout of its own
+    ("litgpt__config_hub__finetune__llama-2-7b__lora.yaml", None),  # LitGPT's is only ever named
+])
+def test_a_config_file_is_recognised_by_its_frameworks_own_layout(config, framework):
+    from gpudoc.edits import jsonedit, pyedit, yamledit
+
+    text = (CONFIGS / config).read_text()
+    suffix = Path(config).suffix
+    data = {".json": jsonedit.load, ".py": pyedit.load}.get(suffix, yamledit.load)(text)
+    assert registry.file_layout(data, suffix) == framework
+    assert registry.file_layout([data], suffix) is None  # a list at the top is no framework's config
+
+
+def test_a_python_file_is_never_taken_for_a_yaml_or_json_layout():
+    assert registry.file_layout({"train_batch_size": 8, "zero_optimization": {}}, ".py") is None
+    assert registry.file_layout({"batch_size": 8}, ".json") is None
