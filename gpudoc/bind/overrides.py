@@ -13,19 +13,24 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gpudoc.bind.args import ArgEdits
+from gpudoc.bind.targets import targets
 from gpudoc.bind.values import format_value
 from gpudoc.errors import ProfileError
 
 
 def apply_overrides(ed: ArgEdits, bind: Mapping[str, Any], knobs: Mapping[str, Any]) -> set[str]:
-    """Write each bound knob's ``key=value`` into the script's arguments; return the knobs so carried."""
+    """Write each bound knob's ``key=value`` into the script's arguments; return the knobs so carried.
+    A binding is the key, or ``{key = "trainer.precision", map = {bf16 = "bf16-mixed", ...}}`` where the
+    job spells the knob's values its own way (as ``[bind.files]`` takes them)."""
     carried = set()
-    for knob, key in dict(bind.get("overrides") or {}).items():
+    for knob, spec in dict(bind.get("overrides") or {}).items():
+        key = spec.get("key") if isinstance(spec, Mapping) else spec
         if not isinstance(key, str) or not key or key.startswith("-") or "=" in key:
             raise ProfileError(f"[bind.overrides] {knob}: expected a dotted key such as \"trainer.batch_size\", "
                                f"got {key!r}")
         if knob in knobs:
-            ed.set_kv(key, format_value(knobs[knob]))
+            [target] = targets("[bind.overrides]", knob, spec)
+            ed.set_kv(key, format_value(target.value_for(knob, knobs[knob], f"[bind.overrides] {knob}")))
             carried.add(knob)
     return carried
 

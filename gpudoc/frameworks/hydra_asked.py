@@ -68,6 +68,7 @@ def composed(job: JobCommand, cwd: Path, r: JobReading, config_dir: Path, config
         return False
     r.notes.extend(f"hydra: {note}" for note in answer.get("notes") or ())
     _place(answer, cwd, r, {_key(t) for t in said})
+    _lightning_trainer(answer.get("config") or {}, r, python)
     return True
 
 
@@ -93,33 +94,39 @@ def _place(answer: dict[str, Any], cwd: Path, r: JobReading, command_keys: set[s
                                                        f", composed under {' '.join(picked)} from the command") \
                 if group else "no file of the config"
             by_override.append(f"{knob} ({key}, from {why})")
-    _lightning_trainer(config, r)
     r.config_data.append((str(answer.get("primary") or "hydra"), config))
     if by_override:
         r.notes.append("hydra: composed by Hydra; changed with an override of the composed key, not in a file: "
                        + ", ".join(by_override))
 
 
-# The classes a composed node instantiates as Lightning's Trainer (``_target_``, as hydra.utils.instantiate reads it).
-_LIGHTNING_TRAINERS = frozenset({"lightning.pytorch.trainer.Trainer", "lightning.pytorch.Trainer", "lightning.Trainer",
-                                 "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer",
-                                 "pytorch_lightning.trainer.Trainer", "pytorch_lightning.trainer.trainer.Trainer"})
-
-
-def _lightning_trainer(config: Mapping[str, Any], r: JobReading) -> None:
-    """A node the job instantiates as Lightning's Trainer that sets no accumulation runs the Trainer's
-    own default (1, every release): that is the job's accumulation, and a change is the override
-    Hydra takes for a key its config lacks (``+trainer.accumulate_grad_batches=N``)."""
-    if "gradient_accumulation_steps" in r.knobs:
-        return
+def _lightning_trainer(config: Mapping[str, Any], r: JobReading, python: str) -> None:
+    """A node the job instantiates as Lightning's Trainer: what it leaves unset runs the Trainer's own
+    default (accumulation 1, every release; precision 32, "32-true" from 2.0), changed with the
+    override Hydra takes for a key its config lacks (``+trainer.accumulate_grad_batches=N``); its
+    precision is written as the release installed where the job runs spells it (the one its
+    ``_target_`` is imported from)."""
     for key, node in config.items():
-        if isinstance(node, Mapping) and node.get("_target_") in _LIGHTNING_TRAINERS \
-                and "accumulate_grad_batches" not in node:
-            r.set("gradient_accumulation_steps", lightning.defaults(None)["gradient_accumulation_steps"], "argv",
-                  f"+{key}.accumulate_grad_batches")
-            r.notes.append(f"hydra: {key} is Lightning's Trainer ({node['_target_']}) with no accumulate_grad_batches: "
-                           f"its default, 1; changed with +{key}.accumulate_grad_batches=N")
-            return
+        if not (isinstance(node, Mapping) and node.get("_target_") in lightning.TRAINERS):
+            continue
+        version = lightning.trainer_release(str(node["_target_"]), python)
+        values = lightning.precision_values(version)
+        unset = []
+        for knob, setting in (("gradient_accumulation_steps", "accumulate_grad_batches"), ("precision", "precision")):
+            if knob not in r.knobs and setting not in node:
+                default = lightning.defaults(version)[knob]
+                r.set(knob, default, "argv", f"+{key}.{setting}")
+                unset.append(f"{setting} = {values.get(default, default)}")
+        # The precision read is this Trainer's (composed there, or its default): written in its spelling.
+        place = r.knobs.get("precision")
+        composed_at = generic_knobs(config).get("precision", ("",))[0]
+        if place is not None and f"{key}.precision" in (composed_at, place.name.lstrip("+")):
+            r.spellings["precision"] = values
+        if unset:
+            r.notes.append(f"hydra: {key} is Lightning's Trainer ({node['_target_']}"
+                           f"{f' {version}' if version else ''}) and sets no {', '.join(unset)}: the Trainer's "
+                           f"defaults; changed with +{key}.KEY=VALUE")
+        return
 
 
 def _choice(answer: dict[str, Any], group: str) -> str:

@@ -39,7 +39,16 @@ echo: tuple[tuple[str, str], ...] = (  # the Trainer's precision line; its hyper
 PRECISION = {"fp32": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed", "bf16-true": "bf16-true",
              "fp16-true": "16-true"}
 # As releases before 2.0 spell them (Trainer(precision=16|32|"bf16"), mixed only): "bf16-mixed" stops them.
-_PRECISION_1X = {"fp32": "32", "fp16": "16", "bf16": "bf16"}
+_PRECISION_1X: Mapping[str, Any] = {"fp32": 32, "fp16": 16, "bf16": "bf16"}
+
+
+def precision_values(version: str | None) -> Mapping[str, Any]:
+    """The values the Trainer's ``precision`` takes in release ``version``, by the profile's spelling
+    (2.x's where the release is unknown); a precision the release lacks is not among them."""
+    release = parse_version(version)
+    return _PRECISION_1X if release is not None and release < (2, 0) else PRECISION
+
+
 _STEP = re.compile(r"step=(\d+)")
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -53,6 +62,19 @@ _KEYS = {
                     "data.init_args.max_seq_len", "model.max_seq_len"),
     "lora_rank": ("model.lora_rank", "model.lora_r", "model.init_args.lora_rank"),
 }
+
+
+# The classes a config names (``_target_``, as hydra.utils.instantiate reads it) that are Lightning's
+# Trainer, in the unified package and in pytorch_lightning.
+TRAINERS = frozenset({"lightning.pytorch.trainer.Trainer", "lightning.pytorch.Trainer", "lightning.Trainer",
+                      "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer",
+                      "pytorch_lightning.trainer.Trainer", "pytorch_lightning.trainer.trainer.Trainer"})
+
+
+def trainer_release(target: str, python: str | None) -> str | None:
+    """The release installed for ``python`` of the distribution a Trainer class path ``target`` is
+    imported from (``pytorch_lightning.Trainer`` is pytorch_lightning's, ``lightning.*`` lightning's)."""
+    return installed_version(target.partition(".")[0], python)
 
 
 def train_batch_keys(config: Any) -> tuple[str, ...]:
@@ -167,14 +189,12 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
 # -- writing ---------------------------------------------------------------------------------------
 def _precision(ed: ArgEdits, knobs: Mapping[str, Any], res: PresetResult, version: str | None) -> None:
     """``--trainer.precision`` in the spelling the installed release accepts (2.x when unknown)."""
-    release = parse_version(version)
-    if release is None or release >= (2, 0) or "precision" not in knobs:
-        set_flags(ed, knobs, res, {"precision": "--trainer.precision"}, spell=PRECISION.__getitem__)
-    elif knobs["precision"] in _PRECISION_1X:
-        set_flags(ed, knobs, res, {"precision": "--trainer.precision"}, spell=_PRECISION_1X.__getitem__)
+    values = precision_values(version)
+    if "precision" not in knobs or knobs["precision"] in values:
+        set_flags(ed, knobs, res, {"precision": "--trainer.precision"}, spell=lambda v: str(values[v]))
     else:
         res.cannot["precision"] = (f"{name}: Lightning {version} has no precision '{knobs['precision']}' (its "
-                                   "Trainer takes 16, 32 or bf16, mixed with fp32 weights)")
+                                   f"Trainer takes {', '.join(str(v) for v in values.values())})")
 
 
 def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoc.bind.filecontext import placeholder
+from gpudoc.bind.values import format_value
 from gpudoc.errors import InputError, ProfileError
 from gpudoc.job.argv import parse_command
 from gpudoc.job.identity import world
@@ -69,6 +70,10 @@ class JobReading:
     # The flags the framework's installed parser declares, where it was asked (HfArgumentParser,
     # TrlParser): a flag outside them is never written. None: not asked, every flag it knows is written.
     declared: frozenset[str] | None = None
+    # Where the job spells a knob's values otherwise than the profile at the place it lives (a Hydra
+    # config's Lightning Trainer takes ``bf16-mixed``, or ``bf16`` before 2.0, for bf16): knob ->
+    # {the profile's value: the job's}, written there through a value map.
+    spellings: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def values(self) -> dict[str, Any]:
@@ -111,7 +116,7 @@ class JobReading:
         own_flags = takes_own_flags(self.framework)
         args_knobs: list[str] = []
         files: dict[str, Any] = {}
-        overrides: dict[str, str] = {}
+        overrides: dict[str, Any] = {}
         flags: dict[str, str] = {}
         for knob in sorted(knobs):
             place = self.knobs.get(knob)
@@ -126,7 +131,7 @@ class JobReading:
                 if own_flags:
                     args_knobs.append(knob)  # torchtune's own override keys: its preset knows them
                 else:
-                    overrides[knob] = place.name
+                    overrides[knob] = self._spelled(knob, place.name)
             elif place.path is not None:
                 path = self.named_by.get(place.path, place.path)
                 preset = self.file_presets.get(path)
@@ -136,7 +141,7 @@ class JobReading:
                     files[path] = preset
                 else:
                     spec = files.setdefault(place.path, {})
-                    spec[knob] = place.name
+                    spec[knob] = self._spelled(knob, place.name)
         bind: dict[str, Any] = {"env": False}
         if args_knobs:
             if not own_flags:
@@ -152,6 +157,11 @@ class JobReading:
         if flags:
             bind["flags"] = flags
         return bind
+
+    def _spelled(self, knob: str, key: str) -> Any:
+        """A binding of ``knob`` to ``key``: the key alone, or with the map of the job's spellings."""
+        spelled = self.spellings.get(knob)
+        return {"key": key, "map": {format_value(k): v for k, v in spelled.items()}} if spelled else key
 
 
 # The counts a reading checks, with the bounds a profile's [train] has (gpudoc.profiles.schema).

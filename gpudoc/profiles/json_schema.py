@@ -101,7 +101,11 @@ _SPECIAL: dict[tuple[str | None, str], dict[str, Any]] = {
     ("model", "lora_targets"): {"items": {"type": "string"}, "description": "older place of [train] lora_targets"},
     ("bind", "args_knobs"): {"items": {"type": "string"}},
     ("bind", "via_env"): {"items": {"type": "string"}},
-    ("bind", "overrides"): {"additionalProperties": {"type": "string"}},
+    ("bind", "overrides"): {"additionalProperties": {"anyOf": [
+        {"type": "string"},
+        {"type": "object", "properties": {"key": {"type": "string"}, "map": {"type": "object",
+                                                                           "additionalProperties": _SCALAR}},
+         "required": ["key"], "additionalProperties": False}]}},
     ("bind", "flags"): {"additionalProperties": {"type": "string", "pattern": "^-"}},
     ("ladder", "target_utilization"): {"exclusiveMinimum": 0, "maximum": 1},
     ("ladder", "rung"): {"items": _RUNG},

@@ -76,7 +76,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "args_knobs": (list,),  # the knobs the argument preset carries (default: all; the rest live in files)
         "files": (dict,),
         "via_env": (list,),  # knobs the job reads from GPUDOC_<KNOB> itself, beside the presets
-        "overrides": (dict,),  # knob = "dotted.key": a Hydra-style key=value on the command line
+        "overrides": (dict,),  # knob = "dotted.key" (or {key, map}): a Hydra-style key=value on the command line
         "flags": (dict,),  # knob = "--flag": a flag the job's own parser declares (the probe saw it)
     },
     "ladder": {

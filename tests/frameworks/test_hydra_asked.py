@@ -99,6 +99,69 @@ def test_a_lightning_trainer_without_accumulation_runs_its_default_changed_by_an
     assert _compose(template, plan.argv[2:])["trainer"]["accumulate_grad_batches"] == 20
 
 
+def _lightning_precisions() -> set[object]:
+    """The precisions the installed Lightning's Trainer takes (its ``_PRECISION_INPUT*`` literals), read
+    from its source without importing it (that would import torch)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("lightning")
+    assert spec is not None and spec.submodule_search_locations
+    source = Path(spec.submodule_search_locations[0]) / "fabric" / "plugins" / "precision" / "precision.py"
+    out: set[object] = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "").startswith("_PRECISION_INPUT") \
+                and isinstance(node.value, ast.Subscript) and ast.unparse(node.value.value) == "Literal":
+            elts = node.value.slice.elts if isinstance(node.value.slice, ast.Tuple) else [node.value.slice]
+            out.update(e.value for e in elts if isinstance(e, ast.Constant))
+    assert "bf16-mixed" in out
+    return out
+
+
+def test_a_lightning_trainer_without_precision_runs_32_true_and_is_changed_in_the_releases_spelling(template):
+    # The template's README: `python train.py trainer=gpu`; trainer/default.yaml only comments `# precision: 16`:
+    # the Trainer's own default, "32-true" in Lightning 2 (the release installed here), is the job's.
+    command = ["python", "src/train.py", "trainer=gpu"]
+    reading = read_job(command, template)
+    assert reading.values["precision"] == "fp32" and reading.places["precision"] == "argv:+trainer.precision"
+    assert any("sets no accumulate_grad_batches = 1, precision = 32-true" in n for n in reading.notes)
+    plan = _plan(command, template, precision="bf16")
+    assert plan.file_edits == [] and plan.argv == [*command, "+trainer.precision=bf16-mixed"]
+    composed = _compose(template, plan.argv[2:])["trainer"]["precision"]
+    assert composed == "bf16-mixed" and composed in _lightning_precisions()  # what Lightning's Trainer takes
+    # One the command appends (the README's `+trainer.precision=16`) is read there and rewritten there.
+    command = ["python", "src/train.py", "trainer=gpu", "+trainer.precision=16"]
+    assert read_job(command, template).values["precision"] == "fp16"
+    plan = _plan(command, template, precision="fp32")
+    assert plan.argv == [*command[:3], "+trainer.precision=32-true"]
+    assert _compose(template, plan.argv[2:])["trainer"]["precision"] in _lightning_precisions()
+
+
+def test_a_job_pinning_lightning_before_2_gets_its_precision_spelled_as_that_release_takes_it(template, tmp_path):
+    """The job's interpreter has Lightning 1.9.5 (and the Hydra of this environment): its Trainer takes 16,
+    32 or "bf16" (1.9's ``_PRECISION_INPUT``), and refuses 2.x's "bf16-mixed"."""
+    import subprocess
+    import sysconfig
+
+    venv = tmp_path / "pl19"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "lightning-1.9.5.dist-info").mkdir()
+    (site / "this-env.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    command = [str(venv / "bin" / "python"), "src/train.py", "trainer=gpu"]
+    reading = read_job(command, template)
+    assert reading.values["precision"] == "fp32"
+    assert any("(lightning.pytorch.trainer.Trainer 1.9.5) and sets no accumulate_grad_batches = 1, precision = 32"
+               in n for n in reading.notes)
+    assert _plan(command, template, precision="bf16").argv == [*command, "+trainer.precision=bf16"]
+    assert _plan(command, template, precision="fp16").argv == [*command, "+trainer.precision=16"]
+    from gpudoc.errors import ProfileError
+
+    with pytest.raises(ProfileError, match=r'"bf16-true" has no entry in the map for \+trainer.precision \(it maps fp32, '
+                                           r'fp16, bf16\)'):
+        _plan(command, template, precision="bf16-true")
+
+
 def _project(root: Path, config: str, script_head: str = "") -> None:
     (root / "conf").mkdir()
     (root / "conf" / "config.yaml").write_text(config)
