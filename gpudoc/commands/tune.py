@@ -28,6 +28,7 @@ from gpudoc.results.tune import FAILED, FITS, OOM, Search, Trial
 from gpudoc.units import GIB
 
 if TYPE_CHECKING:
+    from gpudoc.frameworks.base import Framework
     from gpudoc.profiles.model import Profile
     from gpudoc.runs.record import RunRecord
     from gpudoc.workspace import Workspace
@@ -49,17 +50,17 @@ class Stop:
     output: tuple[str, ...] = ()
     always: tuple[tuple[str, str], ...] = ()
     declared: tuple[tuple[str, str], ...] = ()
+    own_output: bool = False  # the framework's parser declares ``output[0]``: given even when not asked
+
+    @classmethod
+    def of(cls, adapter: Framework) -> Stop:
+        """A trial stopped by ``adapter``'s own step limit, with the switches it knows."""
+        own = adapter.trial_switches
+        if own is None:
+            return replace(PROBE_STOP, framework=adapter.name)
+        return cls(adapter.name, (own.output,), own.off, own.off_if_declared, own_output=True)
 
 
-# The switches that keep a trial to itself, by framework; its step limit is its adapter's.
-STOPS = {
-    "hf-trainer": Stop("hf-trainer", ("--output_dir",), (("--save_strategy", "no"), ("--report_to", "none")),
-                       (("--eval_strategy", "no"), ("--evaluation_strategy", "no"), ("--push_to_hub", "False"))),
-    "lightning": Stop("lightning", ("--trainer.default_root_dir",),
-                      (("--trainer.enable_checkpointing", "false"), ("--trainer.logger", "false"),
-                       ("--trainer.limit_val_batches", "0"))),
-    "nanogpt": Stop("nanogpt", ("--out_dir",), (("--always_save_checkpoint", "False"), ("--wandb_log", "False"))),
-}
 PROBE_STOP = Stop(None, ("--output_dir", "--output-dir", "--out_dir"),
                   declared=(("--save_strategy", "no"), ("--report_to", "none"), ("--push_to_hub", "False"),
                             ("--wandb", "False")))
@@ -165,7 +166,7 @@ def _stop_of(profile: Profile, command: list[str], cwd: Path) -> Stop:
 
     adapter = registry.get(profile.job.framework if profile.job is not None else _framework(command, cwd))
     if adapter is not None and adapter.step_limit([], 1) is not None:
-        return STOPS.get(adapter.name, replace(PROBE_STOP, framework=adapter.name))
+        return Stop.of(adapter)
     if profile.run.get("probe", True) is False or unreachable(command):
         raise LaunchError("the job has no step limit gpudoc knows and the probe cannot watch it "
                           f"({unreachable(command) or '[run] probe = false'}): no trial could stop after its steps")
@@ -234,7 +235,7 @@ def trial_command(command: list[str], stop: Stop, steps: int, output: str, decla
     given = {token.split("=", 1)[0] for token in edits.tokens if token.startswith("-")} | declared
     for name, value in (*stop.always, *((n, v) for n, v in stop.declared if n in given)):
         edits.set_value((name,), value, append_form="eq")
-    own = stop.output[0] if stop.framework in STOPS else None  # the framework's parser declares it
+    own = stop.output[0] if stop.own_output else None
     for name in (n for n in stop.output if n in given or n == own):
         edits.set_value((name,), output, append_form="eq")
         break

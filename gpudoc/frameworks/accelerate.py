@@ -20,6 +20,7 @@ from gpudoc.job.knobs import JobReading
 
 name = "accelerate"
 arg_names: tuple[str, ...] = ()  # a profile's `[bind] args = "accelerate"` is the Trainer's flags (hf_trainer)
+trial_switches: base.TrialSwitches | None = None
 echo: tuple[tuple[str, str], ...] = ()
 
 

@@ -20,6 +20,7 @@ from gpudoc.job.sources import flag_value
 
 name = "axolotl"
 arg_names: tuple[str, ...] = ()
+trial_switches: base.TrialSwitches | None = None
 echo: tuple[tuple[str, str], ...] = ()
 _PROGRAMS = ("axolotl",)
 

@@ -50,6 +50,19 @@ class Resolved:
     total_steps: int | None = None
 
 
+@dataclass(frozen=True)
+class TrialSwitches:
+    """The switches a framework's own parser declares that keep a short trial (``gpudoc tune``) to
+    itself: ``output``, its output directory's; ``off``, each that turns saving or a tracker off,
+    with the value that does; ``off_if_declared``, the same for switches some releases or scripts
+    have and others refuse (given only where the command already gives them or the script declares
+    them)."""
+
+    output: str
+    off: tuple[tuple[str, str], ...] = ()
+    off_if_declared: tuple[tuple[str, str], ...] = ()
+
+
 @runtime_checkable
 class Framework(Protocol):
     """One framework's knowledge. A member a framework has no use for answers "none": ``()``,
@@ -67,6 +80,9 @@ class Framework(Protocol):
     # The lines it prints of its settings, as (knob, regular expression whose first group is the
     # value): what proves a changed knob reached the job (``gpudoc.diagnose.echo``).
     echo: tuple[tuple[str, str], ...]
+    # The switches that keep a trial run to itself; None: none gpudoc knows (the probe stops the
+    # trial, and only switches the script declares are given).
+    trial_switches: TrialSwitches | None
 
     def recognise(self, job: JobCommand, cwd: Path) -> Recognition | None:
         """Whether the job is this framework's, and why; None when nothing says so."""

@@ -25,6 +25,7 @@ from gpudoc.job.sources import flag_value
 
 name = "deepspeed"
 arg_names: tuple[str, ...] = ()
+trial_switches: base.TrialSwitches | None = None
 echo: tuple[tuple[str, str], ...] = ()
 _CONFIG_FLAGS = ("--deepspeed_config", "--deepscale_config")  # deepspeed.add_config_arguments
 

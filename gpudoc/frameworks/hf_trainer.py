@@ -36,6 +36,9 @@ name = "hf-trainer"
 # LLaMA-Factory's CLI with flags and a script under accelerate take the Trainer's flags too.
 file_preset: FilePreset | None = None
 arg_names: tuple[str, ...] = ("hf-trainer", "accelerate", "transformers", "llama-factory")
+trial_switches: base.TrialSwitches | None = base.TrialSwitches(
+    "--output_dir", (("--save_strategy", "no"), ("--report_to", "none")),
+    (("--eval_strategy", "no"), ("--evaluation_strategy", "no"), ("--push_to_hub", "False")))  # renamed in 4.41
 echo: tuple[tuple[str, str], ...] = (  # its "***** Running training *****" banner; TrainingArguments' dump
     ("micro_batch_size", r"Instantaneous batch size per device = (\d+)"),
     ("micro_batch_size", r"\bper_device_train_batch_size\s*[=:]\s*(\d+)"),

@@ -31,6 +31,7 @@ from gpudoc.job.sources import (
 name = "hydra"
 file_preset: FilePreset | None = None
 arg_names: tuple[str, ...] = ()  # the keys are the job's own: `[bind] overrides`
+trial_switches: base.TrialSwitches | None = None
 echo: tuple[tuple[str, str], ...] = ()
 _OPTIONS = ("--config-path", "--config-name", "-cp", "-cn")
 

@@ -31,6 +31,9 @@ from gpudoc.job.sources import cli_options, knob_value, load_config, script_tree
 name = "lightning"
 file_preset: FilePreset | None = None
 arg_names: tuple[str, ...] = ("lightning",)
+trial_switches: base.TrialSwitches | None = base.TrialSwitches(
+    "--trainer.default_root_dir",
+    (("--trainer.enable_checkpointing", "false"), ("--trainer.logger", "false"), ("--trainer.limit_val_batches", "0")))
 echo: tuple[tuple[str, str], ...] = (  # the Trainer's precision line; its hyperparameters
     ("gradient_accumulation_steps", r"\baccumulate_grad_batches\s*[=:]\s*(\d+)"),
     ("precision", r"Using (bf16|16bit) Automatic Mixed Precision"),

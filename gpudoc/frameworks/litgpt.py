@@ -27,6 +27,7 @@ from gpudoc.job.sources import cli_options, knob_value, load_config, precision_o
 
 name = "litgpt"
 arg_names: tuple[str, ...] = ("litgpt",)
+trial_switches: base.TrialSwitches | None = None
 echo: tuple[tuple[str, str], ...] = ()  # its hyperparameter dump says micro_batch_size=N, as any script's
 _FINETUNE = {"train.micro_batch_size": 1, "train.global_batch_size": 16, "devices": 1, "num_nodes": 1}
 # Each training command's setup() defaults (litgpt 0.5: finetune/*.py and pretrain.py); pretrain's

@@ -22,6 +22,7 @@ from gpudoc.job.sources import override, typed
 name = "llama-factory"
 # Its `key=value` overrides after the YAML are the job's own keys; its flags are the Trainer's (hf_trainer).
 arg_names: tuple[str, ...] = ()
+trial_switches: base.TrialSwitches | None = None
 echo: tuple[tuple[str, str], ...] = ()
 _PROGRAMS = ("llamafactory-cli", "lmf")
 

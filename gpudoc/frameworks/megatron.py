@@ -28,6 +28,7 @@ from gpudoc.job.sources import bool_flag, flag_value, knob_value
 
 name = "megatron"
 arg_names: tuple[str, ...] = ("megatron",)
+trial_switches: base.TrialSwitches | None = None
 file_preset: FilePreset | None = None
 echo: tuple[tuple[str, str], ...] = ()  # its arguments dump: "  micro_batch_size ..... 1"
 _MICRO, _GLOBAL, _SEQ = "--micro-batch-size", "--global-batch-size", "--seq-length"

@@ -24,6 +24,8 @@ from gpudoc.job.sources import load_config, to_int, typed
 
 name = "nanogpt"
 arg_names: tuple[str, ...] = ("nanogpt",)
+trial_switches: base.TrialSwitches | None = base.TrialSwitches(
+    "--out_dir", (("--always_save_checkpoint", "False"), ("--wandb_log", "False")))
 echo: tuple[tuple[str, str], ...] = (  # configurator.py's "Overriding: key = value"
     ("micro_batch_size", r"Overriding: batch_size = (\d+)"),
     ("gradient_accumulation_steps", r"Overriding: gradient_accumulation_steps = (\d+)"),

@@ -20,6 +20,7 @@ from gpudoc.job.knobs import JobReading
 
 name = "nemo"
 arg_names: tuple[str, ...] = ()
+trial_switches: base.TrialSwitches | None = None
 echo: tuple[tuple[str, str], ...] = ()
 
 

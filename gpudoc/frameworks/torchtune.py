@@ -25,6 +25,7 @@ from gpudoc.job.sources import flag_value, knob_value, load_config, override, ty
 
 name = "torchtune"
 arg_names: tuple[str, ...] = ("torchtune",)
+trial_switches: base.TrialSwitches | None = None
 echo: tuple[tuple[str, str], ...] = (  # the recipe's resolved-config dump
     ("micro_batch_size", r"^\s*batch_size\s*[=:]\s*(\d+)\s*$"),
     ("gradient_checkpointing", r"\benable_activation_checkpointing\s*[=:]\s*(true|false|True|False)\b"),

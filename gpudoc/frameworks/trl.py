@@ -27,6 +27,7 @@ from gpudoc.job.sources import as_bool_text, flag_value, knob_value, load_config
 
 name = "trl"
 arg_names: tuple[str, ...] = ("trl",)
+trial_switches: base.TrialSwitches | None = None
 file_preset: FilePreset | None = None
 echo: tuple[tuple[str, str], ...] = ()
 _COMMANDS = ("sft", "dpo", "grpo", "kto", "reward", "rloo")

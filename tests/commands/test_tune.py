@@ -8,12 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gpudoc.commands.tune import PROBE_STOP, STOPS, apply_answer, trial_command
+from gpudoc.commands.tune import PROBE_STOP, Stop, apply_answer, trial_command
+from gpudoc.frameworks import hf_trainer, litgpt, nanogpt
 from gpudoc.profiles.from_job import with_command
 from gpudoc.results.tune import FITS, Trial
 from gpudoc.runs.record import RunRecord
@@ -150,17 +150,17 @@ def test_a_job_no_trial_could_stop_is_refused(isolated_home):
 
 def test_a_trial_sets_the_frameworks_step_limit_and_only_the_switches_its_parser_takes():
     hf = trial_command(["torchrun", "--nproc_per_node", "2", "train.py", "--max_steps", "1000",
-                        "--eval_strategy", "steps", "--output_dir", "runs/a"], STOPS["hf-trainer"], 3, "/tmp/o", set())
+                        "--eval_strategy", "steps", "--output_dir", "runs/a"], Stop.of(hf_trainer), 3, "/tmp/o", set())
     assert hf[:4] == ["torchrun", "--nproc_per_node", "2", "train.py"]
     assert hf[4:] == ["--max_steps", "3", "--eval_strategy", "no", "--output_dir", "/tmp/o",
                       "--save_strategy=no", "--report_to=none"]
     assert "--evaluation_strategy=no" not in hf and "--push_to_hub=False" not in hf  # not given, not declared
-    nano = trial_command(["python", "train.py", "config/x.py"], STOPS["nanogpt"], 5, "/tmp/o", set())
+    nano = trial_command(["python", "train.py", "config/x.py"], Stop.of(nanogpt), 5, "/tmp/o", set())
     assert nano == ["python", "train.py", "config/x.py", "--max_iters=5", "--always_save_checkpoint=False",
                     "--wandb_log=False", "--out_dir=/tmp/o"]
     # A framework with a step limit of its own but no switches gpudoc knows: its limit, and only the
     # declared switches (LitGPT's adapter sets --train.max_steps).
-    lit = trial_command(["litgpt", "finetune", "--config", "c.yaml"], replace(PROBE_STOP, framework="litgpt"), 3,
+    lit = trial_command(["litgpt", "finetune", "--config", "c.yaml"], Stop.of(litgpt), 3,
                         "/tmp/o", set())
     assert lit == ["litgpt", "finetune", "--config", "c.yaml", "--train.max_steps", "3"]
     # No step limit of its own: the probe stops it; only the switches its parser declares are given.

@@ -26,7 +26,7 @@ def test_the_protocol_names_every_member_the_brief_asks_for():
     assert set(_METHODS) == {"recognise", "read", "defaults", "edit_args", "step_limit", "resume_switch",
                              "checkpoints", "launches",  # launches: a front-end that starts torchrun itself
                              "resolved"}  # resolved: what the probe reported the framework resolved in the job
-    assert set(_ATTRIBUTES) == {"name", "arg_names", "file_preset", "echo"}
+    assert set(_ATTRIBUTES) == {"name", "arg_names", "file_preset", "echo", "trial_switches"}
 
 
 @pytest.mark.parametrize("adapter", registry.ADAPTERS, ids=lambda a: a.name)
