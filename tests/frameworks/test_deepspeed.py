@@ -91,6 +91,35 @@ def test_a_zero3_json_without_offload_sections_reads_as_no_offload_so_the_offloa
     assert "offload-optimizer" in rungs and "offload-params" in rungs
 
 
+def test_a_zero2_json_with_no_offload_keys_gets_the_optimizer_offload_rung_through_the_command(tmp_path):
+    # DeepSpeedExamples training/autotuning/hf/bert-base/test_tune.sh, TEST=z2: its ds_config_z2.json is six
+    # lines (micro batch "auto", stage 2), no offload key at all; the Trainer's script is a stand-in.
+    from gpudoc.ladder import suggest
+    from gpudoc.profiles import load_profile
+    from gpudoc.profiles.from_job import with_command
+    from gpudoc.units import GIB
+    from tests.job.scripts import write_hf_script
+    from tests.ladder.helpers import no_estimate, oom
+
+    (tmp_path / "dsconfigs").mkdir()
+    shutil.copy(CONFIGS.parent / "heldout" / "DeepSpeedExamples__training__autotuning__hf__dsconfigs__ds_config_z2.json",
+                tmp_path / "dsconfigs" / "ds_config_z2.json")
+    cwd = tmp_path / "bert-base"
+    write_hf_script(cwd, "run_glue.py")
+    command = ["deepspeed", "--num_nodes=1", "--num_gpus=2", "run_glue.py", "--deepspeed", "../dsconfigs/ds_config_z2.json",
+               "--model_name_or_path", "bert-base-cased", "--per_device_train_batch_size", "64", "--output_dir", "out"]
+    profile = with_command(load_profile("gpu-24gb", cwd), command, cwd, {})
+    assert (profile.train["zero_stage"], profile.train["offload_optimizer"]) == (2, False)
+    failed = oom(requested=2 * GIB, total=24 * GIB, allocated=22 * GIB)
+    [offload] = [s for s in suggest(failed, profile, estimate=no_estimate).suggestions if s.rung == "offload-optimizer"]
+    # The rung is written into the JSON the command names, where DeepSpeed reads it; "auto" stays for the Trainer.
+    plan = plan_bindings(profile.with_train(offload.changes).for_planning(), command, cwd=cwd)
+    apply_file_edits(plan)
+    after = json.loads((tmp_path / "dsconfigs" / "ds_config_z2.json").read_text())
+    assert after["zero_optimization"] == {"stage": 2, "offload_optimizer": {"device": "cpu"}}
+    assert after["train_micro_batch_size_per_gpu"] == "auto"
+
+
 PIPE = CONFIGS / "DeepSpeedExamples__training__pipeline_parallelism__ds_config.json"  # 256, micro 8, no accumulation
 # Its train.py's parser (training/pipeline_parallelism/train.py): -p is PipelineModule(num_stages=...).
 PIPE_SCRIPT = """import argparse
@@ -153,6 +182,13 @@ def test_a_pipeline_parallel_profile_is_planned_against_its_data_parallel_ranks(
     assert plan_bindings(Profile(name="t", train={"micro_batch_size": 4}, bind=bind,
                                  launch={"nproc_per_node": 4, "pipeline_parallel": 2}), command,
                          cwd=tmp_path).file_edits
+    # The user's path: the stages read from the command, a halved micro batch planned (DeepSpeed derives 32).
+    from gpudoc.profiles.from_job import job_profile
+
+    read = job_profile(command, tmp_path)
+    assert read.launch["pipeline_parallel"] == 2 and read.global_batch_size == 256
+    (edit,) = plan_bindings(read.with_train({"micro_batch_size": 4}).for_planning(), command, cwd=tmp_path).file_edits
+    assert edit.changes == [{"key": "train_micro_batch_size_per_gpu", "old": 8, "new": 4}]
 
 
 @pytest.mark.parametrize(("data", "ranks", "derived"), [
