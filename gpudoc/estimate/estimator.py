@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from gpudoc.estimate import terms, zero3
+from gpudoc.estimate import terms, zero_settings
 from gpudoc.estimate.history import Correction, correction_from_history
 from gpudoc.estimate.inputs import Inputs, inputs_from_profile
 from gpudoc.estimate.loading import LOAD, load_library, load_note
@@ -224,7 +224,7 @@ def estimate(profile: Any, *, gpu_total_bytes: int | None = None, history: Itera
     profile's ``[gpu] memory_gib`` is used if set. ``history`` takes ``RunRecord``s of the same
     profile; those with a measured peak correct the estimate.
     """
-    inputs = zero3.with_job_settings(inputs_from_profile(profile), profile)
+    inputs = zero_settings.with_job_settings(inputs_from_profile(profile), profile)
     if gpu_total_bytes is None and getattr(profile, "gpu", None) and profile.gpu.get("memory_gib"):
         gpu_total_bytes = int(float(profile.gpu["memory_gib"]) * 1024**3)
     return estimate_inputs(inputs, gpu_total_bytes=gpu_total_bytes,
@@ -241,7 +241,7 @@ def estimate_with(profile: Any, changes: Mapping[str, Any], *, gpu_total_bytes: 
 
 def per_sample_activation_bytes(profile: Any, history: Iterable[Any] = ()) -> int:
     """Bytes one more sequence in the micro batch adds (activations + logits), for the ladder."""
-    inputs = zero3.with_job_settings(inputs_from_profile(profile), profile)
+    inputs = zero_settings.with_job_settings(inputs_from_profile(profile), profile)
     value = per_sample_activation_bytes_for(inputs)
     correction = correction_from_history(inputs, history)
     if correction is not None:

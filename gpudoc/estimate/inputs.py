@@ -95,7 +95,7 @@ class TrainSetup:
     pipeline_parallel: int = 1
     context_parallel: int = 1
     in_flight: int = 1  # micro batches whose activations a pipeline stage holds at once (1F1B: up to pp)
-    zero3: tuple[tuple[str, float | str], ...] = ()  # the job's DeepSpeed JSON's stage-3 keys (zero3.py)
+    zero_settings: tuple[tuple[str, float | bool | str], ...] = ()  # the job's DeepSpeed JSON's ZeRO keys (zero_settings.py)
 
     @property
     def sharding_stage(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudoc.estimate import terms, zero3
+from gpudoc.estimate import terms, zero3, zero_settings
 from gpudoc.estimate.inputs import (
     Inputs,
     ModelShape,
@@ -221,25 +221,6 @@ def _logits(shape: ModelShape, setup: TrainSetup) -> float:
                               upcast=setup.loss_upcast)
 
 
-def _gathered_params(shape: ModelShape, setup: TrainSetup, total: float, unit: float, notes: list[str]) -> float:
-    """Parameters a ZeRO-3 / FSDP engine holds gathered at once: FSDP the unit it computes and the
-    one it prefetches; DeepSpeed what its trace keeps for reuse and prefetches (``zero3``).
-    ``zero_stage = 3`` does not say which engine: the larger."""
-    fsdp = min(total, terms.gathered_working_set_bytes(unit, 1.0))
-    if setup.fsdp:
-        return fsdp
-    plain, cross = n_blocks(shape)
-    emb = float(shape.vocab * shape.hidden)
-    live = zero3.gathered_params(
-        zero3.settings(setup.zero3, shape.hidden), model=total, block=float(layer_params(shape, cross_attention=bool(cross))),
-        blocks=plain + cross, head=emb, largest=float(max([i * o for i, o in layer_matrix_shapes(shape).values()] + [emb])),
-        small=3.0 * (plain + cross + 1) * shape.hidden, recompute=setup.gradient_checkpointing != "none", world=setup.world_size)
-    notes.append(f"ZeRO-3 holds {live:.3g} parameters gathered as backward starts (the head and last blocks kept for "
-                 f"reuse, prefetch, persistent ones, the partition being gathered), from {zero3.describe(setup.zero3)}; "
-                 "fsdp = true for FSDP's two units")
-    return max(fsdp, live)
-
-
 def compute_phases(inputs: Inputs) -> Phases:
     shape, setup, notes = per_gpu(inputs.shape, inputs.setup)
     engine = _sharded_engine(setup)
@@ -319,10 +300,20 @@ def compute_phases(inputs: Inputs) -> Phases:
     step_grads: tuple[float, float] | None = None
     # DeepSpeed ZeRO-3 (``zero_stage = 3`` without ``fsdp``), sharded or offloaded on one GPU.
     deepspeed3 = zero3.runs(setup)
-    if deepspeed12 and not setup.offload_optimizer:
-        step_grads = terms.zero12_step_gradient_bytes(stage, trainable, world, grad_b, step_temp)
-        workspace_fb += terms.zero12_bucket_bytes(grad_b)
-        notes.append(f"ZeRO-{stage}: DeepSpeed's defaults (reduce bucket 5e8 elements, overlap_comm off)")
+    if deepspeed12:
+        z = zero_settings.settings(setup.zero_settings, shape.hidden, stage)
+        offload = setup.offload_optimizer  # the host's fp32 share steps: contiguous_gradients forced on
+        bucket = terms.zero12_bucket_bytes(grad_b, bucket=z.reduce_bucket, buffers=z.buckets,
+                                           contiguous=z.contiguous_gradients or offload, gradients=trainable)
+        workspace_fb += bucket
+        if offload:  # each gradient leaves through temp_grad_buffer_for_gpu_offload, held for good
+            workspace_fb += min(trainable, largest_matrix) * grad_b
+            workspace_step += min(trainable, largest_matrix) * grad_b
+        else:
+            step_grads = terms.zero12_step_gradient_bytes(stage, trainable, world, grad_b, step_temp, bucket)
+        notes.append(f"ZeRO-{stage}: reduce bucket {z.reduce_bucket:.3g} elements x {z.buckets}"
+                     f"{'' if z.contiguous_gradients or offload else ' at most (contiguous_gradients off)'}"
+                     f"{', optimizer on the host' if offload else ''}, from {zero_settings.describe(setup.zero_settings)}")
     if stage >= 2:
         full_grads = grads
         grads = terms.zero_shard(grads, world)
@@ -330,19 +321,21 @@ def compute_phases(inputs: Inputs) -> Phases:
             workspace_fb += min(full_grads, 2 * unit * grad_b)
     if stage >= 3:
         weights = terms.zero_shard(weights, world)
-        workspace_fb += _gathered_params(shape, setup, total, unit, notes) * compute_bytes
+        workspace_fb += zero3.gathered_params_for(shape, setup, total, unit, notes) * compute_bytes
     elif world > 1 and stage == 0:
         workspace_fb += terms.ddp_bucket_bytes(grads)
         workspace_step += terms.ddp_bucket_bytes(grads)
     if setup.offload_optimizer:
         optimizer = master = step_temp = 0.0
+        if deepspeed12 and stage == 2:
+            grads = 0.0  # the share goes to the host as it is reduced (copy_grads_in_partition)
     if setup.offload_params:
         if setup.zero_stage < 3 and not setup.fsdp:
             notes.append("offload_params is ZeRO-3's (DeepSpeed offload_param) or FSDP's CPU offload; "
                          "counted as offloaded anyway")
         weights = 0.0
         if stage < 3:  # one GPU: the engine still gathers the parameters it computes with
-            workspace_fb += _gathered_params(shape, setup, total, unit, notes) * compute_bytes
+            workspace_fb += zero3.gathered_params_for(shape, setup, total, unit, notes) * compute_bytes
         if setup.offload_optimizer and not setup.fsdp and not deepspeed3:
             # ZeRO-Infinity: gradients leave the GPU through the reduce bucket to the CPU optimizer.
             grads = min(grads, terms.REDUCE_BUCKET_SIZE * grad_b)
@@ -352,7 +345,7 @@ def compute_phases(inputs: Inputs) -> Phases:
         # (``zero_stage = 3`` does not say which engine).
         # In the engine's gradient dtype: on one GPU the rest of the formula reads fp32 parameters.
         largest, engine_grad = min(trainable, largest_matrix), terms.gradient_bytes(setup.precision, True)
-        z3 = zero3.settings(setup.zero3, shape.hidden)
+        z3 = zero_settings.settings(setup.zero_settings, shape.hidden)
         buffers = terms.zero3_gradient_buffer_bytes(trainable, largest, world, engine_grad,
                                                     offload_optimizer=setup.offload_optimizer, bucket=z3.reduce_bucket)
         # Held for good: the bucket and, the optimizer on the GPU, its largest sub-group's fp32 gradient.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoc.estimate import zero3
+from gpudoc.estimate import zero3, zero_settings
 from gpudoc.estimate.defaults import shapes_family
 from gpudoc.estimate.hf_config import read_hf_config, with_dropout
 from gpudoc.estimate.inputs import ModelShape, TrainSetup, n_blocks
@@ -124,20 +124,21 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
         spec["loss"] = setup.loss
     elif setup.loss == "lm" and not setup.loss_upcast and not profile.model.get("factory"):
         spec["loss"] = "half_logits"  # torch's cross-entropy on the logits as the model returns them
+    hidden = shape.hidden if shape is not None else 0
     if zero_sharded(setup):
-        # DeepSpeed's defaults (reduce_bucket_size 5e8 elements, overlap_comm off below stage 3): the
-        # profile carries no ZeRO config.
-        spec["zero"] = {"stage": setup.zero_stage, "world": setup.world_size}
+        z = zero_settings.settings(setup.zero_settings, hidden, setup.zero_stage)
+        spec["zero"] = {"stage": setup.zero_stage, "world": setup.world_size, "reduce_bucket_size": z.reduce_bucket,
+                        "overlap_comm": z.overlap_comm, "contiguous_gradients": z.contiguous_gradients}
         notes.append(f"ZeRO-{setup.zero_stage} over {setup.world_size} GPUs: one rank's share simulated with "
-                     "DeepSpeed's defaults (reduce bucket 5e8 elements, overlap_comm off)")
+                     f"{zero_settings.describe(setup.zero_settings)}")
     if zero3_offloaded(setup):
-        z3 = zero3.settings(setup.zero3, shape.hidden if shape is not None else 0)
+        z3 = zero_settings.settings(setup.zero_settings, hidden)
         spec["zero"] = {"stage": 3, "world": setup.world_size, "offload_params": setup.offload_params,
                         "settings": {"stage3_max_reuse_distance": z3.reuse_distance,
                                      "stage3_param_persistence_threshold": z3.persistence_threshold,
                                      "reduce_bucket_size": z3.reduce_bucket}}
         notes.append(f"ZeRO-3, optimizer on the host: parameters gathered before each module and released after "
-                     f"it as DeepSpeed does, from {zero3.describe(setup.zero3)}")
+                     f"it as DeepSpeed does, from {zero_settings.describe(setup.zero_settings)}")
     target = profile.train.get("max_target_len")
     if target:
         spec["target_len"] = int(target)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from gpudoc.errors import ProfileError
-from gpudoc.estimate import terms, zero3
+from gpudoc.estimate import terms, zero_settings
 from gpudoc.estimate.estimator import MAX_SEARCH_MICRO_BATCH, Estimate, _describe, estimate
 from gpudoc.estimate.inputs import LORA_READING_NOTES, ModelShape, TrainSetup, model_shape, train_setup
 from gpudoc.estimate.loading import LOAD, load_note
@@ -89,7 +89,7 @@ def simulated_estimate(profile: Any, options: SimulateOptions, *, gpu_total_byte
         if not profile.model.get("factory"):
             raise
         shape_error, extras, shape_notes = exc, {}, []
-    setup = zero3.setup_with_job_settings(train_setup(profile, notes, extras), profile)
+    setup = zero_settings.setup_with_job_settings(train_setup(profile, notes, extras), profile)
     try:
         reason = unsupported_reason(profile, setup, shape)
         if reason:

@@ -193,16 +193,19 @@ def gathered_working_set_bytes(largest_unit_params: float, compute_bytes: float,
 REDUCE_BUCKET_SIZE = 5e8
 
 
-def zero12_bucket_bytes(grad_bytes: float, *, overlap_comm: bool = False) -> float:
-    """DeepSpeed ZeRO-1/2's reduce bucket: ``setup_buckets`` (``deepspeed/runtime/zero/stage_1_and_2.py``)
-    allocates ``torch.empty(reduce_bucket_size)`` of the gradient dtype at the first gradient of each
-    backward, whatever the model's size, a second with ``overlap_comm``; ``_release_ipg_buffers`` frees
-    them when the backward ends."""
-    return REDUCE_BUCKET_SIZE * grad_bytes * (2 if overlap_comm else 1)
+def zero12_bucket_bytes(grad_bytes: float, *, bucket: float = REDUCE_BUCKET_SIZE, buffers: int = 1,
+                        contiguous: bool = True, gradients: float = float("inf")) -> float:
+    """DeepSpeed ZeRO-1/2's reduce bucket: with ``contiguous_gradients`` ``setup_buckets``
+    (``deepspeed/runtime/zero/stage_1_and_2.py``) allocates ``torch.empty(reduce_bucket_size)`` of the
+    gradient dtype at the first gradient of each backward, whatever the model's size, ``buffers`` of
+    them (two with ``overlap_comm``); ``_release_ipg_buffers`` frees them when the backward ends.
+    Without it ``buffered_reduce_fallback`` flattens the bucket's gradients, no more than there are
+    (``gradients`` elements)."""
+    return (bucket if contiguous else min(bucket, gradients)) * grad_bytes * buffers
 
 
 def zero12_step_gradient_bytes(stage: int, trainable: float, world: int, grad_bytes: float,
-                               step_temp: float) -> tuple[float, float]:
+                               step_temp: float, bucket_bytes: float | None = None) -> tuple[float, float]:
     """(gradients, workspace) at the peak of DeepSpeed ZeRO-1/2's ``step``, per rank.
 
     ``DeepSpeedZeroOptimizer.step`` flattens the rank's share of the gradients
@@ -210,13 +213,14 @@ def zero12_step_gradient_bytes(stage: int, trainable: float, world: int, grad_by
     (``single_grad_partition``) before the half copies go: 2 + 2 + 4 B per parameter of the share
     (half gradients). The optimizer then steps with the fp32 share and its own temporaries
     (``step_temp``, of the share). At stage 1 the gradients are whole until the accumulation boundary,
-    where they are reduced through the bucket into the share: the whole gradients, the bucket and the
-    share at once."""
+    where they are reduced through the bucket (``bucket_bytes``, DeepSpeed's default one unless given)
+    into the share: the whole gradients, the bucket and the share at once."""
     share = trainable / max(1, world)
     flatten = share * (2 * grad_bytes + 4.0)
     gradients = flatten
     if stage == 1:
-        gradients = max(flatten, trainable * grad_bytes + zero12_bucket_bytes(grad_bytes) + share * grad_bytes)
+        bucket = zero12_bucket_bytes(grad_bytes) if bucket_bytes is None else bucket_bytes
+        gradients = max(flatten, trainable * grad_bytes + bucket + share * grad_bytes)
     return gradients, max(0.0, share * 4.0 + step_temp - gradients)
 
 

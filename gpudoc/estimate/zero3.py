@@ -21,44 +21,17 @@ What the engine does (``deepspeed/runtime/zero/partitioned_param_coordinator.py`
   (``sub_group_size`` elements of the rank's partition at most, ``initialize_optimizer_states``) is
   too.
 Until the trace is recorded (the first step) nothing is kept or prefetched: the steady state's
-window is the larger, and it is the one counted.
+window is the larger, and it is the one counted. The settings are the job's (``zero_settings``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
-
-from gpudoc.errors import ProfileError
-from gpudoc.estimate import terms
-
-# DeepSpeedZeroConfig's defaults (``deepspeed/runtime/zero/config.py``), in elements.
-DEFAULTS = {
-    "stage3_max_live_parameters": 1e9,
-    "stage3_max_reuse_distance": 1e9,
-    "stage3_prefetch_bucket_size": 5e7,
-    "stage3_param_persistence_threshold": 1e5,
-    "reduce_bucket_size": terms.REDUCE_BUCKET_SIZE,
-    "sub_group_size": 1e9,
-}
-# What the HF Trainer and accelerate write for "auto" from the model's hidden size h
-# (``HfTrainerDeepSpeedConfig.trainer_config_finalize``, accelerate's ``_prepare_deepspeed``).
-_AUTO = {"reduce_bucket_size": lambda h: h * h, "stage3_prefetch_bucket_size": lambda h: int(0.9 * h * h),
-         "stage3_param_persistence_threshold": lambda h: 10 * h}
+from gpudoc.estimate import terms, zero_settings
+from gpudoc.estimate.inputs import ModelShape, TrainSetup, layer_matrix_shapes, layer_params, n_blocks
+from gpudoc.estimate.zero_settings import ZeroSettings
 
 
-@dataclass(frozen=True)
-class Zero3Settings:
-    max_live: float
-    reuse_distance: float
-    prefetch_bucket: float
-    persistence_threshold: float
-    reduce_bucket: float
-    sub_group: float
-
-
-def runs(setup: Any) -> bool:
+def runs(setup: TrainSetup) -> bool:
     """DeepSpeed ZeRO-3 runs the job: ``zero_stage = 3`` without ``fsdp``, sharded or offloaded on one GPU.
     Its ``zero.Init`` (which the HF Trainer and accelerate enter for stage 3) replaces
     ``torch.nn.functional.linear`` by ``LinearFunctionForZeroStage3`` (``linear.py``), which saves
@@ -68,40 +41,7 @@ def runs(setup: Any) -> bool:
                                                          or setup.offload_optimizer)
 
 
-def job_settings(config_data: Sequence[tuple[str, Any]]) -> tuple[tuple[str, float | str], ...]:
-    """The keys above that the job's DeepSpeed JSON (the first config read with a
-    ``zero_optimization`` table) sets, as written: a number or ``"auto"``."""
-    for label, data in config_data:
-        zero = data.get("zero_optimization") if isinstance(data, Mapping) else None
-        if not isinstance(zero, Mapping):
-            continue
-        found: list[tuple[str, float | str]] = []
-        for key in DEFAULTS:
-            value = zero.get(key)
-            if value is None:
-                continue
-            if value == "auto" and key in _AUTO:
-                found.append((key, "auto"))
-            elif isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-                found.append((key, float(value)))
-            else:
-                raise ProfileError(f"{label}: zero_optimization.{key} = {value!r} is not a count of elements "
-                                   "(DeepSpeed refuses it too)", key=f"zero_optimization.{key}")
-        return tuple(found)
-    return ()
-
-
-def settings(given: Sequence[tuple[str, float | str]], hidden: int) -> Zero3Settings:
-    """DeepSpeed's defaults, overridden by what the job's JSON sets (``"auto"`` as the HF Trainer fills it)."""
-    values = dict(DEFAULTS)
-    for key, value in given:
-        values[key] = float(_AUTO[key](hidden)) if value == "auto" else float(value)
-    return Zero3Settings(values["stage3_max_live_parameters"], values["stage3_max_reuse_distance"],
-                         values["stage3_prefetch_bucket_size"], values["stage3_param_persistence_threshold"],
-                         values["reduce_bucket_size"], values["sub_group_size"])
-
-
-def gathered_params(s: Zero3Settings, *, model: float, block: float, blocks: int, head: float, largest: float,
+def gathered_params(s: ZeroSettings, *, model: float, block: float, blocks: int, head: float, largest: float,
                     small: float, recompute: bool, world: int) -> float:
     """Parameters ZeRO-3 holds gathered on a GPU at the turn from forward to backward, where the
     activations peak too: the head and the last blocks kept for their reuse, what is prefetched
@@ -120,18 +60,20 @@ def gathered_params(s: Zero3Settings, *, model: float, block: float, blocks: int
     return min(model, kept + prefetch + persistent) + largest / max(1, world)
 
 
-def describe(given: Sequence[tuple[str, float | str]]) -> str:
-    """Where the settings came from, for the estimate's note."""
-    said = ", ".join(f"{k} {v if v == 'auto' else f'{v:.3g}'}" for k, v in given)
-    return f"the job's DeepSpeed JSON ({said}; DeepSpeed's defaults for the rest)" if said else "DeepSpeed's defaults"
-
-
-def setup_with_job_settings(setup: Any, profile: Any) -> Any:
-    """``setup`` with the stage-3 keys of the DeepSpeed JSON the profile's job reads, where it reads one."""
-    job = getattr(profile, "job", None)
-    given = job_settings(job.config_data) if job is not None else ()
-    return replace(setup, zero3=given) if given else setup
-
-
-def with_job_settings(inputs: Any, profile: Any) -> Any:
-    return replace(inputs, setup=setup_with_job_settings(inputs.setup, profile))
+def gathered_params_for(shape: ModelShape, setup: TrainSetup, total: float, unit: float, notes: list[str]) -> float:
+    """Parameters a ZeRO-3 / FSDP engine holds gathered at once: FSDP the unit it computes and the
+    one it prefetches; DeepSpeed what its trace keeps for reuse and prefetches (``gathered_params``).
+    ``zero_stage = 3`` does not say which engine: the larger."""
+    fsdp = min(total, terms.gathered_working_set_bytes(unit, 1.0))
+    if setup.fsdp:
+        return fsdp
+    plain, cross = n_blocks(shape)
+    emb = float(shape.vocab * shape.hidden)
+    live = gathered_params(
+        zero_settings.settings(setup.zero_settings, shape.hidden), model=total, block=float(layer_params(shape, cross_attention=bool(cross))),
+        blocks=plain + cross, head=emb, largest=float(max([i * o for i, o in layer_matrix_shapes(shape).values()] + [emb])),
+        small=3.0 * (plain + cross + 1) * shape.hidden, recompute=setup.gradient_checkpointing != "none", world=setup.world_size)
+    notes.append(f"ZeRO-3 holds {live:.3g} parameters gathered as backward starts (the head and last blocks kept for "
+                 f"reuse, prefetch, persistent ones, the partition being gathered), from {zero_settings.describe(setup.zero_settings)}; "
+                 "fsdp = true for FSDP's two units")
+    return max(fsdp, live)

@@ -7,7 +7,8 @@ on each GPU, in the order it does:
   which the optimizer steps: its states are that share's too;
 - in backward, from the first gradient on (``setup_buckets``): the reduce bucket,
   ``reduce_bucket_size`` elements of the half dtype (two with ``overlap_comm``), whatever the model's
-  size; at stage 2 each gradient is copied into it (``reduce_independent_p_g_buckets_and_remove_grads``)
+  size (without ``contiguous_gradients``, the flattened copy ``buffered_reduce_fallback`` makes of at
+  most that many elements: no more than the model has); at stage 2 each gradient is copied into it (``reduce_independent_p_g_buckets_and_remove_grads``)
   and the rank's share kept in ``grads_in_partition`` (``1/world`` of the gradients), the parameter's
   own gradient dropped; at stage 1 the gradients stay whole until the accumulation boundary, where
   they are reduced through the bucket into the same share. The buckets go at the end of each
@@ -38,6 +39,8 @@ class ZeroRank:
         self.stage, self.world = int(zero["stage"]), max(1, int(zero["world"]))
         self.bucket_size = int(zero.get("reduce_bucket_size") or REDUCE_BUCKET_SIZE)
         self.buffers = 2 if zero.get("overlap_comm") else 1
+        if not zero.get("contiguous_gradients", True):  # buffered_reduce_fallback flattens what there is
+            self.bucket_size = min(self.bucket_size, sum(p.numel() for p in params))
         self.params = params
         self.dtype = params[0].dtype
         self.share = -(-sum(p.numel() for p in params) // self.world)

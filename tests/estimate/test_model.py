@@ -253,7 +253,7 @@ def test_zero3_parameter_offload_on_one_gpu_holds_what_deepspeeds_trace_keeps():
     assert any("from DeepSpeed's defaults" in n for n in offload.notes)
     # A longer reuse distance from the job's JSON keeps the last blocks too.
     kept = compute_phases(_inputs(precision="bf16-true", zero_stage=3, world_size=1, offload_params=True,
-                                  offload_optimizer=True, zero3=(("stage3_max_reuse_distance", 4e9),)))
+                                  offload_optimizer=True, zero_settings=(("stage3_max_reuse_distance", 4e9),)))
     blocks = (4e9 - 2 * head) // (2 * 218_112_000) + 1
     assert kept.forward_backward["workspace"] - fb["workspace"] == pytest.approx(blocks * 218_112_000 * 2 - 5e7 * 2,
                                                                                   rel=0.01)
@@ -275,7 +275,7 @@ def test_deepspeed_zero3_gradient_path_holds_its_bucket_and_offloaded_the_larges
         pytest.approx(6 * embedding / 8 - 4 * 7.5e9 / 8)
     assert on_gpu.optimizer_step["workspace"] == pytest.approx(5e8 * 2 + 4 * 7.5e9 / 8)
     small_groups = compute_phases(_inputs(shape, precision="bf16-true", zero_stage=3, world_size=8,
-                                          zero3=(("sub_group_size", 1e8),)))
+                                          zero_settings=(("sub_group_size", 1e8),)))
     assert on_gpu.optimizer_step["workspace"] - small_groups.optimizer_step["workspace"] == \
         pytest.approx(4 * (7.5e9 / 8 - 1e8))
     assert offload.optimizer_step["gradients"] == 0 < on_gpu.optimizer_step["gradients"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -155,15 +156,38 @@ def test_each_named_layer_is_one_adapter_a_fused_one_too(tmp_path, named, module
     assert setup.lora_modules == modules
 
 
+DEEPSPEED_DEFAULTS = {"reduce_bucket_size": 5e8, "overlap_comm": False, "contiguous_gradients": True}
+
+
 @pytest.mark.parametrize("train, launch, simulated", [
-    ({"zero_stage": 2}, {"nproc_per_node": 4}, {"stage": 2, "world": 4}),
-    ({"zero_stage": 1}, {"nproc_per_node": 2, "nnodes": 2}, {"stage": 1, "world": 4}),
+    ({"zero_stage": 2}, {"nproc_per_node": 4}, {"stage": 2, "world": 4, **DEEPSPEED_DEFAULTS}),
+    ({"zero_stage": 1}, {"nproc_per_node": 2, "nnodes": 2}, {"stage": 1, "world": 4, **DEEPSPEED_DEFAULTS}),
     ({"zero_stage": 2}, {}, None),  # one GPU: nothing to shard, the plain step
 ])
 def test_deepspeed_zero_1_and_2_are_simulated_as_one_ranks_share(tmp_path, train, launch, simulated):
     spec, said, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, train, launch))
     assert reason is None and spec.get("zero") == simulated
-    assert any(n.startswith(f"ZeRO-{train['zero_stage']} over 4 GPUs: one rank's share") for n in said) == bool(simulated)
+    assert (f"ZeRO-{train['zero_stage']} over 4 GPUs: one rank's share simulated with DeepSpeed's defaults"
+            in said) == bool(simulated)
+
+
+def test_zero_1_is_simulated_with_the_jobs_own_deepspeed_json(tmp_path):
+    """axolotl's zero1.json, verbatim: overlap_comm on, so the simulated rank holds two buckets."""
+    from gpudoc.estimate.zero_settings import setup_with_job_settings
+    from gpudoc.job.knobs import read_job
+    from tests.conftest import FIXTURES
+
+    (tmp_path / "zero1.json").write_text((FIXTURES / "real" / "heldout" / "axolotl__deepspeed_configs__zero1.json")
+                                         .read_text())
+    (tmp_path / "train.py").write_text("import deepspeed\n")
+    job = read_job(["deepspeed", "--num_gpus", "4", "train.py", "--deepspeed_config", "zero1.json"], tmp_path)
+    profile = _profile(tmp_path, LLAMA_SHAPE, {"zero_stage": 1}, {"nproc_per_node": 4})
+    shape, notes, extras = model_shape(profile)
+    setup = setup_with_job_settings(train_setup(profile, notes, extras), replace(profile, job=job))
+    spec, said = simulation_spec(profile, shape, setup, [1])
+    assert spec["zero"] == {"stage": 1, "world": 4, **DEEPSPEED_DEFAULTS, "overlap_comm": True}
+    assert "ZeRO-1 over 4 GPUs: one rank's share simulated with the job's DeepSpeed JSON (overlap_comm true; " \
+           "DeepSpeed's defaults for the rest)" in said
 
 
 @pytest.mark.parametrize("train, why", [

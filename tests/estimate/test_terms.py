@@ -131,15 +131,19 @@ def test_zero_shards_evenly_and_working_set_is_two_units():
 
 
 def test_deepspeed_buffers_follow_stage_1_and_2_and_stage3():
-    # The reduce bucket is allocated whole (5e8 elements), two with overlap_comm.
+    # The reduce bucket is allocated whole (5e8 elements), two with overlap_comm; without
+    # contiguous_gradients the flattened copy holds no more than the gradients.
     assert terms.zero12_bucket_bytes(2.0) == 1e9
-    assert terms.zero12_bucket_bytes(2.0, overlap_comm=True) == 2e9
+    assert terms.zero12_bucket_bytes(2.0, buffers=2) == 2e9
+    assert terms.zero12_bucket_bytes(2.0, bucket=2e8, gradients=1e8) == 4e8
+    assert terms.zero12_bucket_bytes(2.0, bucket=2e8, contiguous=False, gradients=1e8) == 2e8
     # Stage 2 step, 8e9 parameters over 8 ranks: the bf16 share, its flattened copy and the fp32 cast;
     # the optimizer's temporaries come after the half copies are gone.
     assert terms.zero12_step_gradient_bytes(2, 8e9, 8, 2.0, step_temp=0.0) == (8e9, 0.0)
     assert terms.zero12_step_gradient_bytes(2, 8e9, 8, 2.0, step_temp=8e9) == (8e9, 4e9)
     # Stage 1: the whole gradients, the bucket and the share at the boundary's reduce.
     assert terms.zero12_step_gradient_bytes(1, 8e9, 8, 2.0, step_temp=0.0)[0] == 16e9 + 1e9 + 2e9
+    assert terms.zero12_step_gradient_bytes(1, 8e9, 8, 2.0, step_temp=0.0, bucket_bytes=8e8)[0] == 16e9 + 8e8 + 2e9
     # ZeRO-3: the bucket, the reduce's copy (never more than the gradients), offloaded the largest
     # share brought back and cast to fp32.
     assert terms.zero3_gradient_buffer_bytes(124e6, 38e6, 1, 2.0, offload_optimizer=False) == 1e9 + 248e6

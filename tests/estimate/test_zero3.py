@@ -1,5 +1,4 @@
-"""DeepSpeed ZeRO-3 on one GPU: its settings from the job's DeepSpeed JSON (DeepSpeed's defaults
-where it is silent, "auto" as the HF Trainer fills it) and the parameters its trace keeps gathered."""
+"""DeepSpeed ZeRO-3 on one GPU: the parameters its trace keeps gathered, with the job's settings."""
 
 from __future__ import annotations
 
@@ -8,33 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from gpudoc.errors import ProfileError
-from gpudoc.estimate import estimate, zero3
+from gpudoc.estimate import estimate, zero3, zero_settings
 from gpudoc.job.knobs import read_job
 from gpudoc.profiles.model import Profile
 
-DEFAULTS = zero3.settings((), 4096)
+DEFAULTS = zero_settings.settings((), 4096)
 LLAMA_8B = {"model": 8.03e9, "block": 218_112_000.0, "blocks": 32, "head": 128256 * 4096.0,
             "largest": 128256 * 4096.0, "small": 0.0, "world": 1}
-
-
-def test_the_settings_are_deepspeeds_defaults_unless_the_json_sets_them():
-    assert (DEFAULTS.max_live, DEFAULTS.reuse_distance, DEFAULTS.prefetch_bucket, DEFAULTS.persistence_threshold,
-            DEFAULTS.reduce_bucket, DEFAULTS.sub_group) == (1e9, 1e9, 5e7, 1e5, 5e8, 1e9)
-    given = zero3.job_settings([("accelerate.yaml", {"deepspeed_config": {}}),
-                                ("ds.json", {"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 3e9,
-                                                                   "reduce_bucket_size": "auto",
-                                                                   "stage3_prefetch_bucket_size": "auto"}})])
-    assert given == (("stage3_max_live_parameters", 3e9), ("stage3_prefetch_bucket_size", "auto"),
-                     ("reduce_bucket_size", "auto"))
-    s = zero3.settings(given, 1000)
-    assert (s.max_live, s.prefetch_bucket, s.reduce_bucket, s.reuse_distance) == (3e9, 900_000, 1e6, 1e9)
-    assert zero3.job_settings([("train.yaml", {"lr": 1})]) == ()
-
-
-def test_a_setting_that_is_no_count_names_the_file_key_and_value():
-    with pytest.raises(ProfileError, match=r"ds\.json: zero_optimization\.sub_group_size = 'lots' is not a count"):
-        zero3.job_settings([("ds.json", {"zero_optimization": {"sub_group_size": "lots"}})])
 
 
 def test_the_head_and_the_last_blocks_within_the_reuse_distance_stay_gathered():
@@ -42,7 +21,7 @@ def test_the_head_and_the_last_blocks_within_the_reuse_distance_stay_gathered():
     # past the default distance: only the head stays, with the prefetch and the head's partition copy.
     base = zero3.gathered_params(DEFAULTS, recompute=False, **LLAMA_8B)
     assert base == pytest.approx(2 * LLAMA_8B["head"] + 5e7)
-    far = zero3.settings((("stage3_max_reuse_distance", 4e9),), 4096)
+    far = zero_settings.settings((("stage3_max_reuse_distance", 4e9),), 4096)
     kept = zero3.gathered_params(far, recompute=False, **LLAMA_8B)
     # Seven blocks: the k-th from the end is reused after 2 k blocks and two heads.
     assert kept == pytest.approx(2 * LLAMA_8B["head"] + 7 * LLAMA_8B["block"])  # over max_live: no prefetch
@@ -50,7 +29,7 @@ def test_the_head_and_the_last_blocks_within_the_reuse_distance_stay_gathered():
     assert zero3.gathered_params(far, recompute=True, **LLAMA_8B) == \
         pytest.approx(2 * LLAMA_8B["head"] + 5 * LLAMA_8B["block"])
     # Nothing kept at distance 0; on eight GPUs the partition copy is an eighth.
-    none = zero3.settings((("stage3_max_reuse_distance", 0),), 4096)
+    none = zero_settings.settings((("stage3_max_reuse_distance", 0),), 4096)
     assert zero3.gathered_params(none, recompute=False, **{**LLAMA_8B, "world": 8}) == \
         pytest.approx(5e7 + LLAMA_8B["head"] / 8)
 
@@ -58,7 +37,7 @@ def test_the_head_and_the_last_blocks_within_the_reuse_distance_stay_gathered():
 def test_a_small_model_is_gathered_whole_and_persistent_parameters_stay():
     small = {**LLAMA_8B, "model": 1.2e8, "small": 1e5}
     assert zero3.gathered_params(DEFAULTS, recompute=False, **small) == pytest.approx(1.2e8 + LLAMA_8B["head"])
-    off = zero3.settings((("stage3_param_persistence_threshold", 0),), 4096)
+    off = zero_settings.settings((("stage3_param_persistence_threshold", 0),), 4096)
     with_small = zero3.gathered_params(DEFAULTS, recompute=False, **{**LLAMA_8B, "small": 1e6})
     assert with_small - zero3.gathered_params(off, recompute=False, **{**LLAMA_8B, "small": 1e6}) == 1e6
 

@@ -57,3 +57,12 @@ def test_accumulation_keeps_the_gradient_share_through_the_next_forward():
     one = _steady({"stage": 2, "world": 4, "reduce_bucket_size": BUCKET})["stage_peaks"]["forward"]
     two = _steady({"stage": 2, "world": 4, "reduce_bucket_size": BUCKET}, accumulation=2)["stage_peaks"]["forward"]
     assert two - one == 2 * (N // 4)
+
+
+def test_overlap_comm_doubles_the_bucket_and_without_contiguous_gradients_it_is_no_bigger_than_the_model():
+    base = _steady({"stage": 2, "world": 4, "reduce_bucket_size": BUCKET})["stage_peaks"]["backward"]
+    overlap = _steady({"stage": 2, "world": 4, "reduce_bucket_size": BUCKET, "overlap_comm": True})
+    assert overlap["stage_peaks"]["backward"] - base == 2 * BUCKET
+    huge = {"stage": 2, "world": 4, "reduce_bucket_size": 100 * N}
+    flat = _steady({**huge, "contiguous_gradients": False})["stage_peaks"]["backward"]
+    assert _steady(huge)["stage_peaks"]["backward"] - flat == 2 * 99 * N  # buffered_reduce_fallback: N at most
