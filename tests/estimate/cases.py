@@ -93,7 +93,8 @@ def _checkpointing(r: dict) -> str:
 
 def loss_of(r: dict) -> tuple[str, bool]:
     """(``[train] loss``, ``loss_upcast``) from the record's ``loss_impl``: a classification head, the
-    chunked loss, torch's CrossEntropyLoss in a torchtune recipe (whose model returns fp32 logits:
+    chunked loss (also where, with no ``loss_impl``, the record says the source's configs used it), torch's
+    CrossEntropyLoss in a torchtune recipe (whose model returns fp32 logits:
     ``gpudoc.frameworks.torchtune.LOSSES``), or logits kept in bf16 through the loss."""
     from gpudoc.frameworks.torchtune import LOSSES
 
@@ -104,6 +105,8 @@ def loss_of(r: dict) -> tuple[str, bool]:
         return "chunked", True
     if (r["source"] or "").startswith("torchtune") and "nn.crossentropyloss" in text:
         return LOSSES["torch.nn.CrossEntropyLoss"], True
+    if not text and "chunked CE" in (r.get("notes") or ""):
+        return "chunked", True  # the source says its configs used the default chunked cross-entropy
     return "lm", "bf16 logits" not in text
 
 
@@ -143,8 +146,6 @@ def inputs_for(r: dict) -> Inputs:
     attention = "eager" if "eager" in (r["attention_impl"] or "").lower() else "sdpa"
     dropout = 0.1 if "dropout" in (r["attention_impl"] or "").lower() else 0.0
     loss, upcast = loss_of(r)
-    if not r.get("loss_impl") and "chunked CE" in (r.get("notes") or ""):
-        loss = "chunked"  # the source says its configs used the default chunked cross-entropy
     arch = r["arch"]
     layers = int(r["n_layers"])
     shape = ModelShape(

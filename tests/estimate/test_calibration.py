@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import MEMORY_CASES
 from tests.estimate.cases import EXCLUDED, compare, load_records
-from tests.estimate.user_path import Result, run_case, summary, table
+from tests.estimate.user_path import Result, profile_toml, run_case, summary, table
 
 RECORDS = load_records(MEMORY_CASES)
 _BY_ID = {r["id"]: r for r in RECORDS}
@@ -90,6 +90,15 @@ SIMULATED_SUBSET = ("adan-01", "hf-bert-07", "lit-10", "tt-lora-01", "lit-01", "
 # nvidia-smi figure holding that stack's 1.3 GiB CUDA context). peft-01 (+18%) was measured with
 # targets shorter than its inputs, which no field states.
 SUBSET_MEDIAN, SUBSET_UNDER = 0.08, 1
+
+
+def test_the_profile_carries_the_loss_and_lora_dropout_the_record_states():
+    """The torchtune 0.3 rows give no loss_impl, but their record says the default configs' chunked
+    cross-entropy ran; LitGPT's rows state their adapters' dropout. A profile that left either out
+    would be estimated with the full-vocabulary loss and an assumed dropout instead."""
+    assert 'loss = "chunked"' in profile_toml(_BY_ID["tt3-01"])
+    assert "lora_dropout = 0.05" in profile_toml(_BY_ID["lit-13"])
+    assert "lora_dropout" not in profile_toml(_BY_ID["tt-lora-01"])  # its record does not say
 
 
 def _user_path(tmp_path, records, **kw) -> list[Result]:

@@ -115,6 +115,8 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
         train["lora_rank"] = int(r["lora"]["rank"])
         if isinstance(r["lora"].get("targets"), list):  # the layers the job's config names ("default": none)
             train["lora_targets"] = [str(t) for t in r["lora"]["targets"]]
+        if r["lora"].get("dropout") is not None:  # the adapters' dropout, where the record states it
+            train["lora_dropout"] = float(r["lora"]["dropout"])
     if "nf4" in quant:
         train["quantization"] = "nf4"
     launch = {"nproc_per_node": min(world, 8), "nnodes": max(1, world // 8)}
