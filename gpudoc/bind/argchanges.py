@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoc.bind.args import KNOWN_FLAGS, ArgEdits
+from gpudoc.bind.args import KNOWN_FLAGS
+from gpudoc.edits.argv import ArgEdits
 
 
 def _split(tok: str) -> tuple[str, str | None]:

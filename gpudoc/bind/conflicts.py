@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from gpudoc.bind.args import KNOWN_FLAGS, ArgEdits, PresetResult
-from gpudoc.bind.filecontext import get, num
-from gpudoc.bind.values import LADDER_KNOBS, format_value, is_neutral
+from gpudoc.bind.args import KNOWN_FLAGS, PresetResult
+from gpudoc.bind.values import LADDER_KNOBS, is_neutral
+from gpudoc.configvalues import format_value, get, num
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.errors import ProfileError
 
 if TYPE_CHECKING:

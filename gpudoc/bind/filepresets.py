@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from gpudoc.bind.filecontext import FileContext, FileResult, get
+from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.targets import fit
+from gpudoc.configvalues import get
 
 
 @dataclass(frozen=True)

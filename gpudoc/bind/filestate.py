@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import MISSING, get
+from gpudoc.configvalues import MISSING, get
 from gpudoc.edits import jsonedit, pyedit, tomledit, yamledit
 from gpudoc.edits.lineends import as_lf, read_exact, restore
 from gpudoc.errors import InputError, ProfileError, UsageError

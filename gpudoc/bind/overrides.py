@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gpudoc.bind.args import ArgEdits
 from gpudoc.bind.targets import targets
-from gpudoc.bind.values import format_value
+from gpudoc.configvalues import format_value
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.errors import ProfileError
 
 

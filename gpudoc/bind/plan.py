@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gpudoc.bind import shell
 from gpudoc.bind.argchanges import arg_changes
-from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
+from gpudoc.bind.args import ArgContext, PresetResult
 from gpudoc.bind.conflicts import (
     deepspeed_batch_contradiction,
     launch_contradictions,
@@ -20,11 +20,13 @@ from gpudoc.bind.conflicts import (
     unbound_flag_conflicts,
     whose,
 )
-from gpudoc.bind.filecontext import MISSING, FileContext, FileResult
+from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filestate import FileEdit, FileState, unified_diff
 from gpudoc.bind.overrides import apply_flags, apply_overrides
 from gpudoc.bind.targets import Target, check_files_table, fit, targets
-from gpudoc.bind.values import PLACEHOLDER, env_for, format_value
+from gpudoc.bind.values import PLACEHOLDER, env_for
+from gpudoc.configvalues import MISSING, format_value
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.errors import InputError, ProfileError, UsageError
 from gpudoc.job.argv import parse_command
 from gpudoc.job.identity import world as job_world

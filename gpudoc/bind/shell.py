@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from gpudoc.bind.args import ArgEdits
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.errors import InputError
 
 _SEPARATORS = {";", "&", "|", "\n"}

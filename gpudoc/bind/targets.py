@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from gpudoc.bind.filecontext import MISSING, is_auto
-from gpudoc.bind.values import format_value
+from gpudoc.configvalues import MISSING, format_value, is_auto
 from gpudoc.errors import ProfileError
 
 _SEGMENT = re.compile(r"""\[\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|(\d+))\s*\]|([^.\[\]"']+)""")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get, num
+from gpudoc.bind.filecontext import FileContext, FileResult
+from gpudoc.configvalues import MISSING, count, get, num
 
 
 def precision_bools(res: FileResult, data: Any, ctx: FileContext, tool: str,

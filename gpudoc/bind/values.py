@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from gpudoc.configvalues import format_value
+
 # Knobs the tuning ladder changes. A preset that cannot carry one of these (at a value that
 # needs carrying) is an error before launch: otherwise the ladder would "fix" an OOM by changing
 # a number the job never reads.
@@ -46,24 +48,5 @@ def env_name(knob: str) -> str:
     return "GPUDOC_" + re.sub(r"[^A-Za-z0-9]", "_", knob).upper()
 
 
-def format_value(value: Any) -> str:
-    """The string form used for env variables and ``{knob}`` placeholders."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
-        return repr(value)
-    return str(value)
-
-
 def env_for(knobs: Mapping[str, Any]) -> dict[str, str]:
     return {env_name(k): format_value(v) for k, v in knobs.items()}
-
-
-def as_bool_text(text: str) -> bool | None:
-    """``True``/``false``/``1``/``no``... as a bool; None when it is not a boolean spelling."""
-    low = text.strip().lower()
-    if low in ("true", "1", "yes", "y", "on"):
-        return True
-    if low in ("false", "0", "no", "n", "off"):
-        return False
-    return None

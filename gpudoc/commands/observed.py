@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpudoc.bind.values import format_value
+from gpudoc.configvalues import format_value
 from gpudoc.frameworks import nanogpt
 
 if TYPE_CHECKING:

@@ -84,7 +84,7 @@ def say_arrival(before: RunRecord, after: RunRecord, profile: Profile, ws: Works
     arrival = verify_arrival(before, after, ws.store)
     if arrival is None or not arrival.missing:
         return arrival
-    from gpudoc.bind.values import format_value
+    from gpudoc.configvalues import format_value
 
     for knob, why in arrival.missing.items():
         ws.console.error(f"gpudoc: {knob} = {format_value(after.knobs.get(knob))} did not reach the job: {why}; "

@@ -223,7 +223,7 @@ def _copy_in(work: Path, relative: str) -> None:
 def trial_command(command: list[str], stop: Stop, steps: int, output: str, declared: set[str]) -> list[str]:
     """The user's command with the framework's step limit and the switches that keep a trial to
     itself, each only where the job takes it."""
-    from gpudoc.bind.args import ArgEdits
+    from gpudoc.edits.argv import ArgEdits
     from gpudoc.frameworks import registry
     from gpudoc.job.argv import parse_command
 

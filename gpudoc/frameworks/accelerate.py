@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get, num
+from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
+from gpudoc.configvalues import MISSING, count, get, num
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.presetfiles import follow_deepspeed, read_preset_file

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
-from gpudoc.bind.args import ArgEdits
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.reported import count
 
 if TYPE_CHECKING:

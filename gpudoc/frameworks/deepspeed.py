@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get, is_auto, num
+from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.values import is_neutral
+from gpudoc.configvalues import MISSING, count, get, is_auto, num
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.presetfiles import read_preset_file

@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag, set_flags
+from gpudoc.bind.args import ArgContext, PresetResult, optional_flag, set_flags
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.values import is_neutral
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.errors import InputError
 from gpudoc.frameworks import accelerate, base, deepspeed, hf_asked, hydra
 from gpudoc.frameworks.base import Recognition

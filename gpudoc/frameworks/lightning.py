@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, optional_flag, set_flags
-from gpudoc.bind.filecontext import MISSING, get
+from gpudoc.bind.args import ArgContext, PresetResult, optional_flag, set_flags
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.values import is_neutral
+from gpudoc.configvalues import MISSING, get
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job import checkpoints as ckpt

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import count
+from gpudoc.configvalues import count
 from gpudoc.frameworks import asked
 from gpudoc.frameworks.lightning import SUBCOMMANDS, train_batch_keys
 from gpudoc.job.argv import JobCommand

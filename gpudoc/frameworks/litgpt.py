@@ -15,9 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, set_flags
-from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, count, get
+from gpudoc.bind.args import ArgContext, PresetResult, set_flags
+from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
+from gpudoc.configvalues import MISSING, count, get
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.lightning import PRECISION

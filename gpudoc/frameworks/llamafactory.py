@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import MISSING, FileContext, FileResult, get
+from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.trainer_configs import follows_deepspeed, lora_key, precision_bools, read_simple
+from gpudoc.configvalues import MISSING, get
 from gpudoc.frameworks import base, trainer_yaml
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job.argv import JobCommand

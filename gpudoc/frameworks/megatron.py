@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult, set_flags
+from gpudoc.bind.args import ArgContext, PresetResult, set_flags
 from gpudoc.bind.filepresets import FilePreset
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job import recognise as source

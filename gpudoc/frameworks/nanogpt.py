@@ -11,10 +11,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
-from gpudoc.bind.filecontext import FileContext, FileResult, count, num
+from gpudoc.bind.args import ArgContext, PresetResult
+from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.trainer_configs import read_simple
+from gpudoc.configvalues import count, num
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job import recognise as source

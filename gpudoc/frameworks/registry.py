@@ -34,8 +34,9 @@ from gpudoc.job.argv import JobCommand
 from gpudoc.job.knobs import JobReading
 
 if TYPE_CHECKING:
-    from gpudoc.bind.args import ArgContext, ArgEdits, PresetResult
+    from gpudoc.bind.args import ArgContext, PresetResult
     from gpudoc.bind.filepresets import FilePreset
+    from gpudoc.edits.argv import ArgEdits
 
 
 def _adapter(module: Framework) -> Framework:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import MISSING, get
+from gpudoc.configvalues import MISSING, get
 from gpudoc.frameworks import asked
 from gpudoc.frameworks.asked import Unanswered
 from gpudoc.job.argv import JobCommand

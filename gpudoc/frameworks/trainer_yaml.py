@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import get
+from gpudoc.configvalues import get
 from gpudoc.frameworks.accelerate import accelerate_config
 from gpudoc.frameworks.presetfiles import first_config, follow_deepspeed, set_from
 from gpudoc.job.argv import JobCommand

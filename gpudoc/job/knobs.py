@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoc.bind.filecontext import placeholder
-from gpudoc.bind.values import format_value
+from gpudoc.configvalues import format_value, placeholder
 from gpudoc.errors import InputError, ProfileError
 from gpudoc.job.argv import parse_command
 from gpudoc.job.identity import world

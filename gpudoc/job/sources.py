@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudoc.bind.args import ArgEdits
-from gpudoc.bind.filecontext import count, num
-from gpudoc.bind.values import as_bool_text
+from gpudoc.configvalues import as_bool_text, count, num
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.job.knobs import JobReading, is_count
 
 if TYPE_CHECKING:

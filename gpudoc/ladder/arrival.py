@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpudoc.bind.values import format_value
+from gpudoc.configvalues import format_value
 from gpudoc.diagnose.diagnosis import Diagnosis
 from gpudoc.ladder.model import LadderResult, Skipped, Suggestion
 from gpudoc.units import format_bytes

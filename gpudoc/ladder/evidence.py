@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoc.bind.values import format_value
+from gpudoc.configvalues import format_value
 
 ACTIVATIONS = "activations"
 OPTIMIZER = "optimizer states"

@@ -102,7 +102,7 @@ def describe(profile: Profile, *, observed: bool = True) -> list[str]:
         return []
     lines = []
     if profile.train:
-        from gpudoc.bind.values import format_value
+        from gpudoc.configvalues import format_value
 
         places = profile.job.places
         knobs = ", ".join(f"{knob} = {format_value(value)} ({places.get(knob, 'default')})"

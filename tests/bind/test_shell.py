@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpudoc.bind.args import ArgEdits
 from gpudoc.bind.shell import apply_to_text, main_command, tokenize
+from gpudoc.edits.argv import ArgEdits
 
 SCRIPT = ('#!/bin/bash\nset -x\nMODEL=x\ntorchrun --nproc_per_node=2 train.py \\\n'
           '    --name "a b" \\\n    --bf16 \\\n    --bs 8 # the batch\n')

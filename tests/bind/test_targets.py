@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpudoc.bind.filecontext import MISSING
 from gpudoc.bind.targets import check_files_table, fit, parse_key, targets
+from gpudoc.configvalues import MISSING
 from gpudoc.errors import ProfileError
 
 PRECISION = {"precision": ("fp32", "fp16", "bf16", "bf16-true", "fp16-true")}

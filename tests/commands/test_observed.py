@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoc.bind.args import ArgEdits
 from gpudoc.bind.overrides import apply_flags
 from gpudoc.commands.observed import believe, declared_flag
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.errors import ProfileError
 from gpudoc.job.knobs import JobReading, Knob
 from gpudoc.profiles.model import Profile

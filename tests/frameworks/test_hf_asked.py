@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoc.bind.args import ArgContext, ArgEdits
+from gpudoc.bind.args import ArgContext
+from gpudoc.edits.argv import ArgEdits
 from gpudoc.frameworks import asked, hf_trainer, trl
 from gpudoc.job.installed import parse_version
 from gpudoc.job.knobs import read_job
