@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudoc.estimate import terms, zero3, zero_settings
+from gpudoc.estimate import fsdp, terms, zero3, zero_settings
 from gpudoc.estimate.inputs import (
     Inputs,
     ModelShape,
@@ -325,6 +325,8 @@ def compute_phases(inputs: Inputs) -> Phases:
     elif world > 1 and stage == 0:
         workspace_fb += terms.ddp_bucket_bytes(grads)
         workspace_step += terms.ddp_bucket_bytes(grads)
+    held = fsdp.accumulated(setup, pipelined=inputs.setup.pipeline_parallel > 1, params=total, trainable=trainable,
+                            block_params=total - emb - head, compute_bytes=compute_bytes, notes=notes)
     if setup.offload_optimizer:
         optimizer = master = step_temp = 0.0
         if deepspeed12 and stage == 2:
@@ -382,7 +384,8 @@ def compute_phases(inputs: Inputs) -> Phases:
     # forward; with one micro batch, zero_grad(set_to_none=True) (the default since PyTorch 2.0)
     # frees them and they come back as the activations are released.
     grads_fb = grads if setup.gradient_accumulation_steps > 1 else 0.0
-    fb = {"weights": weights, "gradients": grads_fb, "optimizer": optimizer + master,
+    grads_fb, gathered = held or (grads_fb, 0.0)  # FSDP's unsharded gradients until the last micro batch
+    fb = {"weights": weights + gathered, "gradients": grads_fb, "optimizer": optimizer + master,
           "activations": acts, "logits": logits, "workspace": workspace_fb}
     step = {"weights": weights, "gradients": grads, "optimizer": optimizer + master + step_temp,
             "activations": 0.0, "logits": 0.0, "workspace": workspace_step}

@@ -86,7 +86,8 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
     loss, _ = loss_of(r)
     quant = (r.get("quantization") or "").lower()
     strategy = (par.get("strategy") or "").lower()
-    zero = int(par.get("zero_stage") or 0) or (3 if "fsdp" in strategy else 0)
+    fsdp = "fsdp" in strategy  # torch's FSDP (FULL_SHARD): the SPEC's `fsdp = true`, never DeepSpeed's ZeRO-3
+    zero = 0 if fsdp else int(par.get("zero_stage") or 0)
     micro, accumulation = int(r["micro_batch"]), int(r["grad_accum"] or 1)
     if int(par.get("pp") or 1) > 1:
         # A pipeline splits the local batch into its micro batches (torchtitan's default pipeline
@@ -103,7 +104,9 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
         "offload_optimizer": paged or bool(par.get("cpu_offload")),
         "attention": "eager" if "eager" in (r["attention_impl"] or "").lower() else "sdpa",
     }
-    if zero and world > 1:
+    if fsdp and world > 1:
+        train["fsdp"] = True
+    elif zero and world > 1:
         train["zero_stage"] = zero
     if in_backward:  # torchtune's optimizer_in_bwd: each gradient stepped and freed in backward
         train["optimizer_in_backward"] = True

@@ -1,0 +1,39 @@
+"""torch FSDP between the micro batches of one optimizer step: what it keeps unsharded.
+
+A loop that accumulates gradients under FSDP skips the reduce-scatter on every micro batch but the
+last, and the gradients stay whole on each GPU until then:
+- FSDP1's ``no_sync`` (what Lightning Fabric's ``no_backward_sync`` and accelerate's ``accumulate``
+  enter) accumulates each flat parameter's unsharded gradient (``torch/distributed/fsdp``: the
+  gradient of the views of the unsharded ``FlatParameter``). A flat parameter trains if any of its
+  original parameters does (``_validate_tensors_to_flatten`` with ``use_orig_params``, which LoRA
+  under FSDP1 needs), and its gradient spans all of it: under LoRA, the whole of every block that has
+  an adapter (the root unit, embedding and head, is frozen and has none).
+- a pipeline stage under FSDP2 (``torch.distributed.pipelining``'s ``backward_maybe_with_nosync``)
+  sets ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)``: the stage's
+  parameters stay gathered and their gradients whole, in the parameters' dtype
+  (``to_accumulated_grad_if_needed`` upcasts only when resharding), until the last micro batch.
+The step itself sees the sharded gradients again.
+"""
+
+from __future__ import annotations
+
+from gpudoc.estimate.inputs import TrainSetup
+
+
+def accumulated(setup: TrainSetup, *, pipelined: bool, params: float, trainable: float, block_params: float,
+                compute_bytes: float, notes: list[str]) -> tuple[float, float] | None:
+    """(gradients, gathered weights) one GPU holds through the micro batches before the last, in the
+    compute dtype, or None where FSDP reduces every micro batch (one micro batch per step, or no FSDP).
+    ``params``: the parameters this GPU's share of the model has before sharding."""
+    if not setup.fsdp or setup.sharding_stage < 2 or setup.gradient_accumulation_steps <= 1:
+        return None
+    whole = block_params if setup.lora_rank else trainable
+    if pipelined:
+        notes.append(f"FSDP in a pipeline stage over {setup.gradient_accumulation_steps} micro batches: the "
+                     "stage's parameters stay gathered and their gradients whole until the last "
+                     "(torch.distributed.pipelining)")
+        return whole * compute_bytes, params * compute_bytes
+    notes.append(f"FSDP with gradient_accumulation_steps = {setup.gradient_accumulation_steps}: the gradients stay "
+                 "unsharded until the last micro batch (no_sync: Lightning Fabric's no_backward_sync, accelerate's "
+                 f"accumulate){', of every block with an adapter, its frozen weights too (flat parameters)' if setup.lora_rank else ''}")
+    return whole * compute_bytes, 0.0
