@@ -19,7 +19,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpudoc.configvalues import format_value
-from gpudoc.frameworks import nanogpt
 
 if TYPE_CHECKING:
     from gpudoc.profiles.model import Profile
@@ -58,15 +57,15 @@ def believe(profile: Profile, record: RunRecord | None) -> tuple[Profile, tuple[
         if job is not None and (place is None or stale):
             from gpudoc.job.knobs import Knob
 
-            found, why, said = _observed_place(job.framework, record.parsers or (), knob, value, place)
+            found, why, said, writer = _observed_place(job.framework, record.parsers or (), knob, value, place)
             if found is None:
                 placeless.append(f"{knob} {format_value(value)} ({how}{'; ' + why if why else ''})")
                 places[knob] = Knob(value, "default", OBSERVED_ONLY)  # as the job ran: nothing to write
                 changes[knob] = value
                 continue
             places[knob] = Knob(value, "argv", found)
-            if said.endswith("configurator takes"):  # written as its configurator takes it: --key=value
-                job = replace(job, framework="nanogpt")
+            if writer is not None and writer != job.framework:  # written in that framework's syntax
+                job = replace(job, framework=writer)
             notes.append(f"the job ran with {knob} {format_value(value)} ({how}), the value of {said}: a rung "
                          "of it is written there")
         else:
@@ -99,42 +98,23 @@ def _believed_views(record: RunRecord | None) -> dict[str, dict]:
 
 
 def _observed_place(framework: str | None, parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,
-                    place: Any) -> tuple[str | None, str, str]:
+                    place: Any) -> tuple[str | None, str, str, str | None]:
     """Where the job is known to read ``knob`` (which held ``value``), for a knob the reading found
-    no place for, or found in a file that did not give the job its value: (the flag, nanoGPT
-    ``--key`` or Hydra override key; None: none is known), why none, and what it is, worded."""
-    if place is not None:  # a stale file: Hydra's composed key that held the value, as an override
-        key = composed_key(parsers, place.name, value) if framework == "hydra" else None
+    no place for, or found in a file that did not give the job its value: (the flag or override key,
+    None when none is known; why none; what it is, worded; the framework whose syntax writes it, when
+    one of theirs answered: ``gpudoc.frameworks``)."""
+    from gpudoc.frameworks import registry
+
+    answer = registry.observed_place(framework, parsers, knob, value, place.name if place is not None else None)
+    if place is not None:  # a stale file: a key of what the framework composed, set by an override
         stale = f"{place.where} held {format_value(place.value)}, not what the job ran with"
-        return (key, "", f"{key} in the config Hydra composed ({stale}), set by an override") if key \
-            else (None, stale, "")
-    key = configurator_key(parsers, knob, value) if framework in (None, "nanogpt") else None
-    if key is not None:
-        return f"--{key}", "", f"its own --{key}, which its configurator takes"
+        if answer is None:
+            return None, stale, "", None
+        return answer[1].key, "", f"{answer[1].said} ({stale}), set by an override", answer[0].name
+    if answer is not None:
+        return answer[1].key, "", answer[1].said, answer[0].name
     flag, why = declared_flag(parsers, value) if knob in PLACEABLE else (None, "")
-    return flag, why, f"its own {flag}, which its parser declares"
-
-
-def composed_key(parsers: Sequence[Mapping[str, Any]], name: str, value: Any) -> str | None:
-    """The one key of the config Hydra composed for the job (the probe saw it) that ends in ``name``
-    and held ``value``: what a ``key=value`` override on the command line sets."""
-    held = [key for parser in parsers if parser.get("type") == "hydra"
-            for key, composed in dict(parser.get("values") or {}).items()
-            if (key == name or key.endswith(f".{name}")) and composed == value and type(composed) is type(value)]
-    return held[0] if len(held) == 1 else None
-
-
-def configurator_key(parsers: Sequence[Mapping[str, Any]], knob: str, value: Any) -> str | None:
-    """nanoGPT's key for ``knob`` (``dtype`` for precision) when a nanoGPT-style configurator of the job
-    takes it (the script declares it as a global) and it held ``value``: the place a ``--key=value``
-    override reaches."""
-    for parser in parsers:
-        if parser.get("type") != "configurator":
-            continue
-        held, key = nanogpt.resolved(dict(parser.get("values") or {})).knobs.get(knob, (None, ""))
-        if held == value and type(held) is type(value) and f"--{key}" in (parser.get("options") or ()):
-            return key
-    return None
+    return flag, why, f"its own {flag}, which its parser declares", None
 
 
 def declared_flag(parsers: Sequence[Mapping[str, Any]], value: Any) -> tuple[str | None, str]:
@@ -144,7 +124,7 @@ def declared_flag(parsers: Sequence[Mapping[str, Any]], value: Any) -> tuple[str
     held = []
     for parser in parsers:
         if parser.get("type") == "configurator":
-            continue  # its keys are written as it takes them (configurator_key), never as --flag VALUE
+            continue  # its keys are written as it takes them (nanogpt.observed_place), never as --flag VALUE
         options = [o for o in parser.get("options") or () if isinstance(o, str) and o.startswith("--")]
         for dest, parsed in dict(parser.get("values") or {}).items():
             if parsed != value or isinstance(parsed, bool) or not isinstance(parsed, int):

@@ -114,6 +114,7 @@ step_limit = base.no_step_limit
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 resolved = base.no_resolved
+observed_place = base.no_observed_place
 
 
 def launches(job: JobCommand, environ: Mapping[str, str], r: JobReading) -> None:

@@ -12,7 +12,7 @@ framework's name is looked up.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
@@ -48,6 +48,15 @@ class Resolved:
 
     knobs: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
     total_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class ObservedPlace:
+    """Where a job is known to read a knob, found in what the probe saw of its parsers: ``key``, the
+    flag or override key a rung writes, in the framework's own syntax, and ``said``, what it is."""
+
+    key: str
+    said: str
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,14 @@ class Framework(Protocol):
         value checked before it is believed); empty where the probe reports nothing of it."""
         ...
 
+    def observed_place(self, parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,
+                       stale: str | None) -> ObservedPlace | None:
+        """Where the job reads ``knob``, which held ``value`` in the run the probe watched, found in
+        the parsers the probe saw (``parsers``): for a knob the reading found no place for
+        (``stale`` None), or found only under the key ``stale`` of a file that did not give the job
+        its value. None: no place this framework's syntax reaches."""
+        ...
+
 
 # The "none" answers, for a framework module to take as its own member (``checkpoints = no_checkpoints``).
 def no_defaults(version: str | None) -> Mapping[str, Any]:
@@ -191,6 +208,11 @@ def no_launches(job: JobCommand, environ: Mapping[str, str], r: JobReading) -> N
 
 def no_resolved(settings: Mapping[str, Any]) -> Resolved:
     return Resolved()
+
+
+def no_observed_place(parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,
+                      stale: str | None) -> ObservedPlace | None:
+    return None
 
 
 def counted(settings: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, tuple[Any, str]]:

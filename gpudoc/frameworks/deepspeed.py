@@ -108,6 +108,9 @@ checkpoints = base.no_checkpoints
 launches = base.no_launches
 
 
+observed_place = base.no_observed_place
+
+
 def resolved(settings: Mapping[str, Any]) -> base.Resolved:
     """The engine's config after DeepSpeed resolved it (the batch arithmetic done)."""
     return base.Resolved(base.counted(settings, {"micro_batch_size": "train_micro_batch_size_per_gpu",

@@ -305,6 +305,9 @@ def resume_switch(path: str) -> tuple[str, ...]:
 launches = base.no_launches
 
 
+observed_place = base.no_observed_place
+
+
 def resolved(settings: Mapping[str, Any]) -> base.Resolved:
     """The Trainer's arguments as the probe read them in the job (after ``__post_init__``: a subclass's
     defaults in, TRL's configs too) and its ``state.max_steps`` (epochs multiplied out)."""

@@ -8,7 +8,7 @@ names the key in the composed config.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +140,16 @@ resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 launches = base.no_launches
 resolved = base.no_resolved
+
+
+def observed_place(parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,
+                   stale: str | None) -> base.ObservedPlace | None:
+    """For a knob found in a file that did not give the job its value (a group the command did not
+    compose): the one key of the config Hydra composed (the probe saw it) that ends in the same name
+    and held ``value``, which a ``key=value`` override sets."""
+    if stale is None:
+        return None
+    held = [key for parser in parsers if parser.get("type") == "hydra"
+            for key, composed in dict(parser.get("values") or {}).items()
+            if (key == stale or key.endswith(f".{stale}")) and composed == value and type(composed) is type(value)]
+    return base.ObservedPlace(held[0], f"{held[0]} in the config Hydra composed") if len(held) == 1 else None

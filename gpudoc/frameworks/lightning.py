@@ -261,6 +261,9 @@ launches = base.no_launches
 _RESOLVED_PRECISION = {str(v): k for k, v in (*_PRECISION_1X.items(), *PRECISION.items())}
 
 
+observed_place = base.no_observed_place
+
+
 def resolved(settings: Mapping[str, Any]) -> base.Resolved:
     """The Trainer's own attributes as the probe read them in its training loop (its accumulation,
     world and precision connector's value) and the steps it estimated."""

@@ -191,3 +191,4 @@ resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 launches = base.no_launches
 resolved = base.no_resolved
+observed_place = base.no_observed_place

@@ -73,6 +73,7 @@ edit_args = base.no_edit_args
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 resolved = base.no_resolved
+observed_place = base.no_observed_place
 
 
 # The CLI's commands it starts torchrun for (`train`; newer releases name the stages too).

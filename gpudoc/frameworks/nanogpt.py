@@ -7,7 +7,7 @@ the total over all ranks: ``train.py`` divides it by the world size.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +154,22 @@ def resolved(settings: Mapping[str, Any]) -> base.Resolved:
     if isinstance(dtype, str) and dtype in _DTYPES:  # a value the job wrote: a list or dict is not hashable
         knobs["precision"] = (_DTYPES[dtype], "dtype")
     return base.Resolved(knobs, base.first_count(settings, "max_iters"))
+
+
+def observed_place(parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,
+                   stale: str | None) -> base.ObservedPlace | None:
+    """For a knob the reading found no place for: nanoGPT's key for it (``dtype`` for precision) when
+    a nanoGPT-style configurator of the job takes it (the script declares it as a global) and it held
+    ``value``: the place a ``--key=value`` override reaches."""
+    if stale is not None:
+        return None
+    for parser in parsers:
+        if parser.get("type") != "configurator":
+            continue
+        held, key = resolved(dict(parser.get("values") or {})).knobs.get(knob, (None, ""))
+        if held == value and type(held) is type(value) and f"--{key}" in (parser.get("options") or ()):
+            return base.ObservedPlace(f"--{key}", f"its own --{key}, which its configurator takes")
+    return None
 
 
 # -- its config file ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Trainer's ``--deepspeed ds.json``, axolotl's and LLaMA-Factory's YAML before a Y
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from gpudoc.frameworks import (
     torchtune,
     trl,
 )
-from gpudoc.frameworks.base import Framework, Recognition, Resolved
+from gpudoc.frameworks.base import Framework, ObservedPlace, Recognition, Resolved
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.knobs import JobReading
 
@@ -84,6 +84,19 @@ def read(job: JobCommand, cwd: Path, environ: Mapping[str, str] | None = None) -
         if environ is not None:
             picked[0].launches(job, environ, reading)
     return reading
+
+
+def observed_place(name: str | None, parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,
+                   stale: str | None) -> tuple[Framework, ObservedPlace] | None:
+    """Where the job reads ``knob`` (``Framework.observed_place``), asked of its framework's adapter;
+    where the reading recognised no framework, of each in order, and the one that answers is the
+    job's (the probe saw what the command line did not say: a configurator, a composed config)."""
+    adapter = get(name)
+    for asked in (adapter,) if adapter is not None else ADAPTERS:
+        found = asked.observed_place(parsers, knob, value, stale)
+        if found is not None:
+            return asked, found
+    return None
 
 
 def launches(job: JobCommand, cwd: Path, environ: Mapping[str, str]) -> dict[str, int]:

@@ -188,6 +188,9 @@ launches = base.no_launches
 _DTYPES = ("bf16", "fp32", "fp16")
 
 
+observed_place = base.no_observed_place
+
+
 def resolved(settings: Mapping[str, Any]) -> base.Resolved:
     """The config the recipe parsed (its file and ``key=value`` overrides, merged), flattened."""
     knobs = base.counted(settings, {"micro_batch_size": "batch_size",

@@ -25,7 +25,8 @@ _ATTRIBUTES = [n for n in Framework.__annotations__ if not n.startswith("_")]
 def test_the_protocol_names_every_member_the_brief_asks_for():
     assert set(_METHODS) == {"recognise", "read", "defaults", "edit_args", "step_limit", "resume_switch",
                              "checkpoints", "launches",  # launches: a front-end that starts torchrun itself
-                             "resolved"}  # resolved: what the probe reported the framework resolved in the job
+                             "resolved",  # resolved: what the probe reported the framework resolved in the job
+                             "observed_place"}  # where the job reads a knob, found in the parsers the probe saw
     assert set(_ATTRIBUTES) == {"name", "arg_names", "file_preset", "echo", "trial_switches"}
 
 
@@ -244,3 +245,18 @@ def test_a_config_file_is_recognised_by_its_frameworks_own_layout(config, framew
 def test_a_python_file_is_never_taken_for_a_yaml_or_json_layout():
     assert registry.file_layout({"train_batch_size": 8, "zero_optimization": {}}, ".py") is None
     assert registry.file_layout({"batch_size": 8}, ".json") is None
+
+
+def test_where_no_framework_was_recognised_the_adapter_that_finds_the_place_is_the_jobs():
+    composed = [{"type": "hydra", "values": {"data.batch_size": 8, "model.batch_size": 2}}]
+    adapter, place = registry.observed_place(None, composed, "micro_batch_size", 8, "batch_size")
+    assert (adapter.name, place.key) == ("hydra", "data.batch_size")
+    assert registry.observed_place(None, composed, "micro_batch_size", 4, "batch_size") is None  # none held 4
+    ambiguous = [{"type": "hydra", "values": {"data.batch_size": 8, "model.batch_size": 8}}]
+    assert registry.observed_place("hydra", ambiguous, "micro_batch_size", 8, "batch_size") is None
+    configurator = [{"type": "configurator", "options": ["--batch_size", "--gradient_accumulation_steps"],
+                     "values": {"batch_size": 12, "gradient_accumulation_steps": 5}}]
+    adapter, place = registry.observed_place(None, configurator, "gradient_accumulation_steps", 5, None)
+    assert (adapter.name, place.key) == ("nanogpt", "--gradient_accumulation_steps")
+    # The job's own framework is asked alone: an HF job's parsers are not a configurator's.
+    assert registry.observed_place("hf-trainer", configurator, "gradient_accumulation_steps", 5, None) is None
