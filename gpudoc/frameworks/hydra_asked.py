@@ -122,6 +122,13 @@ def _lightning_trainer(config: Mapping[str, Any], r: JobReading, python: str) ->
         composed_at = generic_knobs(config).get("precision", ("",))[0]
         if place is not None and f"{key}.precision" in (composed_at, place.name.lstrip("+")):
             r.spellings["precision"] = values
+            if place.kind == "file" and not isinstance(node.get("precision"), str):
+                # A number in the file (16, Lightning 1's spelling, which 2.x still takes): a precision
+                # spelled as a string is no number to write over it, so the composed key is overridden.
+                r.set("precision", place.value, "argv", f"{key}.precision")
+                r.notes.append(f"hydra: {place.path} holds {key}.precision as the number {node.get('precision')}; a "
+                               f"change is the override {key}.precision=VALUE, spelled for Lightning "
+                               f"{version or '2.x'}, not an edit of the file")
         if unset:
             r.notes.append(f"hydra: {key} is Lightning's Trainer ({node['_target_']}"
                            f"{f' {version}' if version else ''}) and sets no {', '.join(unset)}: the Trainer's "

@@ -135,6 +135,21 @@ def test_a_lightning_trainer_without_precision_runs_32_true_and_is_changed_in_th
     assert _plan(command, template, precision="fp32").argv == [*command[:3], "+trainer.precision=32-true"]
 
 
+def test_a_precision_the_file_holds_as_a_number_is_changed_by_an_override_of_the_composed_key(tmp_path):
+    # trainer/default.yaml with its `# precision: 16` line uncommented, as its comment offers: Lightning 2
+    # still takes the number, but "bf16-mixed" is a string, no number to write over it.
+    shutil.copytree(TEMPLATE, tmp_path, dirs_exist_ok=True)
+    trainer = tmp_path / "configs" / "trainer" / "default.yaml"
+    trainer.write_text(trainer.read_text().replace("# precision: 16", "precision: 16"))
+    command = ["python", "src/train.py"]
+    reading = read_job(command, tmp_path)
+    assert reading.values["precision"] == "fp16" and reading.places["precision"] == "argv:trainer.precision"
+    assert any("configs/trainer/default.yaml holds trainer.precision as the number 16" in n for n in reading.notes)
+    plan = _plan(command, tmp_path, precision="bf16")
+    assert plan.file_edits == [] and plan.argv == [*command, "trainer.precision=bf16-mixed"]
+    assert _compose(tmp_path, plan.argv[2:])["trainer"]["precision"] == "bf16-mixed"
+
+
 def test_a_job_pinning_lightning_before_2_gets_its_precision_spelled_as_that_release_takes_it(template, tmp_path):
     """The job's interpreter has Lightning 1.9.5 (and the Hydra of this environment): its Trainer takes 16,
     32 or "bf16" (1.9's ``_PRECISION_INPUT``), and refuses 2.x's "bf16-mixed"."""
