@@ -53,6 +53,11 @@ def precision_values(version: str | None) -> Mapping[str, Any]:
     return _PRECISION_1X if release is not None and release < (2, 0) else PRECISION
 
 
+# For a config whose Lightning release gpudoc cannot ask (NeMo's YAML): 1.x's spelling where it has
+# one (2.x still takes 16, 32 and "bf16"), else 2.x's.
+PRECISION_ANY_RELEASE: Mapping[str, Any] = {knob: _PRECISION_1X.get(knob, value) for knob, value in PRECISION.items()}
+
+
 _STEP = re.compile(r"step=(\d+)")
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")

@@ -14,7 +14,7 @@ from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.trainer_configs import read_simple
 from gpudoc.configvalues import get, num
-from gpudoc.frameworks import base
+from gpudoc.frameworks import base, lightning
 from gpudoc.frameworks.base import Recognition
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.knobs import JobReading
@@ -44,9 +44,6 @@ observed_place = base.no_observed_place
 
 
 # -- its config file ---------------------------------------------------------------------------------
-_PRECISION = {"fp32": 32, "fp16": 16, "bf16": "bf16", "bf16-true": "bf16-true", "fp16-true": "16-true"}
-
-
 def write_file(data: Any, ctx: FileContext) -> FileResult:
     res = FileResult()
     k = ctx.knobs
@@ -61,7 +58,8 @@ def write_file(data: Any, ctx: FileContext) -> FileResult:
         res.set(("model", "encoder_seq_length"), int(k["max_seq_len"]), "max_seq_len")
     if "precision" in k:
         # Lightning reads 16/32 or a string ("bf16"): a number may become a string here.
-        res.set(("trainer", "precision"), _PRECISION[k["precision"]], "precision", any_type=True)
+        res.set(("trainer", "precision"), lightning.PRECISION_ANY_RELEASE[k["precision"]], "precision",
+                any_type=True)
     gc = k.get("gradient_checkpointing")
     if gc is not None:
         gran = "selective" if gc == "selective" else "full" if gc else None
