@@ -1,6 +1,8 @@
 """LLaMA-Factory's CLI with a YAML: ``llamafactory-cli train cfg.yaml [key=value ...]``.
 
-The ``key=value`` overrides after the YAML are merged over it (OmegaConf).
+The ``key=value`` overrides after the YAML are merged over it (OmegaConf). Where LLaMA-Factory is
+importable by the job's interpreter its own parser settles the values and defaults
+(``llamafactory_asked``); the reading here places each knob, and reads alone where it is not.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     trainer_yaml.read_layers(job, cwd, r, name, config, data)
     args = job.script_args
     _overrides(r, data, args[args.index(config) + 1:])
+    if os.path.basename(job.script or "") in _PROGRAMS and args and args[0] in _DISTRIBUTED:
+        from gpudoc.frameworks import llamafactory_asked
+
+        llamafactory_asked.settle(job, cwd, r, config, name)
 
 
 def _overrides(r: JobReading, data: Mapping[str, Any], after: list[str]) -> None:

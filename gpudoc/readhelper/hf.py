@@ -5,9 +5,14 @@ dataclasses, a script's ``ModelArguments``, are not importable: their flags stay
 command's flags, or the JSON/YAML args file given first with the flags after it over its values.
 ``trl``: the ``trl <command>`` CLI's own parser (``trl.scripts.<command>.make_parser``, a ``TrlParser``
 over the command's config class, ``ModelConfig`` ...) with its ``--config`` YAML under the flags.
+``llama-factory``: ``llamafactory-cli train ARGS`` as its training entry reads them (``read_args``:
+a YAML or JSON first with ``key=value`` merged over it by OmegaConf, else flags) and parses them
+(``_parse_train_args``: its HfArgumentParser over its five argument dataclasses), without
+``get_train_args``'s checks of the machine it runs on (a GPU, a launcher, the output directory).
 
 Request: ``{"framework": "hf-trainer", "args", "config"?, "trl_classes"?}`` or
-``{"framework": "trl", "command", "args"}``. Answer: ``fields`` (the training arguments after ``__post_init__``: bf16 resolved, old aliases
+``{"framework": "trl", "command", "args"}`` or ``{"framework": "llama-factory", "args"}`` (its answer:
+``fields`` of all five dataclasses, ``given`` field -> ``["file", key]`` / ``["argv", key]``). Answer: ``fields`` (the training arguments after ``__post_init__``: bf16 resolved, old aliases
 mirrored), ``given`` (field -> ``["argv", flag]`` or ``["file", key]``: where the command set it; a
 field not named is its class's default in the installed release), ``declared`` (every option string
 the parser declares), ``class``, ``versions``.
@@ -163,3 +168,53 @@ def _trl_parsed(cls: Any, args: list[str], parser: Any = None) -> dict[str, Any]
     answer = _answer(parser, _training(found[:-1]), given)
     answer["read_files"] = read_files
     return answer
+
+
+def llama_factory(req: Mapping[str, Any]) -> dict[str, Any]:
+    import dataclasses
+    import sys
+    from importlib.metadata import version
+
+    args = [str(a) for a in req.get("args") or ()]
+    import llamafactory  # type: ignore[import-not-found]  # first: without it nothing else is imported
+
+    _assume_the_jobs_gpu()
+    from llamafactory.hparams import parser as lf_parser  # type: ignore[import-not-found]
+
+    notes = []
+    sys.argv = ["llamafactory-cli", *args]  # read_args reads the command line itself
+    read = lf_parser.read_args()
+    given: dict[str, list[str]] = {}
+    read_files = []
+    if isinstance(read, dict):
+        from omegaconf import OmegaConf
+
+        read_files.append(os.path.abspath(args[0]))
+        overrides = OmegaConf.to_container(OmegaConf.from_cli(args[1:]))
+        given = {str(k): ["file", str(k)] for k in read if not isinstance(overrides, dict) or k not in overrides}
+        given.update({str(k): ["argv", str(k)] for k in (overrides if isinstance(overrides, dict) else ())})
+        if read.get("deepspeed") and not _importable("deepspeed"):
+            # TrainingArguments loads the JSON through DeepSpeed; its ZeRO settings are gpudoc's to read.
+            notes.append(f"deepspeed is not installed for this interpreter: the job stops at its deepspeed "
+                         f"{read['deepspeed']}; read without it")
+            read = {k: v for k, v in read.items() if k != "deepspeed"}
+    else:
+        given = _flags_given(args)
+    found = lf_parser._parse_train_args(read)
+    fields: dict[str, Any] = {}
+    for obj in found:
+        fields.update({f.name: _plain(getattr(obj, f.name, None)) for f in dataclasses.fields(obj)})
+    return {"fields": fields, "given": {k: v for k, v in given.items() if k in fields}, "notes": notes,
+            "read_files": read_files, "versions": {"llamafactory": llamafactory.__version__,
+                                                   "transformers": version("transformers")}}
+
+
+def _flags_given(args: Sequence[str]) -> dict[str, list[str]]:
+    """Each field a ``--field value`` / ``--field=value`` flag sets -> [``argv``, the flag]."""
+    return {tok[2:].split("=", 1)[0]: ["argv", tok.split("=", 1)[0]] for tok in args if tok.startswith("--")}
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None

@@ -5,7 +5,8 @@ Request: ``{"framework": "hydra", "config_dir", "config_name", "overrides", "ver
 ``{"framework": "torchtune", "config", "recipe"?, "overrides", "cwd"}``,
 ``{"framework": "lightning", "args", "cwd"}`` or ``{"framework": "litgpt", "command", "args", "cwd"}``
 (``jsonargs.py``: for those two, ``setters`` (leaf key -> the layers that set it) and ``layers``), or
-``{"framework": "hf-trainer" | "trl", ...}`` (``hf.py``: HF's and TRL's argument dataclasses).
+``{"framework": "hf-trainer" | "trl" | "llama-factory", ...}`` (``hf.py``: HF's, TRL's and LLaMA-Factory's
+argument dataclasses).
 
 Answer: ``{"ok": true, "config": {...}, "interpolated": {key: text}, "versions": {...}}`` with, for
 Hydra, ``choices`` (group -> option composed) and ``provenance`` (leaf key -> the defaults-list entry
@@ -190,7 +191,8 @@ def answer(request: str) -> dict[str, Any]:
     try:
         req = json.loads(request)
         ask = {**_JSONARGS, "hydra": hydra, "torchtune": torchtune, "hf-trainer": _beside("hf.py", "hf_trainer"),
-               "trl": _beside("hf.py", "trl")}[req["framework"]]
+               "trl": _beside("hf.py", "trl"),
+               "llama-factory": _beside("hf.py", "llama_factory")}[req["framework"]]
     except (ValueError, KeyError, TypeError) as exc:
         return {"ok": False, "reason": f"not a request: {exc}"}
     try:
