@@ -110,12 +110,14 @@ class ArgEdits:
                 self.replace[occ.value_index] = None
 
     def set_kv(self, key: str, value: str) -> None:
-        """A ``key=value`` override: replaced where it stands (a ``+key=`` / ``++key=`` keeps its prefix), else appended."""
+        """A ``key=value`` override: replaced where it stands (a ``+key=`` / ``++key=`` keeps its prefix), else
+        appended as ``key`` is given (``+key``: one the config lacks, which Hydra takes only so)."""
+        bare = key.lstrip("+")
         hits = [i for i, t in enumerate(self.tokens)
-                if t.lstrip("+").startswith(key + "=") and self.replace.get(i, "") is not None]
+                if t.lstrip("+").startswith(bare + "=") and self.replace.get(i, "") is not None]
         for i in hits:
             prefix = self.tokens[i][: len(self.tokens[i]) - len(self.tokens[i].lstrip("+"))]
-            self.replace[i] = f"{prefix}{key}={value}"
+            self.replace[i] = f"{prefix}{bare}={value}"
         if not hits:
             self.append.append(f"{key}={value}")
 
