@@ -17,7 +17,7 @@ from gpudoc.frameworks.presetfiles import follow_deepspeed
 from gpudoc.job.argv import JobCommand, parse_command
 from gpudoc.job.identity import world
 from gpudoc.job.knobs import JobReading
-from gpudoc.job.sources import flag_value
+from gpudoc.job.sources import cli_options, flag_value
 
 name = "axolotl"
 arg_names: tuple[str, ...] = ()
@@ -48,18 +48,7 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     args = job.script_args
     after = args[args.index(config) + 1:]
     after = after[:after.index("--")] if "--" in after else after  # the launcher's own options (``launches``)
-    _options(cwd, r, [(flag, value) for flag, value in _flags(after)])
-
-
-def _flags(args: list[str]) -> list[tuple[str, str]]:
-    """``--key value`` / ``--key=value``; a switch (``--bf16`` then another option) has the value ""."""
-    out = []
-    for i, tok in enumerate(args):
-        if tok.startswith("--"):
-            flag, eq, value = tok.partition("=")
-            nxt = args[i + 1] if i + 1 < len(args) else ""
-            out.append((flag, value if eq else "" if nxt.startswith("--") else nxt))
-    return out
+    _options(cwd, r, [(flag, value) for _i, flag, value in cli_options(after, switches=True) if flag.startswith("--")])
 
 
 # The config keys its CLI takes as options after the YAML that hold a knob as a number (axolotl's

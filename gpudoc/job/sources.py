@@ -110,10 +110,11 @@ def flag_value(args: list[str], names: tuple[str, ...]) -> tuple[str, str] | Non
     return found[-1] if found else None
 
 
-def cli_options(args: list[str]) -> list[tuple[int, str, str]]:
+def cli_options(args: list[str], *, switches: bool = False) -> list[tuple[int, str, str]]:
     """(index, name, value) per option or positional, as jsonargparse reads them (LightningCLI,
     LitGPT): ``--flag value`` and ``--flag=value`` are one option; a positional's name and value
-    are the token itself."""
+    are the token itself. ``switches``: as fire reads them (axolotl's ``-m axolotl.cli.train``), an
+    option followed by another ``--`` option, or by nothing, is a switch, its value ""."""
     out = []
     i = 0
     while i < len(args):
@@ -123,10 +124,13 @@ def cli_options(args: list[str]) -> list[tuple[int, str, str]]:
             out.append((i, tok, tok))
             i += 1
             continue
+        taken = 0 if eq else 1
         if not eq:
             value = args[i + 1] if i + 1 < len(args) else ""
+            if switches and value.startswith("--"):
+                value, taken = "", 0
         out.append((i, name, value))
-        i += 1 if eq else 2
+        i += 1 + taken
     return out
 
 
