@@ -350,9 +350,10 @@ def compute_phases(inputs: Inputs) -> Phases:
         z3 = zero_settings.settings(setup.zero_settings, shape.hidden)
         buffers = terms.zero3_gradient_buffer_bytes(trainable, largest, world, engine_grad,
                                                     offload_optimizer=setup.offload_optimizer, bucket=z3.reduce_bucket)
-        # Held for good: the bucket and, the optimizer on the GPU, its largest sub-group's fp32 gradient.
+        # Held for good: the bucket. The optimizer on the GPU casts one sub-group's gradients to fp32 at a
+        # time in the step (``_prepare_fp32_grad_for_sub_group``; the start-up buffer goes at the first step).
         sub_group = 0.0 if setup.offload_optimizer else 4.0 * min(trainable / max(1, world), z3.sub_group)
-        workspace_fb += max(buffers, min(trainable * grad_b, 2 * unit * grad_b)) + sub_group
+        workspace_fb += max(buffers, min(trainable * grad_b, 2 * unit * grad_b))
         workspace_step += z3.reduce_bucket * engine_grad + sub_group
         if setup.offload_optimizer:
             grads = 0.0  # the gradients' share is the host's (grad_partitions_flat_buffer)

@@ -18,17 +18,17 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
                 "implementation (NF4 layers, bitsandbytes' and torchtune's, have a stand-in)")
     if setup.quantization == "nf4" and profile.model.get("factory"):
         return "quantization = \"nf4\" with a [model] factory: the factory's own code quantizes its model"
-    if (setup.fsdp or setup.sharding_stage > 2) and not zero3_offloaded(setup):
+    if (setup.fsdp or setup.sharding_stage > 2) and not zero3.runs(setup):
         return f"{'FSDP' if setup.fsdp and not setup.zero_stage else f'ZeRO-{setup.sharding_stage}'} sharding " \
                "across GPUs is not simulated (ZeRO-1 and ZeRO-2 are)"
-    if (zero_sharded(setup) or zero3_offloaded(setup)) and setup.quantization != "none":
+    if (zero_sharded(setup) or zero3.runs(setup)) and setup.quantization != "none":
         return f"ZeRO-{setup.zero_stage} with quantization = \"{setup.quantization}\": DeepSpeed's engine would cast " \
                "the quantized layers it is given"
     for key in ("tensor_parallel", "pipeline_parallel", "context_parallel"):
         if int(profile.launch.get(key) or 1) > 1:
             return f"[launch] {key} = {profile.launch[key]}: tensor/pipeline/context parallelism is not simulated"
-    if (setup.offload_optimizer or setup.offload_params) and not zero3_offloaded(setup):
-        return "CPU offload is not simulated (DeepSpeed ZeRO-3's with offload_optimizer is)"
+    if (setup.offload_optimizer or setup.offload_params) and not zero3.runs(setup):
+        return "CPU offload is not simulated (DeepSpeed ZeRO-3's is)"
     if setup.optimizer in ("adamw_8bit", "lion"):
         return f"optimizer = \"{setup.optimizer}\": its states live in custom CUDA kernels (bitsandbytes)"
     if setup.optimizer_in_backward:
@@ -46,11 +46,6 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
 def zero_sharded(setup: TrainSetup) -> bool:
     """DeepSpeed ZeRO-1/2 over more than one data-parallel rank: simulated as one rank's share."""
     return setup.zero_stage in (1, 2) and not setup.fsdp and setup.world_size > 1
-
-
-def zero3_offloaded(setup: TrainSetup) -> bool:
-    """DeepSpeed ZeRO-3 with its optimizer on the host: simulated in its gather and release order."""
-    return zero3.runs(setup) and setup.offload_optimizer
 
 
 def shapes_reason(shape: ModelShape, setup: TrainSetup) -> str | None:
@@ -131,13 +126,15 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
                         "overlap_comm": z.overlap_comm, "contiguous_gradients": z.contiguous_gradients}
         notes.append(f"ZeRO-{setup.zero_stage} over {setup.world_size} GPUs: one rank's share simulated with "
                      f"{zero_settings.describe(setup.zero_settings)}")
-    if zero3_offloaded(setup):
+    if zero3.runs(setup):  # in DeepSpeed's gather and release order, the optimizer where the job puts it
         z3 = zero_settings.settings(setup.zero_settings, hidden)
         spec["zero"] = {"stage": 3, "world": setup.world_size, "offload_params": setup.offload_params,
+                        "offload_optimizer": setup.offload_optimizer,
                         "settings": {"stage3_max_reuse_distance": z3.reuse_distance,
                                      "stage3_param_persistence_threshold": z3.persistence_threshold,
-                                     "reduce_bucket_size": z3.reduce_bucket}}
-        notes.append(f"ZeRO-3, optimizer on the host: parameters gathered before each module and released after "
+                                     "reduce_bucket_size": z3.reduce_bucket, "sub_group_size": z3.sub_group}}
+        where = "on the host" if setup.offload_optimizer else f"on the GPU (the fp32 share of {setup.world_size})"
+        notes.append(f"ZeRO-3, optimizer {where}: parameters gathered before each module and released after "
                      f"it as DeepSpeed does, from {zero_settings.describe(setup.zero_settings)}")
     target = profile.train.get("max_target_len")
     if target:

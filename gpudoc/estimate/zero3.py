@@ -19,7 +19,8 @@ What the engine does (``deepspeed/runtime/zero/partitioned_param_coordinator.py`
 - the reduce bucket (``reduce_bucket_size`` elements of the gradient dtype) is allocated at start-up
   and held; without ``offload_optimizer`` the fp32 gradient of the largest optimizer sub-group
   (``sub_group_size`` elements of the rank's partition at most, ``initialize_optimizer_states``) is
-  too.
+  too, until the first step: from then on each sub-group's fp32 gradient lives while it steps
+  (``_release_sub_group``).
 Until the trace is recorded (the first step) nothing is kept or prefetched: the steady state's
 window is the larger, and it is the one counted. The settings are the job's (``zero_settings``).
 """

@@ -14,7 +14,7 @@ from .build import Job, Unsupported, optimizer
 from .emulate import Emulation
 from .tracker import LiveBytes, Window, classify
 from .zero import ZeroRank
-from .zero3 import Zero3Offload
+from .zero3 import Zero3Rank
 
 
 def _loss(out: Any) -> Any:
@@ -48,10 +48,11 @@ class Simulation:
         if not self.params:
             raise Unsupported("no parameter of the model requires a gradient: nothing trains")
         # DeepSpeed ZeRO-1/2: the optimizer steps this rank's fp32 share (``zero``), not the parameters.
-        # ZeRO-3 with the optimizer on the host: its gather and release order (``zero3``).
+        # ZeRO-3: its gather and release order, the optimizer on the host or on the GPU (``zero3``).
         zero = spec.get("zero") or {}
-        self.zero: Any = (Zero3Offload(zero, job.model, self.params, tracker) if int(zero.get("stage", 0)) == 3 else
-                          ZeroRank(zero, self.params, lambda group: optimizer(spec, group))) if zero else None
+        make = lambda group: optimizer(spec, group)  # noqa: E731
+        self.zero: Any = (Zero3Rank(zero, job.model, self.params, tracker, make) if int(zero.get("stage", 0)) == 3
+                          else ZeroRank(zero, self.params, make)) if zero else None
         self.optimizer, self.impl = (self.zero.optimizer, self.zero.impl) if self.zero else optimizer(spec, self.params)
         self.accumulation = max(1, min(2, int(spec.get("gradient_accumulation_steps") or 1)))
         # The job's own cross-entropy on the model's logits: upcast first (torchtune's ``fp32_logits``)
@@ -63,8 +64,8 @@ class Simulation:
             if serial is not None:
                 self.weights.add(serial)
         self.states: set[int] = set()
-        if self.zero is not None and self.zero.master is not None:
-            self.states.add(tracker.serial_of(self.zero.master) or 0)  # the fp32 master share
+        for master in self.zero.masters if self.zero is not None else ():
+            self.states.add(tracker.serial_of(master) or 0)  # the fp32 master share
         self.trainable_bytes = sum(-(-p.untyped_storage().nbytes() // 512) * 512 for p in self.params)
 
     def _batch(self, size: int) -> Any:

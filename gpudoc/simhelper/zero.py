@@ -45,6 +45,7 @@ class ZeroRank:
         self.dtype = params[0].dtype
         self.share = -(-sum(p.numel() for p in params) // self.world)
         self.master = torch.empty(self.share, dtype=torch.float32, device="meta").requires_grad_(True)
+        self.masters = [self.master]  # what the optimizer steps: one fp32 share
         self.optimizer: Any
         self.impl: str
         self.optimizer, self.impl = make_optimizer([self.master])

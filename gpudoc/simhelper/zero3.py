@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO-3 with the optimizer offloaded, as one GPU holds it, on the meta device.
+"""DeepSpeed ZeRO-3, as one GPU holds it, on the meta device: the optimizer on the host or on the GPU.
 
 What DeepSpeed does (``deepspeed/runtime/zero/partitioned_param_coordinator.py``,
 ``partition_parameters.py``, ``stage3.py``), and its stand-in here:
@@ -12,7 +12,13 @@ What DeepSpeed does (``deepspeed/runtime/zero/partitioned_param_coordinator.py``
   recorded (the first), every module's parameters are released after it;
 - the reduce bucket (``reduce_bucket_size`` elements of the gradient dtype) is allocated at start-up
   and held; each gradient is copied into it and leaves for the host, where the optimizer steps
-  (``offload_optimizer``): no optimizer state, no fp32 master and no gradient stays on the GPU.
+  (``offload_optimizer``): no optimizer state, no fp32 master and no gradient stays on the GPU;
+- with the optimizer on the GPU, the rank's share of what trains is there instead: its fp32 copy
+  (``fp32_partitioned_groups_flat``), which the optimizer steps, and its states; the share of the
+  gradients, allocated at start-up and held (``grad_partitions_flat_buffer``, the half dtype), each
+  reduced gradient's part kept in it; in ``step``, sub-group by sub-group (``sub_group_size``
+  elements), its gradients flattened and cast to fp32 (``_prepare_fp32_grad_for_sub_group``) before
+  the optimizer steps it.
 ``zero.Init`` also puts DeepSpeed's own linear function in place of ``F.linear`` (``_Linear``): it
 saves the weight parameter itself, so that a released weight's storage goes, and every input.
 The prefetch (``stage3_prefetch_bucket_size``) is not replayed: it moves when a gather starts, not
@@ -84,10 +90,12 @@ class _HostOptimizer:
         return None
 
 
-class Zero3Offload:
-    """One rank of a ZeRO-3 job whose optimizer is offloaded: the gather and release hooks, the bucket."""
+class Zero3Rank:
+    """One rank of a ZeRO-3 job: the gather and release hooks, the bucket and, with the optimizer on the
+    GPU, the rank's fp32 share, its states and its gradients' share."""
 
-    def __init__(self, zero: dict, model: Any, params: list, tracker: Any) -> None:
+    def __init__(self, zero: dict, model: Any, params: list, tracker: Any,
+                 make_optimizer: Callable[[list], Any]) -> None:
         settings = zero["settings"]  # the job's, DeepSpeed's defaults filled in (gpudoc's ``estimate.zero3``)
         self.world = max(1, int(zero.get("world") or 1))
         self.reuse = float(settings["stage3_max_reuse_distance"])
@@ -99,6 +107,8 @@ class Zero3Offload:
         engine_dtype = max(model.parameters(), key=lambda p: p.numel()).dtype
         for param in params:
             param.data = param.data.to(engine_dtype)
+        self.share = -(-sum(p.numel() for p in params) // self.world)  # elements of what trains, per rank
+        self.sub_group = max(1, min(self.share, int(settings.get("sub_group_size") or self.share)))
         threshold = float(settings["stage3_param_persistence_threshold"])
         owners: dict[Any, list[Any]] = {}
         for module in model.modules():
@@ -118,6 +128,7 @@ class Zero3Offload:
             module.register_forward_hook(lambda m, _args, _out: self._release(m))
             module.register_full_backward_pre_hook(lambda m, _grad: self._backward(m))
         self.owners = owners
+        self.gathered |= {s for s in map(tracker.serial_of, self.partitions) if s}  # weights, as the gathered ones
         self.trace: list[tuple[Any, int]] = []  # (module, elements gathered) in the order of a step
         self.recorded = False
         self.position = 0
@@ -126,7 +137,19 @@ class Zero3Offload:
         self.bucket = torch.empty(int(settings["reduce_bucket_size"]), dtype=grad_dtype, device="meta")
         for param in params:
             param.register_post_accumulate_grad_hook(self._gradient)
-        self.optimizer, self.impl, self.master = _HostOptimizer(), "host", None
+        self.optimizer: Any = _HostOptimizer()
+        self.impl = "host"
+        self.masters: list[Any] = []
+        self.grads: Any = None
+        self.startup: Any = None
+        if not zero.get("offload_optimizer", True):
+            sizes = [min(self.sub_group, self.share - start) for start in range(0, self.share, self.sub_group)]
+            self.masters = [torch.empty(n, dtype=torch.float32, device="meta").requires_grad_(True) for n in sizes]
+            self.optimizer, self.impl = make_optimizer(self.masters)
+            self.grads = torch.empty(self.share, dtype=grad_dtype, device="meta")  # grad_partitions_flat_buffer
+            # initialize_optimizer_states: the fp32 gradients' buffer of the largest sub-group, until the
+            # first step replaces it sub-group by sub-group (_prepare_fp32_grad_for_sub_group).
+            self.startup = torch.empty(max(sizes), dtype=torch.float32, device="meta")
         _install_linear()
         _ACTIVE[:] = [self]
 
@@ -171,10 +194,10 @@ class Zero3Offload:
             param.data = torch.empty(0, dtype=param.dtype, device="meta")
 
     def _gradient(self, param: Any) -> None:
-        param.grad = None  # copied into the bucket and sent to the host's partition
+        param.grad = None  # copied into the bucket; the rank's part kept in its share or sent to the host
 
     def gradient_storages(self) -> list[Any]:
-        return [self.bucket]
+        return [t for t in (self.bucket, self.grads, self.startup) if t is not None]
 
     def backward_ends(self, boundary: bool) -> None:
         """The step's end: what is still gathered is released, and the trace is recorded."""
@@ -184,4 +207,15 @@ class Zero3Offload:
         self.recorded, self.position, self.in_backward = True, 0, None
 
     def step(self, run_optimizer: Callable[[], None], note_gradient: Callable[[Any], None]) -> None:
-        return None  # the host steps
+        """The host steps; on the GPU, sub-group by sub-group: its gradients flattened and cast to fp32
+        beside the share, then the optimizer on that sub-group's fp32 partition."""
+        for master in self.masters:
+            flat = torch.empty(master.numel(), dtype=self.grads.dtype, device="meta")
+            single = flat.float()
+            note_gradient(single)
+            del flat
+            master.grad = single
+            del single
+            self.startup = None
+            run_optimizer()
+            master.grad = None

@@ -191,11 +191,11 @@ def test_zero_1_is_simulated_with_the_jobs_own_deepspeed_json(tmp_path):
 
 
 @pytest.mark.parametrize("train, why", [
-    ({"zero_stage": 3}, "ZeRO-3 sharding across GPUs is not simulated"),
+    ({"fsdp": True}, "FSDP sharding across GPUs is not simulated"),
     ({"zero_stage": 2, "fsdp": True}, "ZeRO-2 sharding across GPUs is not simulated"),
     ({"zero_stage": 2, "offload_optimizer": True}, "CPU offload is not simulated"),
 ])
-def test_zero_3_fsdp_and_offload_stay_the_formulas(tmp_path, train, why):
+def test_fsdp_and_zero_2_offload_stay_the_formulas(tmp_path, train, why):
     assert why in (_read(_profile(tmp_path, LLAMA_SHAPE, train, {"nproc_per_node": 4}))[2] or "")
 
 
@@ -221,9 +221,14 @@ def test_deepspeed_zero_3_with_the_optimizer_on_the_host_is_simulated_in_its_gat
     train = {"zero_stage": 3, "offload_optimizer": True, "offload_params": True}
     spec, said, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, train))
     assert reason is None
-    assert spec["zero"] == {"stage": 3, "world": 1, "offload_params": True, "settings": {
-        "stage3_max_reuse_distance": 1e9, "stage3_param_persistence_threshold": 1e5, "reduce_bucket_size": 5e8}}
+    settings = {"stage3_max_reuse_distance": 1e9, "stage3_param_persistence_threshold": 1e5,
+                "reduce_bucket_size": 5e8, "sub_group_size": 1e9}
+    assert spec["zero"] == {"stage": 3, "world": 1, "offload_params": True, "offload_optimizer": True,
+                            "settings": settings}
     assert any(n.startswith("ZeRO-3, optimizer on the host") and n.endswith("from DeepSpeed's defaults") for n in said)
-    # The optimizer on the GPU: its fp32 partitions and sub-groups are the formula's.
-    assert "ZeRO-3 sharding across GPUs is not simulated" in (
-        _read(_profile(tmp_path, LLAMA_SHAPE, {"zero_stage": 3}, {"nproc_per_node": 4}))[2] or "")
+    # The optimizer on the GPU, sharded over four: its fp32 share and sub-groups are simulated too.
+    spec, said, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, {"zero_stage": 3}, {"nproc_per_node": 4}))
+    assert reason is None
+    assert spec["zero"] == {"stage": 3, "world": 4, "offload_params": False, "offload_optimizer": False,
+                            "settings": settings}
+    assert any(n.startswith("ZeRO-3, optimizer on the GPU (the fp32 share of 4)") for n in said)

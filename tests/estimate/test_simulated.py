@@ -209,7 +209,7 @@ def test_a_failing_factory_falls_back_and_says_why(tmp_path):
 
 @pytest.mark.parametrize("train, why", [
     ('quantization = "int8"\nlora_rank = 8', "8-bit kernels"),
-    ('zero_stage = 3\n[launch]\nnproc_per_node = 4', "ZeRO-3"),
+    ('fsdp = true\n[launch]\nnproc_per_node = 4', "FSDP sharding"),
     ('optimizer = "adamw_8bit"', "custom CUDA kernels"),
 ])
 def test_what_meta_tensors_cannot_run_falls_back_with_the_reason(tmp_path, train, why):
