@@ -27,8 +27,8 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
     for key in ("tensor_parallel", "pipeline_parallel", "context_parallel"):
         if int(profile.launch.get(key) or 1) > 1:
             return f"[launch] {key} = {profile.launch[key]}: tensor/pipeline/context parallelism is not simulated"
-    if (setup.offload_optimizer or setup.offload_params) and not zero3.runs(setup):
-        return "CPU offload is not simulated (DeepSpeed ZeRO-3's is)"
+    if (setup.offload_params or (setup.offload_optimizer and not zero_sharded(setup))) and not zero3.runs(setup):
+        return "CPU offload is not simulated (DeepSpeed ZeRO-3's is, and ZeRO-1/2's offload_optimizer)"
     if setup.optimizer in ("adamw_8bit", "lion"):
         return f"optimizer = \"{setup.optimizer}\": its states live in custom CUDA kernels (bitsandbytes)"
     if setup.optimizer_in_backward:
@@ -123,8 +123,10 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
     if zero_sharded(setup):
         z = zero_settings.settings(setup.zero_settings, hidden, setup.zero_stage)
         spec["zero"] = {"stage": setup.zero_stage, "world": setup.world_size, "reduce_bucket_size": z.reduce_bucket,
-                        "overlap_comm": z.overlap_comm, "contiguous_gradients": z.contiguous_gradients}
-        notes.append(f"ZeRO-{setup.zero_stage} over {setup.world_size} GPUs: one rank's share simulated with "
+                        "overlap_comm": z.overlap_comm, "contiguous_gradients": z.contiguous_gradients,
+                        "offload_optimizer": setup.offload_optimizer}
+        notes.append(f"ZeRO-{setup.zero_stage} over {setup.world_size} GPUs: one rank's share"
+                     f"{' (the optimizer on the host)' if setup.offload_optimizer else ''} simulated with "
                      f"{zero_settings.describe(setup.zero_settings)}")
     if zero3.runs(setup):  # in DeepSpeed's gather and release order, the optimizer where the job puts it
         z3 = zero_settings.settings(setup.zero_settings, hidden)

@@ -16,7 +16,11 @@ on each GPU, in the order it does:
 - in ``step``: the share flattened (``flatten(averaged_gradients)``, a half copy) and cast to fp32
   (``single_grad_partition``), the half share released, the optimizer step on the fp32 share; the
   updated share is copied back and all-gathered into the flat half buffer in place
-  (``all_gather_dp_groups``: nothing the size of the model is allocated).
+  (``all_gather_dp_groups``: nothing the size of the model is allocated);
+- with ``offload_optimizer`` the fp32 share, its states and the gradients' share are the host's: each
+  reduced gradient leaves through ``temp_grad_buffer_for_gpu_offload``, the size of the largest
+  parameter, allocated at start-up and held (the buckets as above: ``contiguous_gradients`` is forced
+  on).
 """
 
 from __future__ import annotations
@@ -31,6 +35,18 @@ import torch
 REDUCE_BUCKET_SIZE = 500_000_000
 
 
+class HostOptimizer:
+    """The optimizer DeepSpeed steps on the host: nothing of it is on the GPU."""
+
+    state: dict = {}  # noqa: RUF012 - nothing is ever stored
+
+    def step(self) -> None:
+        return None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        return None
+
+
 class ZeroRank:
     """One rank's share of a ZeRO-1/2 job: its fp32 master share, which the optimizer steps, and the
     gradient hooks that reduce into the bucket and keep the share."""
@@ -39,16 +55,20 @@ class ZeroRank:
         self.stage, self.world = int(zero["stage"]), max(1, int(zero["world"]))
         self.bucket_size = int(zero.get("reduce_bucket_size") or REDUCE_BUCKET_SIZE)
         self.buffers = 2 if zero.get("overlap_comm") else 1
-        if not zero.get("contiguous_gradients", True):  # buffered_reduce_fallback flattens what there is
-            self.bucket_size = min(self.bucket_size, sum(p.numel() for p in params))
+        self.offload = bool(zero.get("offload_optimizer"))
+        if not zero.get("contiguous_gradients", True) and not self.offload:  # buffered_reduce_fallback
+            self.bucket_size = min(self.bucket_size, sum(p.numel() for p in params))  # flattens what there is
         self.params = params
         self.dtype = params[0].dtype
         self.share = -(-sum(p.numel() for p in params) // self.world)
-        self.master = torch.empty(self.share, dtype=torch.float32, device="meta").requires_grad_(True)
-        self.masters = [self.master]  # what the optimizer steps: one fp32 share
-        self.optimizer: Any
-        self.impl: str
-        self.optimizer, self.impl = make_optimizer([self.master])
+        self.optimizer: Any = HostOptimizer()
+        self.impl, self.master, self.masters, self.staging = "host", None, [], None
+        if self.offload:
+            self.staging = torch.empty(max(p.numel() for p in params), dtype=self.dtype, device="meta")
+        else:
+            self.master = torch.empty(self.share, dtype=torch.float32, device="meta").requires_grad_(True)
+            self.masters = [self.master]  # what the optimizer steps: one fp32 share
+            self.optimizer, self.impl = make_optimizer([self.master])
         self.buckets: list[Any] = []
         self.grads: Any = None  # grads_in_partition
         for param in params:
@@ -59,7 +79,8 @@ class ZeroRank:
             self.buckets = [torch.empty(self.bucket_size, dtype=self.dtype, device="meta")
                             for _ in range(self.buffers)]
         if self.stage >= 2:
-            self._keep_share()
+            if not self.offload:
+                self._keep_share()
             param.grad = None  # copied into the bucket, reduced, the rank's part kept in the share
 
     def _keep_share(self) -> None:
@@ -69,13 +90,14 @@ class ZeroRank:
     def backward_ends(self, boundary: bool) -> None:
         """The engine's epilogue after each backward: stage 1 reduces at the accumulation boundary
         (into the share, through the bucket, the whole gradients still live); the buckets go."""
-        if self.stage == 1 and boundary:
+        if self.stage == 1 and boundary and not self.offload:
             self._keep_share()
         self.buckets = []
 
     def gradient_storages(self) -> list[Any]:
-        """What holds gradients now: the buckets, the share, the fp32 share."""
-        return [t for t in (*self.buckets, self.grads, self.master.grad) if t is not None]
+        """What holds gradients now: the buckets, the share, the fp32 share, the host's staging buffer."""
+        master = self.master.grad if self.master is not None else None
+        return [t for t in (*self.buckets, self.grads, master, self.staging) if t is not None]
 
     def step(self, run_optimizer: Callable[[], None], note_gradient: Callable[[Any], None]) -> None:
         """``DeepSpeedZeroOptimizer.step``: the whole gradients other ranks update go
@@ -83,6 +105,8 @@ class ZeroRank:
         share is flattened and cast to fp32, the half share released, and the optimizer steps."""
         for param in self.params:
             param.grad = None
+        if self.master is None:
+            return  # the host steps
         flat = torch.empty(self.share, dtype=self.dtype, device="meta")
         single = flat.float()
         note_gradient(single)

@@ -34,6 +34,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .zero import HostOptimizer
+
 # A module whose inputs need no gradient (the first one) still gets its backward pre-hook: as DeepSpeed's.
 warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
 
@@ -76,18 +78,6 @@ def _install_linear() -> None:
 
     linear.zero3 = True  # type: ignore[attr-defined]
     F.linear = linear
-
-
-class _HostOptimizer:
-    """The optimizer DeepSpeed steps on the host: nothing of it is on the GPU."""
-
-    state: dict = {}  # noqa: RUF012 - nothing is ever stored
-
-    def step(self) -> None:
-        return None
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        return None
 
 
 class Zero3Rank:
@@ -137,7 +127,7 @@ class Zero3Rank:
         self.bucket = torch.empty(int(settings["reduce_bucket_size"]), dtype=grad_dtype, device="meta")
         for param in params:
             param.register_post_accumulate_grad_hook(self._gradient)
-        self.optimizer: Any = _HostOptimizer()
+        self.optimizer: Any = HostOptimizer()
         self.impl = "host"
         self.masters: list[Any] = []
         self.grads: Any = None

@@ -156,7 +156,8 @@ def test_each_named_layer_is_one_adapter_a_fused_one_too(tmp_path, named, module
     assert setup.lora_modules == modules
 
 
-DEEPSPEED_DEFAULTS = {"reduce_bucket_size": 5e8, "overlap_comm": False, "contiguous_gradients": True}
+DEEPSPEED_DEFAULTS = {"reduce_bucket_size": 5e8, "overlap_comm": False, "contiguous_gradients": True,
+                      "offload_optimizer": False}
 
 
 @pytest.mark.parametrize("train, launch, simulated", [
@@ -169,6 +170,13 @@ def test_deepspeed_zero_1_and_2_are_simulated_as_one_ranks_share(tmp_path, train
     assert reason is None and spec.get("zero") == simulated
     assert (f"ZeRO-{train['zero_stage']} over 4 GPUs: one rank's share simulated with DeepSpeed's defaults"
             in said) == bool(simulated)
+
+
+def test_zero_2_with_the_optimizer_on_the_host_is_simulated(tmp_path):
+    spec, said, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, {"zero_stage": 2, "offload_optimizer": True},
+                                           {"nproc_per_node": 4}))
+    assert reason is None and spec["zero"] == {"stage": 2, "world": 4, **DEEPSPEED_DEFAULTS, "offload_optimizer": True}
+    assert "ZeRO-2 over 4 GPUs: one rank's share (the optimizer on the host) simulated with DeepSpeed's defaults" in said
 
 
 def test_zero_1_is_simulated_with_the_jobs_own_deepspeed_json(tmp_path):
@@ -193,9 +201,10 @@ def test_zero_1_is_simulated_with_the_jobs_own_deepspeed_json(tmp_path):
 @pytest.mark.parametrize("train, why", [
     ({"fsdp": True}, "FSDP sharding across GPUs is not simulated"),
     ({"zero_stage": 2, "fsdp": True}, "ZeRO-2 sharding across GPUs is not simulated"),
-    ({"zero_stage": 2, "offload_optimizer": True}, "CPU offload is not simulated"),
+    ({"zero_stage": 2, "offload_params": True}, "CPU offload is not simulated"),
+    ({"offload_optimizer": True}, "CPU offload is not simulated"),
 ])
-def test_fsdp_and_zero_2_offload_stay_the_formulas(tmp_path, train, why):
+def test_fsdp_and_offload_outside_deepspeeds_stay_the_formulas(tmp_path, train, why):
     assert why in (_read(_profile(tmp_path, LLAMA_SHAPE, train, {"nproc_per_node": 4}))[2] or "")
 
 

@@ -66,3 +66,16 @@ def test_overlap_comm_doubles_the_bucket_and_without_contiguous_gradients_it_is_
     huge = {"stage": 2, "world": 4, "reduce_bucket_size": 100 * N}
     flat = _steady({**huge, "contiguous_gradients": False})["stage_peaks"]["backward"]
     assert _steady(huge)["stage_peaks"]["backward"] - flat == 2 * 99 * N  # buffered_reduce_fallback: N at most
+
+
+def test_with_the_optimizer_on_the_host_a_rank_keeps_no_share_only_the_buckets_and_a_staging_buffer():
+    """offload_optimizer: the fp32 share, its states and the gradients' share are the host's; each
+    reduced gradient leaves through a buffer the size of the largest parameter (a 1024 x 1024 matrix),
+    held from start-up."""
+    offload = _steady({"stage": 2, "world": 4, "reduce_bucket_size": BUCKET, "offload_optimizer": True})
+    staging = 2 * N // 4
+    assert offload["breakdown"]["optimizer"] == 0
+    assert offload["stage_peaks"]["setup"] == pytest.approx(2 * N + staging, abs=64 * 1024)  # bf16 model, buffer
+    # Backward: the bucket beside them and one matrix's gradient on its way, no share of the gradients.
+    assert 2 * N + staging + 2 * BUCKET + 2 * N // 4 <= offload["stage_peaks"]["backward"] \
+        < 2 * N + staging + 2 * BUCKET + 2 * N // 4 + 100_000
