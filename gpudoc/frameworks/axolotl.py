@@ -103,6 +103,7 @@ step_limit = base.no_step_limit
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 resolved = base.no_resolved
+knob_values = base.no_knob_values
 observed_place = base.no_observed_place
 
 

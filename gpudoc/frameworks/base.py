@@ -135,6 +135,14 @@ class Framework(Protocol):
         value checked before it is believed); empty where the probe reports nothing of it."""
         ...
 
+    def knob_values(self, knob: str, version: str | None) -> Mapping[str, Any] | None:
+        """The values ``knob`` takes in the framework's release ``version`` (None: unknown), each under
+        the profile's spelling of it: what a writer puts in the job's own flag or key (precision
+        ``bf16`` is Lightning 2's ``bf16-mixed``, 1.x's ``bf16``, nanoGPT's ``bfloat16``); a value the
+        release lacks is absent. None: no spelling of its own (the profile's value is written as it
+        is, or the knob is not the framework's to write)."""
+        ...
+
     def observed_place(self, parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,
                        stale: str | None) -> ObservedPlace | None:
         """Where the job reads ``knob``, which held ``value`` in the run the probe watched, found in
@@ -208,6 +216,10 @@ def no_launches(job: JobCommand, environ: Mapping[str, str], r: JobReading) -> N
 
 def no_resolved(settings: Mapping[str, Any]) -> Resolved:
     return Resolved()
+
+
+def no_knob_values(knob: str, version: str | None) -> Mapping[str, Any] | None:
+    return None
 
 
 def no_observed_place(parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,

@@ -108,6 +108,7 @@ checkpoints = base.no_checkpoints
 launches = base.no_launches
 
 
+knob_values = base.no_knob_values
 observed_place = base.no_observed_place
 
 

@@ -305,6 +305,7 @@ def resume_switch(path: str) -> tuple[str, ...]:
 launches = base.no_launches
 
 
+knob_values = base.no_knob_values
 observed_place = base.no_observed_place
 
 

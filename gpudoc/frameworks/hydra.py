@@ -142,6 +142,9 @@ launches = base.no_launches
 resolved = base.no_resolved
 
 
+knob_values = base.no_knob_values
+
+
 def observed_place(parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,
                    stale: str | None) -> base.ObservedPlace | None:
     """For a knob found in a file that did not give the job its value (a group the command did not

@@ -269,6 +269,10 @@ _RESOLVED_PRECISION = {str(v): k for k, v in (*_PRECISION_1X.items(), *PRECISION
 observed_place = base.no_observed_place
 
 
+def knob_values(knob: str, version: str | None) -> Mapping[str, Any] | None:
+    return precision_values(version) if knob == "precision" else None
+
+
 def resolved(settings: Mapping[str, Any]) -> base.Resolved:
     """The Trainer's own attributes as the probe read them in its training loop (its accumulation,
     world and precision connector's value) and the steps it estimated."""

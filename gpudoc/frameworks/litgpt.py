@@ -192,3 +192,7 @@ checkpoints = base.no_checkpoints
 launches = base.no_launches
 resolved = base.no_resolved
 observed_place = base.no_observed_place
+
+
+def knob_values(knob: str, version: str | None) -> Mapping[str, Any] | None:
+    return PRECISION if knob == "precision" else None

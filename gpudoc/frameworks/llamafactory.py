@@ -79,6 +79,7 @@ edit_args = base.no_edit_args
 resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 resolved = base.no_resolved
+knob_values = base.no_knob_values
 observed_place = base.no_observed_place
 
 

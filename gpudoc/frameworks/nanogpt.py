@@ -156,6 +156,10 @@ def resolved(settings: Mapping[str, Any]) -> base.Resolved:
     return base.Resolved(knobs, base.first_count(settings, "max_iters"))
 
 
+def knob_values(knob: str, version: str | None) -> Mapping[str, Any] | None:
+    return DTYPE if knob == "precision" else None  # train.py's dtype: autocast, mixed only
+
+
 def observed_place(parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,
                    stale: str | None) -> base.ObservedPlace | None:
     """For a knob the reading found no place for: nanoGPT's key for it (``dtype`` for precision) when

@@ -40,6 +40,7 @@ resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 launches = base.no_launches
 resolved = base.no_resolved
+knob_values = base.no_knob_values
 observed_place = base.no_observed_place
 
 

@@ -32,6 +32,9 @@ echo: tuple[tuple[str, str], ...] = (  # the recipe's resolved-config dump
     ("micro_batch_size", r"^\s*batch_size\s*[=:]\s*(\d+)\s*$"),
     ("gradient_checkpointing", r"\benable_activation_checkpointing\s*[=:]\s*(true|false|True|False)\b"),
 )
+# The recipes' dtype, by the profile's precision: bf16 or fp32 (fp16 is refused by the recipes); a
+# bf16 recipe trains in pure bf16, which the profile's bf16-true names exactly.
+DTYPE: Mapping[str, str] = {"bf16": "bf16", "bf16-true": "bf16", "fp32": "fp32"}
 _KEYS = {"batch_size": "micro_batch_size", "gradient_accumulation_steps": "gradient_accumulation_steps",
          "tokenizer.max_seq_len": "max_seq_len", "enable_activation_checkpointing": "gradient_checkpointing",
          "dtype": "precision", "model.lora_rank": "lora_rank"}
@@ -151,8 +154,8 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
             res.cannot["gradient_checkpointing"] = f"{name}: enable_activation_checkpointing is True/False; '{gc}' has no override"
     prec = knobs.get("precision")
     if prec is not None:
-        if prec in ("bf16", "bf16-true", "fp32"):
-            ed.set_kv("dtype", "fp32" if prec == "fp32" else "bf16")
+        if prec in DTYPE:
+            ed.set_kv("dtype", DTYPE[prec])
             res.expressed.add("precision")
             res.overrides.add("precision")
             if prec == "bf16":
@@ -189,6 +192,10 @@ _DTYPES = ("bf16", "fp32", "fp16")
 
 
 observed_place = base.no_observed_place
+
+
+def knob_values(knob: str, version: str | None) -> Mapping[str, Any] | None:
+    return DTYPE if knob == "precision" else None
 
 
 def resolved(settings: Mapping[str, Any]) -> base.Resolved:
@@ -252,8 +259,8 @@ def write_file(data: Any, ctx: FileContext) -> FileResult:
             res.cannot["gradient_checkpointing"] = f"torchtune: enable_activation_checkpointing is True/False, not '{gc}'"
     prec = k.get("precision")
     if prec is not None:
-        if prec in ("bf16", "bf16-true", "fp32"):
-            res.set(("dtype",), "fp32" if prec == "fp32" else "bf16", "precision")
+        if prec in DTYPE:
+            res.set(("dtype",), DTYPE[prec], "precision")
         else:
             res.cannot["precision"] = f"torchtune: dtype takes bf16 or fp32, not '{prec}'"
     if "lora_rank" in k:
@@ -288,7 +295,7 @@ def read_file(data: Any) -> dict[str, Any]:
                        bools={"gradient_checkpointing": "enable_activation_checkpointing"})
     out.pop("precision", None)
     dtype = get(data, ("dtype",))
-    if dtype in ("bf16", "fp32"):
+    if dtype in ("bf16", "fp32"):  # as written: a bf16 recipe's precision is the profile's bf16
         out["precision"] = dtype
     return out
 

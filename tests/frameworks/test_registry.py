@@ -26,7 +26,8 @@ def test_the_protocol_names_every_member_the_brief_asks_for():
     assert set(_METHODS) == {"recognise", "read", "defaults", "edit_args", "step_limit", "resume_switch",
                              "checkpoints", "launches",  # launches: a front-end that starts torchrun itself
                              "resolved",  # resolved: what the probe reported the framework resolved in the job
-                             "observed_place"}  # where the job reads a knob, found in the parsers the probe saw
+                             "observed_place",  # where the job reads a knob, found in the parsers the probe saw
+                             "knob_values"}  # the values a knob takes in the installed release
     assert set(_ATTRIBUTES) == {"name", "arg_names", "file_preset", "echo", "trial_switches"}
 
 
@@ -260,3 +261,22 @@ def test_where_no_framework_was_recognised_the_adapter_that_finds_the_place_is_t
     assert (adapter.name, place.key) == ("nanogpt", "--gradient_accumulation_steps")
     # The job's own framework is asked alone: an HF job's parsers are not a configurator's.
     assert registry.observed_place("hf-trainer", configurator, "gradient_accumulation_steps", 5, None) is None
+
+
+@pytest.mark.parametrize("adapter", registry.ADAPTERS, ids=lambda a: a.name)
+def test_the_values_a_knob_takes_are_keyed_by_the_profiles_own_spellings(adapter):
+    from gpudoc.profiles.schema import ENUMS
+
+    for version in (None, "1.9.5", "2.5.0"):
+        values = adapter.knob_values("precision", version)
+        assert values is None or (values and set(values) <= set(ENUMS[("train", "precision")])), adapter.name
+        assert adapter.knob_values("micro_batch_size", version) is None  # a count is written as it is
+
+
+def test_the_values_a_knob_takes_follow_the_installed_release():
+    lightning, torchtune, nanogpt = (registry.get(n) for n in ("lightning", "torchtune", "nanogpt"))
+    assert lightning.knob_values("precision", "1.9.5") == {"fp32": 32, "fp16": 16, "bf16": "bf16"}
+    assert lightning.knob_values("precision", "2.5.0")["bf16"] == "bf16-mixed"
+    assert lightning.knob_values("precision", None)["bf16"] == "bf16-mixed"  # unknown: today's spelling
+    assert "fp16" not in torchtune.knob_values("precision", None)  # its recipes refuse fp16
+    assert nanogpt.knob_values("precision", None)["bf16"] == "bfloat16"
