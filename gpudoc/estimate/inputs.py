@@ -15,6 +15,7 @@ from typing import Any, Mapping, TypeVar
 
 from gpudoc import allocator
 from gpudoc.errors import ProfileError
+from gpudoc.estimate import adapters
 from gpudoc.estimate.defaults import ASSUMED_LORA_DROPOUT, PARALLEL_KEYS, TARGET_LEN_NOTE, family_dropout, shapes_family
 from gpudoc.estimate.hf_config import model_from_hf_config, read_hf_config
 from gpudoc.estimate.lora_targets import DEFAULT_LORA_TARGETS, lora_targets
@@ -82,6 +83,7 @@ class TrainSetup:
     lora_target_names: tuple[str, ...] | None = None  # what a simulation hands peft (None: peft's choice)
     lora_modules: tuple[tuple[str, ...], ...] = ()  # the roles of each adapted layer (): one layer per role
     lora_dropout: float = 0.0
+    lora_adapters: str = "peft"  # whose LoRA layers: peft's (fp32 adapters) or the framework's own (``adapters``)
     quantization: str = "none"
     attention: str = "sdpa"
     dropout: float = 0.0
@@ -116,8 +118,6 @@ class Inputs:
     def with_micro_batch(self, micro_batch_size: int) -> Inputs:
         return replace(self, setup=replace(self.setup, micro_batch_size=micro_batch_size))
 
-
-# --- Hugging Face config.json -------------------------------------------------------------------
 
 # --- parameter counts from shapes ----------------------------------------------------------------
 
@@ -381,7 +381,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         lora_rank=lora_rank,
         lora_targets=targets.roles,
         lora_target_names=targets.names, lora_modules=targets.modules,
-        lora_dropout=float(lora_dropout or 0.0),
+        lora_dropout=float(lora_dropout or 0.0), lora_adapters=adapters.library(profile),
         quantization=_choice("train", "quantization", train.get("quantization"), _QUANT, "none"),
         attention=_choice("train", "attention", train.get("attention"), _ATTENTION, "sdpa"),
         dropout=float(train.get("dropout", extras.get("dropout", 0.0)) or 0.0),

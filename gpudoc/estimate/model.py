@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudoc.estimate import fsdp, terms, zero3, zero_settings
+from gpudoc.estimate import adapters, fsdp, terms, zero3, zero_settings
 from gpudoc.estimate.inputs import (
     Inputs,
     ModelShape,
@@ -76,13 +76,21 @@ def act_bytes(setup: TrainSetup) -> float:
     return 4.0 if setup.precision == "fp32" else 2.0
 
 
+def adapter_bytes(setup: TrainSetup) -> adapters.Bytes:
+    """The trainable parameters' bytes, a LoRA adapter's or the model's, and what adapters keep."""
+    return adapters.of_setup(setup, sharded_engine=_sharded_engine(setup), layer_input_bytes=act_bytes(setup))
+
+
 def _saving_roles(setup: TrainSetup) -> set[str]:
     """Linear layers whose input autograd keeps: trainable weights (full fine-tune) or LoRA-targeted
-    ones; bitsandbytes' 4/8-bit matmul functions keep their input whenever any input needs grad."""
+    ones whose adapters take that input as it is (else each keeps its own copy, counted with the
+    adapters); bitsandbytes' 4/8-bit matmul functions keep their input whenever any input needs grad."""
     all_roles = {"q", "k", "v", "o", "gate", "up", "down", "head"}
     if (setup.lora_rank == 0 and setup.quantization == "none") or zero3.runs(setup):  # zero.Init's F.linear
         return all_roles
     roles = set(setup.lora_targets) if setup.lora_rank else set()
+    if roles and adapter_bytes(setup).own_input:
+        roles &= {"head"}  # no per-layer adapter term covers the head's
     if setup.quantization != "none":
         roles |= all_roles - {"head"}
     return roles
@@ -137,13 +145,10 @@ def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: floa
     if setup.lora_rank:
         mats = layer_matrix_shapes(shape)
         # One adapter per wrapped layer: a fused one (c_attn, query_key_value) has one A and one dropout.
+        own, a_out = adapter_bytes(setup).own_input, adapter_bytes(setup).compute
         for module in setup.lora_modules or tuple((role,) for role in setup.lora_targets):
-            if module[0] not in mats:
-                continue
-            fan_in = mats[module[0]][0]
-            total += tokens * setup.lora_rank * e  # A's output, saved by B
-            if setup.lora_dropout > 0:
-                total += tokens * fan_in * (1 + e)  # each adapter's own dropout mask and output
+            if module[0] in mats:  # A's output, saved by B, and the adapter's own copy of its input
+                total += tokens * setup.lora_rank * a_out + tokens * mats[module[0]][0] * own
     kv = shape.kv_heads / shape.heads
     mm_outputs = tokens * e * (a * (2 + 2 * kv) + (2 * f if shape.gated_mlp else f) + h)
     return total, scores, mm_outputs
@@ -256,19 +261,18 @@ def compute_phases(inputs: Inputs) -> Phases:
         trainable = total
         frozen = 0.0
 
-    pbytes = terms.param_bytes(setup.precision, engine)
     if setup.lora_rank:
-        # Frozen bases are loaded in the compute dtype (fp32 only when training in fp32); adapters
-        # follow the parameter dtype (fp32 under autocast).
+        # Frozen bases are loaded in the compute dtype (fp32 only when training in fp32); the adapters'
+        # dtype is their library's (``adapter_bytes``).
         base_bytes = 4.0 if setup.precision == "fp32" or kbit_mixed(setup) else 2.0
     else:
-        base_bytes = pbytes
+        base_bytes = terms.param_bytes(setup.precision, engine)
     weights = (quantized * terms.quantized_weight_bytes(setup.quantization, shape.hidden) if quantized else 0.0)
     weights += (frozen - quantized) * base_bytes if setup.lora_rank or quantized else 0.0
-    weights += trainable * pbytes
-    grad_b = terms.gradient_bytes(setup.precision, engine)
+    grad_b = adapter_bytes(setup).param  # a gradient has its parameter's dtype (``terms.gradient_bytes``)
+    weights += trainable * grad_b
     grads = trainable * grad_b
-    state_dtype = 2.0 if true_half else 4.0
+    state_dtype = 2.0 if true_half and grad_b < 4 else 4.0  # torch's states follow the parameter's dtype
     if setup.optimizer == "adafactor":
         if setup.lora_rank:
             per_layer = [(setup.lora_rank, m[0]) for r, m in mats.items() if r in setup.lora_targets]

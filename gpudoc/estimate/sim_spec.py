@@ -143,7 +143,7 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
         spec["target_len"] = int(target)
     if setup.lora_rank:
         names = setup.lora_target_names
-        spec["lora"] = {"rank": setup.lora_rank, "dropout": setup.lora_dropout,
+        spec["lora"] = {"rank": setup.lora_rank, "dropout": setup.lora_dropout, "adapters": setup.lora_adapters,
                         "target_names": list(names) if names is not None else None}
     factory = profile.model.get("factory")
     if factory:

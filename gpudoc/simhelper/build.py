@@ -180,12 +180,16 @@ def _lora(model: Any, lora: dict, notes: list[str]) -> Any:
     rank = int(lora["rank"])
     config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=float(lora.get("dropout") or 0.0),
                              target_modules=targets)
+    # peft upcasts half adapters to fp32 (autocast_adapter_dtype); a framework's own LoRA layers
+    # (torchtune's, LitGPT's) stay in the model's dtype, as peft's do without that cast.
+    own = lora.get("adapters") == "own"
     try:
-        model = peft.get_peft_model(model, config)
+        model = peft.get_peft_model(model, config, autocast_adapter_dtype=not own)
     except ValueError as exc:
         raise Unsupported(f"peft cannot wrap this model: {exc}") from None
     wrapped = sorted({n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if ".lora_A" in n})
-    notes.append(f"LoRA rank {rank} on {', '.join(wrapped) or 'no layer'}")
+    dtype = "the model's dtype, as the framework's own LoRA layers" if own else "fp32, as peft keeps them"
+    notes.append(f"LoRA rank {rank} on {', '.join(wrapped) or 'no layer'}, adapters in {dtype}")
     return model
 
 

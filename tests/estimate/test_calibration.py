@@ -99,6 +99,9 @@ def test_the_profile_carries_the_loss_and_lora_dropout_the_record_states():
     assert 'loss = "chunked"' in profile_toml(_BY_ID["tt3-01"])
     assert "lora_dropout = 0.05" in profile_toml(_BY_ID["lit-13"])
     assert "lora_dropout" not in profile_toml(_BY_ID["tt-lora-01"])  # its record does not say
+    # torchtune's recipes train torchtune's own (bf16) LoRA layers, not peft's fp32 ones.
+    assert '[bind]\nargs = "torchtune"' in profile_toml(_BY_ID["tt-lora-01"])
+    assert "[bind]" not in profile_toml(_BY_ID["peft-01"])
 
 
 def _user_path(tmp_path, records, **kw) -> list[Result]:

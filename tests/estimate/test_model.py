@@ -332,11 +332,49 @@ def test_an_encoder_decoder_with_short_targets_saves_decoder_tokens_only():
 
 def test_a_fused_lora_target_is_one_adapter_with_one_dropout():
     """GPT-2's c_attn (peft's default there) covers q, k and v with one adapter: one dropout mask and
-    copy of the input and one A output per block, where q_proj, k_proj and v_proj keep three."""
+    copy of the input and one A output per block, where q_proj, k_proj and v_proj keep three (peft's
+    adapters are fp32: the dropout's output and A's are 4 bytes an element)."""
     shape = ModelShape(layers=1, hidden=768, heads=12, kv_heads=12, ffn=3072, vocab=50257, params=1e8,
                        gated_mlp=False, norm="layernorm")
     setup = TrainSetup(micro_batch_size=1, seq_len=1024, precision="bf16-true", lora_rank=8, lora_dropout=0.1,
                        lora_targets=("q", "k", "v"))
     separate = layer_activation_bytes(shape, setup, tokens=1024.0, batch=1)[0]
     fused = layer_activation_bytes(shape, replace(setup, lora_modules=(("q", "k", "v"),)), tokens=1024.0, batch=1)[0]
-    assert separate - fused == 2 * (1024 * 768 * (1 + 2) + 1024 * 8 * 2)
+    assert separate - fused == 2 * (1024 * 768 * (1 + 4) + 1024 * 8 * 4)
+
+
+_LLAMA_BLOCK = ModelShape(layers=32, hidden=4096, heads=32, kv_heads=32, ffn=11008, vocab=32000, params=6.74e9,
+                          gated_mlp=True, norm="rmsnorm")
+
+
+def test_peft_keeps_its_adapters_in_fp32_under_pure_half_precision_and_a_frameworks_own_do_not():
+    """peft upcasts bf16 adapters to fp32 (``autocast_adapter_dtype``): the adapters, their gradients and
+    AdamW's two states are 4 + 4 + 8 bytes a parameter where torchtune's or LitGPT's bf16 ones are 2 + 2 + 4."""
+    setup = TrainSetup(micro_batch_size=1, seq_len=512, precision="bf16-true", lora_rank=64,
+                       lora_targets=("q", "k", "v", "o", "gate", "up", "down"))
+    peft = compute_phases(Inputs(_LLAMA_BLOCK, setup)).optimizer_step
+    own = compute_phases(Inputs(_LLAMA_BLOCK, replace(setup, lora_adapters="own"))).optimizer_step
+    trainable = 32 * 64 * (4 * (4096 + 4096) + 3 * (4096 + 11008))
+    assert peft["weights"] - own["weights"] == pytest.approx(trainable * (4 - 2))
+    assert peft["gradients"] - own["gradients"] == pytest.approx(trainable * (4 - 2))
+    assert peft["optimizer"] - own["optimizer"] == pytest.approx(trainable * ((8 + 4) - (4 + 2)))  # states, foreach temp
+
+
+@pytest.mark.parametrize(("precision", "adapters", "dropout", "kept", "a_out"), [
+    ("bf16-true", "peft", 0.0, 2 * 4, 4),  # peft's cast of the bf16 input to its fp32 adapters, one per adapter
+    ("bf16-true", "peft", 0.1, 2 * (1 + 4), 4),  # the dropout's mask and its fp32 output, one per adapter
+    ("bf16-true", "own", 0.0, 2, 2),  # torchtune's bf16 adapters take the input itself: kept once for both
+    ("bf16-true", "own", 0.1, 2 * (1 + 2), 2),  # the frozen layer keeps nothing; each dropout its mask and output
+    ("bf16", "peft", 0.0, 2 * 2, 2),  # under autocast: each adapter's half cast of the input
+    ("fp32", "peft", 0.0, 4, 4),  # fp32 adapters on an fp32 input: the input itself, once
+])
+def test_what_the_lora_adapters_on_one_input_keep(precision, adapters, dropout, kept, a_out):
+    """LoRA on q and v, which read one input, against no adapter on the block: what the two keep of
+    that input (bytes an element of it) and their A outputs, per adapter library, precision and dropout."""
+    base = TrainSetup(micro_batch_size=1, seq_len=512, precision=precision, lora_rank=8, lora_dropout=dropout,
+                      lora_adapters=adapters)
+
+    def block(*targets: str) -> float:
+        return layer_activation_bytes(_LLAMA_BLOCK, replace(base, lora_targets=targets), tokens=512.0, batch=1)[0]
+
+    assert block("q", "v") - block() == 512 * 4096 * kept + 2 * 512 * 8 * a_out

@@ -1,7 +1,8 @@
 """The published measurements (tests/fixtures/memory/cases.jsonl) through the user's path: each case
 becomes a profile TOML written the way its user would write it — only the keys the SPEC gives a
 profile, only what the case's structured fields say (among them optimizer_in_backward, the LoRA targets
-the job's config lists, and a torchtune job's loss as its config says it; the free-text notes and the
+the job's config lists, a torchtune job's loss as its config says it, and ``[bind] args`` naming the
+framework whose own scripts ran the job; the free-text notes and the
 dropout or CUDA context they mention are facts a profile does not carry) — and runs through
 ``gpudoc estimate --json`` (the command function, in-process), with or without ``--simulate``.
 The rows measured with LitGPT's scripts also get what their user has: a ``[model] factory`` building
@@ -132,13 +133,19 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
         "vocab": int(r["vocab"]), "tied_embeddings": bool(r["tied_embeddings"])}
     if with_config and is_litgpt(r):
         model["factory"] = "litgpt_lora:build"  # LitGPT's own model and step (``litgpt_job``)
+    # The framework whose flags the job takes, where its own scripts ran it (its LoRA layers are its own).
+    framework = next((name for prefix, name in _FRAMEWORKS if (r["source"] or "").startswith(prefix)), None)
+    bind = {"args": framework} if framework else {}
     lines = [f"description = {json.dumps(r['id'])}"]
-    for table, keys in (("train", train), ("launch", launch), ("model", model)):
+    for table, keys in (("train", train), ("launch", launch), ("model", model), ("bind", bind)):
+        if not keys:
+            continue
         lines.append(f"[{table}]")
         lines += [f"{key} = {_toml(value)}" for key, value in keys.items()]
     return "\n".join(lines) + "\n"
 
 
+_FRAMEWORKS = (("torchtune", "torchtune"), ("LitGPT", "litgpt"))  # the record's source -> [bind] args
 _LITGPT_JOB = Path(__file__).resolve().parent / "jobs" / "litgpt_lora.py"
 # bin/test keeps LitGPT in a directory of its own (its pins contradict the venv's frameworks).
 LITGPT_PATH = Path(sys.executable).parent.parent / "litgpt"

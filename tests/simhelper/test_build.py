@@ -36,3 +36,17 @@ def test_nf4_is_torchtunes_where_the_interpreter_has_torchtune_and_torchao_and_n
     job = build(dict(SPEC))
     assert LinearNF4 in _layers(job.model) and Linear4bit not in _layers(job.model)
     assert any(n.startswith("4-bit: 7 linear layers as torchtune's NF4") for n in job.notes), job.notes
+
+
+@pytest.mark.parametrize(("adapters", "dtype"), [("peft", torch.float32), ("own", torch.bfloat16)])
+def test_lora_adapters_are_fp32_as_peft_keeps_them_or_in_the_models_dtype_as_a_frameworks_own(adapters, dtype):
+    """peft upcasts the adapters of a bf16 model to fp32 (``autocast_adapter_dtype``); torchtune's and
+    LitGPT's own LoRA layers stay bf16, which the simulation builds as peft's without that cast."""
+    pytest.importorskip("peft")
+    spec = {**SPEC, "quantization": "none", "lora": {"rank": 4, "dropout": 0.0, "adapters": adapters,
+                                                      "target_names": ["q_proj", "v_proj"]}}
+    job = build(spec)
+    trained = {p.dtype for p in job.model.parameters() if p.requires_grad}
+    frozen = {p.dtype for p in job.model.parameters() if not p.requires_grad}
+    assert trained == {dtype} and frozen == {torch.bfloat16}
+    assert any(n.startswith("LoRA rank 4 on q_proj, v_proj, adapters in") for n in job.notes), job.notes
