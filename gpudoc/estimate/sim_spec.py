@@ -33,7 +33,8 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
         return f"optimizer = \"{setup.optimizer}\": its states live in custom CUDA kernels (bitsandbytes)"
     if setup.optimizer_in_backward:
         return "an optimizer that steps inside backward is the job's own code"
-    if setup.loss not in ("lm", "fp32_logits") or (setup.loss == "fp32_logits" and profile.model.get("factory")):
+    # transformers' own heads: the LM's, a sequence classifier's (AutoModelForSequenceClassification).
+    if setup.loss not in ("lm", "fp32_logits", "classification") or (setup.loss != "lm" and profile.model.get("factory")):
         return f"loss = \"{setup.loss}\": the job's own loss code"
     if setup.gradient_checkpointing == "selective" and not profile.model.get("factory"):
         return ("selective checkpointing: the policy is the job's own code (transformers has no switch for it; "
@@ -115,8 +116,8 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
         "quantization": setup.quantization,
         "arch": shape.arch if shape is not None else str(profile.model.get("arch") or "decoder"),
     }
-    if setup.loss == "fp32_logits":  # the model's logits upcast, then torch's cross-entropy (torchtune's)
-        spec["loss"] = setup.loss
+    if setup.loss in ("fp32_logits", "classification"):  # the model's logits upcast, then torch's cross-entropy
+        spec["loss"] = setup.loss  # (torchtune's); or a sequence classifier's head in place of the LM's
     elif setup.loss == "lm" and not setup.loss_upcast and not profile.model.get("factory"):
         spec["loss"] = "half_logits"  # torch's cross-entropy on the logits as the model returns them
     hidden = shape.hidden if shape is not None else 0

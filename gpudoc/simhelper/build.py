@@ -92,6 +92,9 @@ def _from_config(spec: dict, notes: list[str]) -> Job:
         raise Unsupported(f"transformers {transformers.__version__} cannot read this config.json: {exc}") from None
     auto = {"decoder": transformers.AutoModelForCausalLM, "encoder": transformers.AutoModelForMaskedLM,
             "encoder-decoder": transformers.AutoModelForSeq2SeqLM}[spec.get("arch") or "decoder"]
+    classify = spec.get("loss") == "classification"  # a sequence-classification head: one label a sample
+    if classify:
+        auto = transformers.AutoModelForSequenceClassification
     attn = "eager" if spec.get("attention") == "eager" else "sdpa"
     with torch.device("meta"):
         try:
@@ -108,7 +111,8 @@ def _from_config(spec: dict, notes: list[str]) -> Job:
 
     def make_batch(batch: int) -> dict:
         ids = torch.randint(0, vocab, (batch, seq), device="meta")
-        labels = torch.randint(0, vocab, (batch, target if encdec else seq), device="meta")
+        labels = torch.randint(0, vocab, (batch, target if encdec else seq), device="meta") if not classify \
+            else torch.randint(0, int(config.num_labels), (batch,), device="meta")
         return {"input_ids": ids, "labels": labels}
 
     return Job(model, make_batch, notes)

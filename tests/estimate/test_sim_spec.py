@@ -219,6 +219,13 @@ def test_torchtunes_fp32_logits_loss_is_simulated_and_a_factorys_own_loss_is_not
     assert reason == 'loss = "chunked": the job\'s own loss code'
 
 
+def test_a_classification_head_is_simulated_as_transformers_builds_one(tmp_path):
+    spec, _, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, {"loss": "classification"}))
+    assert reason is None and spec["loss"] == "classification"
+    _, _, reason, _ = _read(_profile(tmp_path, {**LLAMA_SHAPE, "factory": "job:build"}, {"loss": "classification"}))
+    assert reason == 'loss = "classification": the job\'s own loss code'
+
+
 def test_a_loss_without_upcast_reaches_the_simulation_and_a_factorys_own_loss_stays_its_own(tmp_path):
     spec, _, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, {"loss_upcast": False}))
     assert reason is None and spec["loss"] == "half_logits"

@@ -111,9 +111,10 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
         train["zero_stage"] = zero
     if in_backward:  # torchtune's optimizer_in_bwd: each gradient stepped and freed in backward
         train["optimizer_in_backward"] = True
-    if loss != "lm" and (r["source"] or "").startswith("torchtune"):
-        # What gpudoc reads from a torchtune job's config (loss._component_); no other framework's
-        # config that gpudoc reads names its loss form.
+    if loss == "classification" or (loss != "lm" and (r["source"] or "").startswith("torchtune")):
+        # A classifier's head is the model its user trains, whatever the framework; the loss's form is
+        # what gpudoc reads from a torchtune job's config (loss._component_), and no other framework's
+        # config that gpudoc reads names it.
         train["loss"] = loss
     if r.get("lora"):
         train["lora_rank"] = int(r["lora"]["rank"])

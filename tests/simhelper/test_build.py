@@ -50,3 +50,15 @@ def test_lora_adapters_are_fp32_as_peft_keeps_them_or_in_the_models_dtype_as_a_f
     frozen = {p.dtype for p in job.model.parameters() if not p.requires_grad}
     assert trained == {dtype} and frozen == {torch.bfloat16}
     assert any(n.startswith("LoRA rank 4 on q_proj, v_proj, adapters in") for n in job.notes), job.notes
+
+
+def test_a_classification_job_is_built_with_a_sequence_classifiers_head():
+    """``loss = "classification"``: transformers' sequence classifier (no vocabulary-sized logits), one
+    label a sample, where an encoder is otherwise built with its masked-LM head."""
+    config = {"model_type": "bert", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+              "num_attention_heads": 4, "vocab_size": 100}
+    spec = {**SPEC, "hf_config": config, "arch": "encoder", "precision": "fp32", "quantization": "none"}
+    assert type(build(dict(spec)).model).__name__ == "BertForMaskedLM"
+    job = build({**spec, "loss": "classification"})
+    assert type(job.model).__name__ == "BertForSequenceClassification"
+    assert tuple(job.make_batch(3)["labels"].shape) == (3,)
