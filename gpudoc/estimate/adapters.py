@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from gpudoc.estimate import terms
+from gpudoc.estimate.defaults import job_framework
 
 PEFT, OWN = "peft", "own"
 # Frameworks whose recipes build their own LoRA layers rather than peft's.
@@ -24,9 +25,7 @@ def library(profile: Any) -> str:
     """Whose adapters the job trains: its own where a ``[model] factory`` builds the model (LitGPT's
     user) or the job is a torchtune or LitGPT recipe, as read from its command or named by the
     profile's ``[bind] args``; peft's otherwise (gpudoc reads LoRA as peft does)."""
-    framework = getattr(getattr(profile, "job", None), "framework", None) or \
-        (getattr(profile, "bind", None) or {}).get("args")
-    return OWN if profile.model.get("factory") or framework in OWN_ADAPTER_FRAMEWORKS else PEFT
+    return OWN if profile.model.get("factory") or job_framework(profile) in OWN_ADAPTER_FRAMEWORKS else PEFT
 
 
 def param_bytes(adapters: str, model_param_bytes: float, *, sharded_engine: bool) -> float:

@@ -21,9 +21,23 @@ TARGET_LEN_NOTE = ("[train] max_target_len not set: the decoder's targets are ta
                    "(max_seq_len); set it to the job's target length")
 
 
-def family_dropout(shape: Any) -> tuple[float, str]:
+# Frameworks that build the model with their own code, which has no dropout on a decoder's blocks
+# (LitGPT's GPT has no dropout layer; torchtune's builders default attn_dropout to 0).
+OWN_MODEL_FRAMEWORKS = frozenset({"litgpt", "torchtune"})
+
+
+def job_framework(profile: Any) -> str | None:
+    """The framework that runs the job: as read from its command, or as the profile's ``[bind] args``
+    names the one whose flags it takes."""
+    return getattr(getattr(profile, "job", None), "framework", None) or (getattr(profile, "bind", None) or {}).get("args")
+
+
+def family_dropout(shape: Any, framework: str | None = None) -> tuple[float, str]:
     """The dropout a model trains with when neither the profile nor a config.json says: the family's
     framework default, judged from the shape of its blocks, and the note that says so."""
+    if framework in OWN_MODEL_FRAMEWORKS and shape.arch == "decoder":
+        return 0.0, (f"[train] dropout not set: none assumed, as {framework}'s own model code has none; "
+                     "set dropout if the model uses it")
     if shape.arch in ("encoder", "encoder-decoder") or (shape.norm == "layernorm" and not shape.gated_mlp):
         return FAMILY_DROPOUT, (f"[train] dropout not set: {FAMILY_DROPOUT:g} assumed, the framework default of "
                                 "LayerNorm/GELU and encoder(-decoder) families (GPT-2, BERT, T5, OPT); "

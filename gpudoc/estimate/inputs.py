@@ -15,7 +15,7 @@ from typing import Any, Mapping, TypeVar
 
 from gpudoc import allocator
 from gpudoc.errors import ProfileError
-from gpudoc.estimate import adapters
+from gpudoc.estimate import adapters, defaults
 from gpudoc.estimate.defaults import ASSUMED_LORA_DROPOUT, PARALLEL_KEYS, TARGET_LEN_NOTE, family_dropout, shapes_family
 from gpudoc.estimate.hf_config import model_from_hf_config, read_hf_config
 from gpudoc.estimate.lora_targets import DEFAULT_LORA_TARGETS, lora_targets
@@ -300,7 +300,7 @@ def model_shape(profile: Any) -> tuple[ModelShape, list[str], dict]:
         extras["dropout_note"] = (f"[train] dropout not set: {extras['dropout']:g}, as the model's config.json "
                                   "states")
     else:
-        extras["dropout"], extras["dropout_note"] = family_dropout(shape)
+        extras["dropout"], extras["dropout_note"] = family_dropout(shape, defaults.job_framework(profile))
     # Whose default LoRA targets apply (none for a factory's model: peft reads its layer names itself).
     family = "" if model.get("factory") else model.get("_model_type") or ("" if hf_name else shapes_family(shape))
     extras.update(shapes_only=not hf_name, model_type=str(family))

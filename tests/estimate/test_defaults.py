@@ -29,6 +29,20 @@ def _note(notes, text: str) -> str:
     return found[0]
 
 
+def test_a_framework_whose_own_model_code_has_no_dropout_is_estimated_without(tmp_path):
+    """LitGPT's GPT and torchtune's decoders have no dropout on their blocks: a profile that names the
+    framework ([bind] args, or a job read from its command) is not given the family's 0.1."""
+    path = tmp_path / "gpudoc.toml"
+    path.write_text("")
+    for framework in ("litgpt", "torchtune"):
+        named = Profile(name="p", path=path, chain=(path,), model=GPT2_SHAPE, train=TRAIN, bind={"args": framework})
+        inputs = inputs_from_profile(named)
+        assert inputs.setup.dropout == 0.0
+        assert f"none assumed, as {framework}'s own model code has none" in _note(inputs.notes, "dropout not set")
+    hf = Profile(name="p", path=path, chain=(path,), model=GPT2_SHAPE, train=TRAIN, bind={"args": "hf-trainer"})
+    assert inputs_from_profile(hf).setup.dropout == 0.1
+
+
 def test_a_layernorm_gelu_family_trains_with_dropout_unless_told(tmp_path):
     silent = estimate(_profile(tmp_path, GPT2_SHAPE))
     assert "framework default" in _note(silent.notes, "[train] dropout not set: 0.1 assumed")
