@@ -21,6 +21,7 @@ from typing import Any
 from gpudoc.atomic import atomic_write_text
 from gpudoc.errors import GpudocError
 from gpudoc.helpercache import cache_dir, code_digest
+from gpudoc.job.knobs import JobReading
 from gpudoc.procs.bounded import run_bounded
 
 HELPER = Path(__file__).resolve().parent.parent / "readhelper" / "run.py"
@@ -96,3 +97,29 @@ def _answer(stdout: str) -> dict[str, Any] | None:
                 return None
             return found if isinstance(found, dict) else None
     return None
+
+
+
+def settle(r: JobReading, answer: Mapping[str, Any], found: Iterable[tuple[str, Any, tuple[str, ...]]], name: str,
+           *, package: str, how: str, unused: Mapping[str, str]) -> None:
+    """A framework's own values (axolotl's, LLaMA-Factory's) over gpudoc's reading ``r`` of the same
+    command: ``found`` holds (knob, value, the keys that say it), a key in the answer's ``given``
+    being one the command or its file sets. Each knob stays where gpudoc's reader placed it, with the
+    framework's value; one the job leaves to the framework takes the installed release's default;
+    one gpudoc's reader left unknown (set in a form it cannot change) stays unknown. ``unused``: knobs
+    the job does not have (no LoRA), and why. ``how``: what was asked, for the note that says so."""
+    given = answer.get("given") or {}
+    r.version = str((answer.get("versions") or {}).get(package) or "") or None
+    for knob, value, keys in found:
+        known = r.knobs.get(knob)
+        if any(k in given for k in keys):
+            if known is not None and known.kind != "default":
+                r.set(knob, value, known.kind, known.name, known.path)
+        elif known is None or known.kind == "default":
+            r.set(knob, value, "default", name)
+    for knob, why in unused.items():
+        known = r.knobs.pop(knob, None)
+        if known is not None:
+            r.notes.append(f"{name}: {why}; {knob} {known.value} ({known.where}) is not the job's")
+    r.notes.append(f"{name}: read by {package} {r.version or '?'} itself: {how}")
+    r.notes.extend(f"{name}: {note}" for note in answer.get("notes") or ())

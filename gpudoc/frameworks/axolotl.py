@@ -1,4 +1,10 @@
-"""axolotl: ``axolotl train cfg.yml`` / ``accelerate launch -m axolotl.cli.train cfg.yml``; the YAML is the job."""
+"""axolotl: ``axolotl train cfg.yml`` / ``accelerate launch -m axolotl.cli.train cfg.yml``; the YAML is the job.
+
+Where axolotl is importable by the job's interpreter, its own CLI and config schema settle the
+values and defaults (``axolotl_asked``); the reading here places each knob, and reads alone where
+it is not (pairing options after the YAML as fire does: its ``axolotl train`` CLI takes a value
+option's next token even when it is another option).
+"""
 
 from __future__ import annotations
 
@@ -49,6 +55,9 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     after = args[args.index(config) + 1:]
     after = after[:after.index("--")] if "--" in after else after  # the launcher's own options (``launches``)
     _options(cwd, r, [(flag, value) for _i, flag, value in cli_options(after, switches=True) if flag.startswith("--")])
+    from gpudoc.frameworks import axolotl_asked
+
+    axolotl_asked.settle(job, cwd, r, config, name)
 
 
 # The config keys its CLI takes as options after the YAML that hold a knob as a number (axolotl's

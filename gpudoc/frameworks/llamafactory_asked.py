@@ -56,30 +56,15 @@ def knobs(fields: Mapping[str, Any]) -> Iterator[tuple[str, Any, tuple[str, ...]
 
 
 def settle(job: JobCommand, cwd: Path, r: JobReading, config: str, name: str) -> None:
-    """LLaMA-Factory's values over gpudoc's reading ``r`` of the same command, each knob kept where
-    gpudoc's reader placed it; a knob the command leaves to LLaMA-Factory takes the installed
-    release's default. A knob gpudoc's reader left unknown (an override that holds it another way)
-    stays unknown: there is no place to change it."""
+    """LLaMA-Factory's values over gpudoc's reading ``r`` of the same command (``asked.settle``)."""
     try:
         answer = ask(job, cwd, config)
     except asked.Unanswered as exc:
         r.notes.append(f"{name}: LLaMA-Factory's own parser could not be asked ({exc}); read by gpudoc's own reader")
         return
     fields: Mapping[str, Any] = answer.get("fields") or {}
-    given: Mapping[str, Any] = answer.get("given") or {}
-    r.version = str((answer.get("versions") or {}).get("llamafactory") or "") or None
-    for knob, value, said in knobs(fields):
-        known = r.knobs.get(knob)
-        if any(f in given for f in said):
-            if known is not None and known.kind != "default":
-                r.set(knob, value, known.kind, known.name, known.path)
-        elif known is None or known.kind == "default":
-            r.set(knob, value, "default", name)
-    lora = r.knobs.get("lora_rank")
-    if lora is not None and fields.get("finetuning_type") != "lora":
-        del r.knobs["lora_rank"]  # its LoRA settings are not read by a full or freeze fine-tune
-        r.notes.append(f"{name}: finetuning_type is {fields.get('finetuning_type')}: no LoRA is trained, and "
-                       f"lora_rank {lora.value} ({lora.where}) is not the job's")
-    r.notes.append(f"{name}: read by LLaMA-Factory {r.version or '?'}'s own parser (its YAML, the key=value "
-                   "overrides merged over it, its argument dataclasses' defaults)")
-    r.notes.extend(f"{name}: {note}" for note in answer.get("notes") or ())
+    tuning = fields.get("finetuning_type")
+    asked.settle(r, answer, knobs(fields), name, package="llamafactory",
+                 how="its own parser (its YAML, the key=value overrides merged over it, its argument dataclasses' "
+                     "defaults)",
+                 unused={} if tuning == "lora" else {"lora_rank": f"finetuning_type is {tuning}: no LoRA is trained"})

@@ -6,7 +6,8 @@ Request: ``{"framework": "hydra", "config_dir", "config_name", "overrides", "ver
 ``{"framework": "lightning", "args", "cwd"}`` or ``{"framework": "litgpt", "command", "args", "cwd"}``
 (``jsonargs.py``: for those two, ``setters`` (leaf key -> the layers that set it) and ``layers``), or
 ``{"framework": "hf-trainer" | "trl" | "llama-factory", ...}`` (``hf.py``: HF's, TRL's and LLaMA-Factory's
-argument dataclasses).
+argument dataclasses), or ``{"framework": "axolotl", ...}`` (``axolotl_cli.py``: its CLI, load_cfg's
+options and its config schema).
 
 Answer: ``{"ok": true, "config": {...}, "interpolated": {key: text}, "versions": {...}}`` with, for
 Hydra, ``choices`` (group -> option composed) and ``provenance`` (leaf key -> the defaults-list entry
@@ -192,7 +193,7 @@ def answer(request: str) -> dict[str, Any]:
         req = json.loads(request)
         ask = {**_JSONARGS, "hydra": hydra, "torchtune": torchtune, "hf-trainer": _beside("hf.py", "hf_trainer"),
                "trl": _beside("hf.py", "trl"),
-               "llama-factory": _beside("hf.py", "llama_factory")}[req["framework"]]
+               "llama-factory": _beside("hf.py", "llama_factory"), "axolotl": _beside("axolotl_cli.py", "axolotl")}[req["framework"]]
     except (ValueError, KeyError, TypeError) as exc:
         return {"ok": False, "reason": f"not a request: {exc}"}
     try:

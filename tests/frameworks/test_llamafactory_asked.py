@@ -89,8 +89,8 @@ def test_its_parser_reads_the_verbatim_config_and_its_overrides_through_the_dry_
     assert read["zero_stage"] == (3, "file:examples/deepspeed/ds_z3_config.json")
     # finetuning_type=full: LLaMA-Factory trains no LoRA, whatever lora_rank the file holds.
     assert "lora_rank" not in read
-    assert "finetuning_type is full: no LoRA is trained, and lora_rank 8 (file:ds3.yaml) is not the job's" in done.stderr
-    assert "read by LLaMA-Factory 0.9.5's own parser" in done.stderr
+    assert "finetuning_type is full: no LoRA is trained; lora_rank 8 (file:ds3.yaml) is not the job's" in done.stderr
+    assert "read by llamafactory 0.9.5 itself: its own parser" in done.stderr
 
 
 def test_the_edit_after_an_oom_is_parsed_by_llamafactory_as_the_job_will(job):
