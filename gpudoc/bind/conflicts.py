@@ -2,7 +2,8 @@
 
 Contradictions stop the launch (the job would fail, or gpudoc would reason about a world the job
 does not run in): the launcher's process or node count against ``[launch]`` / ``[gpu] count``,
-and a DeepSpeed ``train_batch_size`` that is not micro x accumulation x world size. Conflicts are
+and a config file the framework itself would refuse at start-up as it will be written (each file
+preset's ``startup_check``: DeepSpeed's batch arithmetic). Conflicts are
 said and the job still runs: a flag or a config value the profile sets but does not bind.
 """
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from gpudoc.bind.args import KNOWN_FLAGS, PresetResult
 from gpudoc.bind.values import LADDER_KNOBS, is_neutral
-from gpudoc.configvalues import format_value, get, num
+from gpudoc.configvalues import format_value
 from gpudoc.edits.argv import ArgEdits
 from gpudoc.errors import ProfileError
 
@@ -34,29 +35,6 @@ def launch_contradictions(profile: Profile, launcher: str | None, cmd: World) ->
         out.append(f"the command runs on {cmd.nnodes} node(s) ({launcher}) but the profile's "
                    f"[launch] nnodes = {launch['nnodes']}")
     return out
-
-
-def deepspeed_batch_contradiction(st: FileState, knobs: Mapping[str, Any], world_size: int) -> str | None:
-    """DeepSpeed asserts ``train_batch_size == micro x accumulation x world size`` at start-up, its world
-    size the data-parallel ranks; checked on the file as it will be written (``"auto"`` values are filled
-    by the Trainer, an accumulation nothing says is DeepSpeed's to derive)."""
-    if st.data is None:
-        return None
-    tbs = num(get(st.data, ("train_batch_size",)))
-    micro = num(get(st.data, ("train_micro_batch_size_per_gpu",)))
-    accum = num(get(st.data, ("gradient_accumulation_steps",)))
-    micro = micro if micro is not None else num(knobs.get("micro_batch_size"))
-    accum = accum if accum is not None else num(knobs.get("gradient_accumulation_steps"))
-    if accum is None and tbs is not None and micro:
-        # Neither the JSON nor the job says: DeepSpeed derives it, train_batch_size // micro // ranks
-        # (deepspeed/runtime/config.py, _set_batch_related_parameters), then asserts the product.
-        accum = max(1, int(tbs // micro // world_size))
-    if tbs is None or micro is None or accum is None or micro * accum * world_size == tbs:
-        return None
-    product = micro * accum * world_size
-    return (f"{st.label}: train_batch_size = {tbs} but micro batch x gradient accumulation x world size = "
-            f"{micro} x {accum} x {world_size} = {product}; set train_batch_size to {product} (or \"auto\") "
-            f"or change the profile")
 
 
 def refuse(profile: Profile, contradictions: list[str]) -> None:
@@ -88,8 +66,9 @@ def unbound_file_conflicts(st: FileState, knobs: Mapping[str, Any], bound: set[s
                            preset: str | None = None, overridden: frozenset[str] = frozenset(),
                            by: str = "the profile says") -> list[str]:
     """A knob the file hard-codes at another value, bound nowhere in it. ``overridden``: knobs a
-    ``key=value`` override on the command line carries, which beats this file (torchtune's
-    ``--config``, Hydra's composed config) but not a DeepSpeed JSON (DeepSpeed reads it itself)."""
+    ``key=value`` override on the command line carries, which beats this file where the job composes
+    its overrides over it (torchtune's ``--config``, Hydra's composed config), not where the
+    framework reads the file itself (``FilePreset.command_overrides``: a DeepSpeed JSON)."""
     if st.fmt == "sh" or st.data is None:
         return []
     from gpudoc.frameworks.registry import file_layout, file_preset  # the frameworks' modules read through bind
@@ -98,7 +77,7 @@ def unbound_file_conflicts(st: FileState, knobs: Mapping[str, Any], bound: set[s
     if preset is None:
         return []
 
-    carried = set(bound) | (set() if preset == "deepspeed" else set(overridden))
+    carried = set(bound) | (set(overridden) if file_preset(preset).command_overrides else set())
     out = []
     for knob, value in file_preset(preset).read(st.data).items():
         if knob in knobs and knob not in carried and value != knobs[knob]:

@@ -26,6 +26,12 @@ class FilePreset:
     # (the file's parsed top level, its suffix) -> whether it is this framework's config; None: no
     # layout of its own to recognise (it is only ever named)
     has_layout: Callable[[Mapping[str, Any], str], bool] | None = None
+    # Whether a ``key=value`` override on the command line beats the file (the job composes its
+    # overrides over it); False: the framework reads the file itself, after the command's flags.
+    command_overrides: bool = True
+    # (the file's data as it will be written, its label, the knobs, the world size) -> the refusal the
+    # framework would raise at start-up on it, said before anything is written; None: no such check.
+    startup_check: Callable[[Any, str, Mapping[str, Any], int], str | None] | None = None
 
     def write(self, data: Any, ctx: FileContext) -> FileResult:
         """The preset's assignments, each type-checked against the value it replaces by the check

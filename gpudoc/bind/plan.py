@@ -12,7 +12,6 @@ from gpudoc.bind import shell
 from gpudoc.bind.argchanges import arg_changes
 from gpudoc.bind.args import ArgContext, PresetResult
 from gpudoc.bind.conflicts import (
-    deepspeed_batch_contradiction,
     launch_contradictions,
     refuse,
     require_expressed,
@@ -160,7 +159,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     files: dict[Path, FileState] = {}
     explicit: set[str] = set()
     bound_in_file: dict[Path, set[str]] = {}
-    deepspeed_jsons: set[Path] = set()
+    checked: dict[Path, str] = {}  # each config file a framework's start-up check reads, by its preset
     overridden: set[str] = set()  # knobs on the command line as ``key=value``: they beat the config files
     by = whose(profile)
 
@@ -191,8 +190,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         for path, value, knob in res.assignments:
             st.assign(path, value, knob=knob)
         bound_in_file.setdefault(st.path.resolve(), set()).update(res.expressed)
-        if preset == "deepspeed":
-            deepspeed_jsons.add(st.path.resolve())
+        checked[st.path.resolve()] = preset
         results.append((f"{preset} ({st.label})", res))
         for follow_path, follow_preset, follow_hf in res.follow:
             run_file_preset(state(follow_path), follow_preset, follow_hf)
@@ -246,20 +244,22 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         if not preset:
             conflicts.extend(unbound_file_conflicts(st, knobs, bound_in_file.get(st.path.resolve(), set()),
                                                     overridden=frozenset(overridden), by=by))
-            if file_layout(st.data, st.path.suffix.lower()) == "deepspeed":
-                deepspeed_jsons.add(st.path.resolve())
+            layout = file_layout(st.data, st.path.suffix.lower())
+            if layout is not None:
+                checked[st.path.resolve()] = layout
 
     # 3. A DeepSpeed JSON the command names while no preset binds it: check, do not edit.
     for occ in args_ed.find(("--deepspeed",)):
         if occ.value and Path(cwd / occ.value).is_file() and (cwd / occ.value).resolve() not in files:
             st = state(occ.value)
-            deepspeed_jsons.add(st.path.resolve())
+            checked[st.path.resolve()] = "deepspeed"
             if not arg_preset:
                 conflicts.extend(unbound_file_conflicts(st, knobs, set(), preset="deepspeed", by=by))
 
     # 4. Contradictions stop here, before anything is written.
-    for ds_path in sorted(deepspeed_jsons):
-        found = deepspeed_batch_contradiction(files[ds_path], knobs, world)
+    for path, preset_name in sorted(checked.items()):
+        check, st = file_preset(preset_name).startup_check, files[path]
+        found = check(st.data, st.label, knobs, world) if check is not None and st.data is not None else None
         if found:
             contradictions.append(found)
     refuse(profile, contradictions)

@@ -170,7 +170,7 @@ def write_file(data: Any, ctx: FileContext) -> FileResult:
                 res.set((section, "enabled"), on, "precision")
             res.expressed.add("precision")
     # train_batch_size against micro x accumulation x world size is checked on the file as it will
-    # be written, with the launch's other contradictions (conflicts.deepspeed_batch_contradiction).
+    # be written, with the launch's other contradictions (startup_check).
     stage = k.get("zero_stage", get(data, ("zero_optimization", "stage")))
     stage_number = num(stage)
     if k.get("offload_params") and stage_number is not None and stage_number < 3:
@@ -213,4 +213,27 @@ def has_layout(data: Mapping[str, Any], suffix: str) -> bool:
                                 or "train_batch_size" in data)
 
 
-file_preset: FilePreset | None = FilePreset(name, write_file, read_file, has_layout)
+def startup_check(data: Any, label: str, knobs: Mapping[str, Any], world_size: int) -> str | None:
+    """DeepSpeed asserts ``train_batch_size == micro x accumulation x world size`` at start-up, its world
+    size the data-parallel ranks; checked on the file as it will be written (``"auto"`` values are filled
+    by the Trainer, an accumulation nothing says is DeepSpeed's to derive)."""
+    tbs = num(get(data, ("train_batch_size",)))
+    micro = num(get(data, ("train_micro_batch_size_per_gpu",)))
+    accum = num(get(data, ("gradient_accumulation_steps",)))
+    micro = micro if micro is not None else num(knobs.get("micro_batch_size"))
+    accum = accum if accum is not None else num(knobs.get("gradient_accumulation_steps"))
+    if accum is None and tbs is not None and micro:
+        # Neither the JSON nor the job says: DeepSpeed derives it, train_batch_size // micro // ranks
+        # (deepspeed/runtime/config.py, _set_batch_related_parameters), then asserts the product.
+        accum = max(1, int(tbs // micro // world_size))
+    if tbs is None or micro is None or accum is None or micro * accum * world_size == tbs:
+        return None
+    product = micro * accum * world_size
+    return (f"{label}: train_batch_size = {tbs} but micro batch x gradient accumulation x world size = "
+            f"{micro} x {accum} x {world_size} = {product}; set train_batch_size to {product} (or \"auto\") "
+            f"or change the profile")
+
+
+# DeepSpeed reads its JSON itself, after the script's own flags: a key=value override beats nothing there.
+file_preset: FilePreset | None = FilePreset(name, write_file, read_file, has_layout, command_overrides=False,
+                                            startup_check=startup_check)

@@ -220,3 +220,19 @@ def test_a_json_that_names_no_zero_stage_runs_deepspeeds_stage_0(tmp_path):
     assert {k: reading.values.get(k) for k in ("micro_batch_size", "gradient_accumulation_steps", "zero_stage",
                                                "precision")} == {"micro_batch_size": 3, "gradient_accumulation_steps": 2,
                                                                  "zero_stage": 0, "precision": "fp16"}
+
+
+def test_deepspeeds_start_up_batch_check_is_its_adapters_and_derives_what_the_json_leaves_out():
+    from gpudoc.frameworks import deepspeed
+
+    check = deepspeed.file_preset.startup_check
+    assert check is not None and deepspeed.file_preset.command_overrides is False  # it reads its JSON itself
+    # train_batch_size 32 = 4 x 2 x 4: holds; accumulation unset is derived as DeepSpeed does (32 // 4 // 4).
+    assert check({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2},
+                 "ds.json", {}, 4) is None
+    assert check({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4}, "ds.json", {}, 4) is None
+    # The knobs fill what the JSON says "auto" for (the Trainer passes them): 4 x 4 x 4 = 64, not 32.
+    said = check({"train_batch_size": 32, "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"},
+                 "ds.json", {"micro_batch_size": 4, "gradient_accumulation_steps": 4}, 4)
+    assert said == ("ds.json: train_batch_size = 32 but micro batch x gradient accumulation x world size = 4 x 4 x 4 = "
+                    "64; set train_batch_size to 64 (or \"auto\") or change the profile")
