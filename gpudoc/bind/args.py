@@ -24,7 +24,9 @@ class PresetResult:
     cannot: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
-    deepspeed_files: list[str] = field(default_factory=list)
+    # Config files it leaves to another framework's file preset: (file, preset, whether this
+    # framework fills that file's "auto" values from its own flags: they stay "auto").
+    follow: list[tuple[str, str, bool]] = field(default_factory=list)
 
     def unsupported(self, knobs: Mapping[str, Any], names: Iterable[str], why: Callable[[str], str]) -> None:
         """Knobs this preset has no setting for: fine at their neutral value (there is nothing to

@@ -21,7 +21,6 @@ class FileContext:
 @dataclass
 class FileResult(PresetResult):
     assignments: list[tuple[tuple[str, ...], Any, str]] = field(default_factory=list)  # (path, value, knob)
-    follow: list[tuple[str, str, bool]] = field(default_factory=list)  # (file, preset, hf_mode)
     # Keys whose framework reads either type, so the preset may change it (NeMo's precision: 16 or
     # "bf16"); every other value is type-checked against the one it replaces (FilePreset.write).
     retyped: set[tuple[str, ...]] = field(default_factory=set)

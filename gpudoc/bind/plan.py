@@ -132,7 +132,14 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     does not parse or cannot be edited safely.
     """
     # Here, not at the top: the frameworks' modules read configs through this package.
-    from gpudoc.frameworks.registry import arg_preset_names, file_layout, file_preset, file_preset_names, write_args
+    from gpudoc.frameworks.registry import (
+        arg_preset_names,
+        file_layout,
+        file_preset,
+        file_preset_names,
+        named_configs,
+        write_args,
+    )
     from gpudoc.profiles.schema import ENUMS
 
     cwd = Path(cwd)
@@ -170,10 +177,10 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
             files[key] = FileState(path, path_text)
         return files[key]
 
-    # The HF Trainer fills a DeepSpeed JSON's "auto" values from its own flags: a file the job
-    # passes as --deepspeed keeps them, however the profile binds it (SPEC: "auto" respected).
+    # A framework that fills a config file's "auto" values from its own flags (the HF Trainer, a
+    # DeepSpeed JSON it is passed): the file keeps them, however the profile binds it (SPEC: "auto" respected).
     args_ed = ArgEdits(argv[parts.args_start:])
-    hf_named = {(cwd / o.value).resolve() for o in args_ed.find(("--deepspeed",)) if o.value and not o.value.startswith("-")}
+    filled = {(cwd / path).resolve() for path, _preset, fills in named_configs(args_ed.tokens) if fills}
 
     # A file reached twice (the job's --deepspeed, also in [bind.files]) is bound once, the first way.
     ran: set[tuple[Path, str]] = set()
@@ -185,7 +192,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         if (st.path.resolve(), preset) in ran:
             return
         ran.add((st.path.resolve(), preset))
-        ctx = FileContext(st.label, knobs, world, hf_mode or st.path.resolve() in hf_named)
+        ctx = FileContext(st.label, knobs, world, hf_mode or st.path.resolve() in filled)
         res: FileResult = file_preset(preset).write(st.data, ctx)
         for path, value, knob in res.assignments:
             st.assign(path, value, knob=knob)
@@ -209,8 +216,8 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         res = written
         results.append((arg_preset, res))
         overridden |= res.overrides
-        for ds in res.deepspeed_files:
-            run_file_preset(state(ds), "deepspeed", True)
+        for follow_path, follow_preset, follow_filled in res.follow:
+            run_file_preset(state(follow_path), follow_preset, follow_filled)
     else:
         conflicts.extend(unbound_flag_conflicts(argv[parts.args_start:], knobs, by=by))
     overridden |= apply_overrides(args_ed, bind, knobs) | apply_flags(args_ed, bind, knobs)
@@ -227,8 +234,8 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
             if preset:
                 results.append((f"{preset} ({st.label})", res))
             explicit.update(mapping)
-            for ds in res.deepspeed_files:
-                run_file_preset(state(ds), "deepspeed", True)
+            for follow_path, follow_preset, follow_filled in res.follow:
+                run_file_preset(state(follow_path), follow_preset, follow_filled)
             continue
         if preset:
             if preset not in file_preset_names():
@@ -248,13 +255,13 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
             if layout is not None:
                 checked[st.path.resolve()] = layout
 
-    # 3. A DeepSpeed JSON the command names while no preset binds it: check, do not edit.
-    for occ in args_ed.find(("--deepspeed",)):
-        if occ.value and Path(cwd / occ.value).is_file() and (cwd / occ.value).resolve() not in files:
-            st = state(occ.value)
-            checked[st.path.resolve()] = "deepspeed"
+    # 3. A config file the command names for a framework (a DeepSpeed JSON) that nothing binds: check, do not edit.
+    for path_text, named_preset, _fills in named_configs(args_ed.result()):
+        if Path(cwd / path_text).is_file() and (cwd / path_text).resolve() not in files:
+            st = state(path_text)
+            checked[st.path.resolve()] = named_preset
             if not arg_preset:
-                conflicts.extend(unbound_file_conflicts(st, knobs, set(), preset="deepspeed", by=by))
+                conflicts.extend(unbound_file_conflicts(st, knobs, set(), preset=named_preset, by=by))
 
     # 4. Contradictions stop here, before anything is written.
     for path, preset_name in sorted(checked.items()):

@@ -113,6 +113,7 @@ resume_switch = base.no_resume_switch
 checkpoints = base.no_checkpoints
 resolved = base.no_resolved
 knob_values = base.no_knob_values
+named_configs = base.no_named_configs
 observed_place = base.no_observed_place
 
 

@@ -110,6 +110,12 @@ class Framework(Protocol):
         """Write ``knobs`` in its override syntax into the script's arguments; None: it has none."""
         ...
 
+    def named_configs(self, args: list[str]) -> list[tuple[str, str, bool]]:
+        """The config files the script's arguments name for a framework to read: (the file, that
+        framework's file preset, whether this framework fills the file's "auto" values from its own
+        flags, so they stay "auto"); [] when they name none."""
+        ...
+
     def step_limit(self, args: list[str], steps: int) -> list[str] | None:
         """The script's arguments with the framework's own switch that stops training after
         ``steps`` optimizer steps set (one already there replaced); None: it has no such switch."""
@@ -159,6 +165,10 @@ def no_defaults(version: str | None) -> Mapping[str, Any]:
 
 def no_edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> PresetResult | None:
     return None
+
+
+def no_named_configs(args: list[str]) -> list[tuple[str, str, bool]]:
+    return []
 
 
 def no_step_limit(args: list[str], steps: int) -> list[str] | None:

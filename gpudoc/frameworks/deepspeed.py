@@ -109,6 +109,7 @@ launches = base.no_launches
 
 
 knob_values = base.no_knob_values
+named_configs = base.no_named_configs
 observed_place = base.no_observed_place
 
 

@@ -282,9 +282,7 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
             res.cannot["precision"] = (f"{name}: --bf16/--fp16 are mixed precision with fp32 master weights; "
                                        f"'{prec}' needs the model loaded in that dtype by the script")
     ds = ed.find(("--deepspeed",))
-    for occ in ds:
-        if occ.value and not occ.value.startswith("-"):
-            res.deepspeed_files.append(occ.value)
+    res.follow.extend(named_configs(ed.result()))
     for knob in ("zero_stage", "offload_optimizer", "offload_params"):
         if knob in knobs and not ds and not is_neutral(knob, knobs[knob]):
             res.cannot[knob] = (f"{name}: {knob} reaches the Trainer only through the DeepSpeed JSON named by "
@@ -292,6 +290,12 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     optional_flag(ed, knobs, res, name, "max_seq_len", SEQ_FLAGS)
     optional_flag(ed, knobs, res, name, "lora_rank", LORA_FLAGS)
     return res
+
+
+def named_configs(args: list[str]) -> list[tuple[str, str, bool]]:
+    """The DeepSpeed JSON ``--deepspeed`` names: the Trainer fills its "auto" values from its own flags."""
+    return [(occ.value, "deepspeed", True) for occ in ArgEdits(list(args)).find(("--deepspeed",))
+            if occ.value and not occ.value.startswith("-")]
 
 
 step_limit = base.flag_step_limit("--max_steps")

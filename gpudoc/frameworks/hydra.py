@@ -143,6 +143,7 @@ resolved = base.no_resolved
 
 
 knob_values = base.no_knob_values
+named_configs = base.no_named_configs
 
 
 def observed_place(parsers: Sequence[Mapping[str, Any]], knob: str, value: Any,

@@ -269,6 +269,9 @@ _RESOLVED_PRECISION = {str(v): k for k, v in (*_PRECISION_1X.items(), *PRECISION
 observed_place = base.no_observed_place
 
 
+named_configs = base.no_named_configs
+
+
 def knob_values(knob: str, version: str | None) -> Mapping[str, Any] | None:
     return precision_values(version) if knob == "precision" else None
 

@@ -194,5 +194,8 @@ resolved = base.no_resolved
 observed_place = base.no_observed_place
 
 
+named_configs = base.no_named_configs
+
+
 def knob_values(knob: str, version: str | None) -> Mapping[str, Any] | None:
     return PRECISION if knob == "precision" else None

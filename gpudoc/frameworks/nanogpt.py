@@ -156,6 +156,9 @@ def resolved(settings: Mapping[str, Any]) -> base.Resolved:
     return base.Resolved(knobs, base.first_count(settings, "max_iters"))
 
 
+named_configs = base.no_named_configs
+
+
 def knob_values(knob: str, version: str | None) -> Mapping[str, Any] | None:
     return DTYPE if knob == "precision" else None  # train.py's dtype: autocast, mixed only
 

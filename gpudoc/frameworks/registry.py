@@ -99,6 +99,12 @@ def observed_place(name: str | None, parsers: Sequence[Mapping[str, Any]], knob:
     return None
 
 
+def named_configs(args: list[str]) -> list[tuple[str, str, bool]]:
+    """The config files a script's arguments name for a framework to read, by any framework's flags
+    (``Framework.named_configs``), each once."""
+    return list(dict.fromkeys(named for adapter in ADAPTERS for named in adapter.named_configs(args)))
+
+
 def launches(job: JobCommand, cwd: Path, environ: Mapping[str, str]) -> dict[str, int]:
     """What ``read`` puts in a reading's ``launch`` from the job's environment, without reading its knobs."""
     reading = JobReading()

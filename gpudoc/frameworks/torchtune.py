@@ -194,6 +194,9 @@ _DTYPES = ("bf16", "fp32", "fp16")
 observed_place = base.no_observed_place
 
 
+named_configs = base.no_named_configs
+
+
 def knob_values(knob: str, version: str | None) -> Mapping[str, Any] | None:
     return DTYPE if knob == "precision" else None
 

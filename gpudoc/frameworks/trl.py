@@ -163,6 +163,7 @@ checkpoints = base.no_checkpoints
 launches = base.no_launches
 resolved = base.no_resolved
 knob_values = base.no_knob_values
+named_configs = base.no_named_configs
 observed_place = base.no_observed_place
 
 

@@ -27,7 +27,8 @@ def test_the_protocol_names_every_member_the_brief_asks_for():
                              "checkpoints", "launches",  # launches: a front-end that starts torchrun itself
                              "resolved",  # resolved: what the probe reported the framework resolved in the job
                              "observed_place",  # where the job reads a knob, found in the parsers the probe saw
-                             "knob_values"}  # the values a knob takes in the installed release
+                             "knob_values",  # the values a knob takes in the installed release
+                             "named_configs"}  # config files its flags name for another framework to read
     assert set(_ATTRIBUTES) == {"name", "arg_names", "file_preset", "echo", "trial_switches"}
 
 
@@ -280,3 +281,11 @@ def test_the_values_a_knob_takes_follow_the_installed_release():
     assert lightning.knob_values("precision", None)["bf16"] == "bf16-mixed"  # unknown: today's spelling
     assert "fp16" not in torchtune.knob_values("precision", None)  # its recipes refuse fp16
     assert nanogpt.knob_values("precision", None)["bf16"] == "bfloat16"
+
+
+def test_a_config_file_a_flag_names_for_another_framework_is_found_by_the_frameworks_own_flag():
+    assert registry.named_configs(["--deepspeed", "ds.json", "--bf16"]) == [("ds.json", "deepspeed", True)]
+    assert registry.named_configs(["--deepspeed=ds.json"]) == [("ds.json", "deepspeed", True)]
+    # A native DeepSpeed script's bare switch names no file.
+    assert registry.named_configs(["--deepspeed", "--deepspeed_config", "ds.json"]) == []
+    assert registry.named_configs(["--config", "x.yaml"]) == []
