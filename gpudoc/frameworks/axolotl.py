@@ -15,11 +15,11 @@ from typing import Any
 
 from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
-from gpudoc.bind.trainer_configs import follows_deepspeed, lora_key, precision_bools, read_simple
 from gpudoc.configvalues import MISSING, count, get
 from gpudoc.frameworks import base, trainer_yaml
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.presetfiles import follow_deepspeed
+from gpudoc.frameworks.trainer_configs import follows_deepspeed, lora_key, precision_bools, read_simple
 from gpudoc.job.argv import JobCommand, parse_command
 from gpudoc.job.identity import world
 from gpudoc.job.knobs import JobReading

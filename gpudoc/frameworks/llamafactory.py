@@ -14,10 +14,10 @@ from typing import Any
 
 from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
-from gpudoc.bind.trainer_configs import follows_deepspeed, lora_key, precision_bools, read_simple
 from gpudoc.configvalues import MISSING, get
 from gpudoc.frameworks import base, trainer_yaml
 from gpudoc.frameworks.base import Recognition
+from gpudoc.frameworks.trainer_configs import follows_deepspeed, lora_key, precision_bools, read_simple
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.knobs import JobReading
 from gpudoc.job.sources import override, typed

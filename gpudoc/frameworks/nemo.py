@@ -12,10 +12,10 @@ from typing import Any
 
 from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
-from gpudoc.bind.trainer_configs import read_simple
 from gpudoc.configvalues import get, num
 from gpudoc.frameworks import base, lightning
 from gpudoc.frameworks.base import Recognition
+from gpudoc.frameworks.trainer_configs import read_simple
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.knobs import JobReading
 

@@ -15,11 +15,11 @@ from typing import Any
 from gpudoc.bind.args import ArgContext, PresetResult
 from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
-from gpudoc.bind.trainer_configs import read_simple
 from gpudoc.configvalues import MISSING, get
 from gpudoc.edits.argv import ArgEdits
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
+from gpudoc.frameworks.trainer_configs import read_simple
 from gpudoc.job import checkpoints as ckpt
 from gpudoc.job.argv import JobCommand
 from gpudoc.job.knobs import JobReading

@@ -1,4 +1,5 @@
-"""What the trainers' config-file writers share (each framework's own is its ``file_preset``, ``gpudoc.frameworks``)."""
+"""What the frameworks' config-file writers share: keys read as they are, a LoRA rank key, precision as
+two booleans, a DeepSpeed JSON the file names (each framework's own writer is its ``file_preset``)."""
 
 from __future__ import annotations
 
