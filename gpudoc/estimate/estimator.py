@@ -109,9 +109,11 @@ def _peak_of(inputs: Inputs, correction: Correction | None) -> tuple[Phases, flo
     return phases, max(correction.apply(inputs, phases), sum(phases.load.values()))
 
 
-def _overhead(peak: float, inputs: Inputs) -> tuple[int, int]:
+def _overhead(peak: float, phases: Phases, inputs: Inputs) -> tuple[int, int]:
+    # Where the load sets the peak only the weights are kept yet; the quantization's temporaries churn.
+    resident = phases.load.get("weights", 0.0) if phases.peak_phase == LOAD else phases.resident
     context = terms.cuda_context_bytes()
-    slack = terms.allocator_slack_bytes(peak, expandable_segments=inputs.setup.expandable_segments)
+    slack = terms.allocator_slack_bytes(peak, resident, expandable_segments=inputs.setup.expandable_segments)
     return int(context), round(slack)
 
 
@@ -124,8 +126,8 @@ def max_micro_batch_size(inputs: Inputs, gpu_total_bytes: int | None, target_uti
     budget = gpu_total_bytes * target_utilization
 
     def fits(b: int) -> bool:
-        _, peak = _peak_of(inputs.with_micro_batch(b), correction)
-        context, slack = _overhead(peak, inputs)
+        phases, peak = _peak_of(inputs.with_micro_batch(b), correction)
+        context, slack = _overhead(peak, phases, inputs)
         return peak + slack + context <= budget
 
     if not fits(1):
@@ -177,7 +179,7 @@ def estimate_inputs(inputs: Inputs, *, gpu_total_bytes: int | None = None, targe
             notes.append(load_note(load_library(inputs.setup), phases.load["workspace"]))
     ints = {k: round(v) for k, v in breakdown.items()}
     peak_int = sum(ints.values())
-    context, slack = _overhead(peak_int, inputs)
+    context, slack = _overhead(peak_int, phases, inputs)
     per_sample = per_sample_activation_bytes_for(inputs)
     if correction is not None:
         per_sample *= correction.per_sample_scale

@@ -7,8 +7,8 @@ rescaled; with two or more different micro batches, both scales come from least 
 (not absolute bytes) carry over to other knob settings, so the ladder's what-ifs improve too.
 
 Run records hold NVML's view of the GPU (``peak_memory_bytes``: CUDA context + the allocator's
-reserved pool), so the context and the modelled slack are taken off before comparing with the
-model's ``max_memory_allocated`` figure.
+reserved pool), so the context and the modelled slack (on what is not kept: ``terms``) are taken
+off before comparing with the model's ``max_memory_allocated`` figure.
 """
 
 from __future__ import annotations
@@ -115,8 +115,10 @@ def correction_from_history(inputs: Inputs, history: Iterable[PastRun]) -> Corre
         if rec_inputs is None:
             continue
         static, slope = linear_parts(rec_inputs)
-        slack = terms.allocator_slack_bytes(1.0, expandable_segments=rec_inputs.setup.expandable_segments)
-        allocated = (measured - terms.cuda_context_bytes()) / (1.0 + slack)
+        # The estimate's own overhead taken off: the context, then the slack on what is not kept.
+        allocated = terms.allocated_from_reserved(measured - terms.cuda_context_bytes(),
+                                                  compute_phases(rec_inputs).resident,
+                                                  expandable_segments=rec_inputs.setup.expandable_segments)
         if allocated <= 0:
             continue
         points.append(Point(static, slope * rec_inputs.setup.micro_batch_size,

@@ -33,6 +33,7 @@ class Phases:
     optimizer_step: dict[str, float]
     notes: tuple[str, ...] = field(default_factory=tuple)
     load: dict[str, float] = field(default_factory=dict)  # a 4-bit model's quantization at load (``loading``)
+    resident: float = 0.0  # allocated once and kept (weights, optimizer states, master copies): no allocator slack
 
     @property
     def fb_total(self) -> float:
@@ -383,7 +384,7 @@ def compute_phases(inputs: Inputs) -> Phases:
               "activations": acts, "logits": logits, "workspace": workspace_fb}
         step = {"weights": weights, "gradients": grads_fb, "optimizer": optimizer + master + step_temp,
                 "activations": 0.0, "logits": 0.0, "workspace": 0.0}
-        return Phases(fb, step, tuple(notes), load)
+        return Phases(fb, step, tuple(notes), load, weights + optimizer + master)
 
     # With gradient accumulation the gradients of earlier micro batches stay through the next
     # forward; with one micro batch, zero_grad(set_to_none=True) (the default since PyTorch 2.0)
@@ -396,4 +397,4 @@ def compute_phases(inputs: Inputs) -> Phases:
             "activations": 0.0, "logits": 0.0, "workspace": workspace_step}
     if step_grads is not None:
         step.update(gradients=step_grads[0], optimizer=optimizer + master, workspace=step_grads[1])
-    return Phases(fb, step, tuple(notes), load)
+    return Phases(fb, step, tuple(notes), load, weights + optimizer + master)

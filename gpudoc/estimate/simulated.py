@@ -148,12 +148,18 @@ def _simulate(profile: Any, helper: HelperSession, shape: ModelShape | None, set
                          "temporaries": int(load["temporaries_bytes"])}
             notes.append(load_note(str(load["library"]), int(load["temporaries_bytes"])))
     peak = sum(breakdown.values())
+    # Allocated once and kept (no allocator slack): the weights and the optimizer states, the same at
+    # every micro batch; at the load only its weights. Under ZeRO-3 the simulated weights include the
+    # parameters gathered module by module, which churn: only the states count as kept there.
+    kept = main["steady_state"]["breakdown"]
+    resident = int(kept.get("optimizer", 0)) + (int(kept.get("weights", 0)) if setup.zero_stage != 3 else 0)
     target = float(getattr(profile, "target_utilization", 0.85))
     largest = None
     if gpu_total_bytes:
-        largest = _largest_fitting(points, gpu_total_bytes * target, setup, run, extra, notes)
+        largest = _largest_fitting(points, gpu_total_bytes * target, setup, run, extra, notes, resident)
         loaded = phases.get(LOAD, 0)  # no micro batch fits where the model does not load
-        if loaded + terms.allocator_slack_bytes(loaded, expandable_segments=setup.expandable_segments) \
+        load_kept = int(load["weights_bytes"]) if load else 0
+        if loaded + terms.allocator_slack_bytes(loaded, load_kept, expandable_segments=setup.expandable_segments) \
                 + terms.cuda_context_bytes() > gpu_total_bytes * target:
             largest = 0
         far, far_slope = _top_line(points)
@@ -162,7 +168,8 @@ def _simulate(profile: Any, helper: HelperSession, shape: ModelShape | None, set
                          f"that does not grow with the batch sets the peak there; at larger micro batches each "
                          f"adds {format_bytes(far_slope)}")
     context = terms.cuda_context_bytes()
-    slack = round(terms.allocator_slack_bytes(peak, expandable_segments=setup.expandable_segments))
+    slack = round(terms.allocator_slack_bytes(peak, breakdown["weights"] if stage == LOAD else resident,
+                                              expandable_segments=setup.expandable_segments))
     versions = dict(result.get("versions") or {})
     return Estimate(
         peak_bytes=peak, breakdown=breakdown, max_micro_batch_size=largest,
@@ -191,7 +198,7 @@ def _top_line(points: Mapping[int, _Point]) -> tuple[_Point, float]:
 
 
 def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup,
-                     run: Callable[[list[int]], dict], extra: int, notes: list[str]) -> int:
+                     run: Callable[[list[int]], dict], extra: int, notes: list[str], resident: int) -> int:
     """The largest micro batch whose simulated peak + slack + context stays under ``budget``, by at
     most ``_SEARCH_SIMULATIONS`` more simulations. Each guess follows the line through the two largest
     micro batches simulated so far. Where a transient that does not grow with the batch (a tied
@@ -199,18 +206,19 @@ def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup
     then read, unsimulated, off the chord from the largest size that fits to the one that did not:
     the peak, the larger of a constant and a line, is convex, so the chord lies above it and the size
     it gives fits."""
-    rate = 1 + (0.04 if setup.expandable_segments else 0.10)
     context = terms.cuda_context_bytes()
+    # The largest peak allocated whose slack and context still fit.
+    room = terms.allocated_from_reserved(budget - context, resident, expandable_segments=setup.expandable_segments)
 
     def fits(point: _Point) -> bool:
-        slack = terms.allocator_slack_bytes(point.peak, expandable_segments=setup.expandable_segments)
+        slack = terms.allocator_slack_bytes(point.peak, resident, expandable_segments=setup.expandable_segments)
         return point.peak + slack + context <= budget
 
     def guess_between(low: _Point, high: _Point) -> int:
         line = (high.fb - low.fb) / (high.size - low.size)
         if line <= 0:
             return low.size
-        return max(0, math.floor(low.size + ((budget - context) / rate - low.fb) / line))
+        return max(0, math.floor(low.size + (room - low.fb) / line))
 
     def guess() -> int:
         high, line = _top_line(points)
@@ -218,7 +226,7 @@ def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup
             return 0
         if line <= 0:
             return MAX_SEARCH_MICRO_BATCH
-        return max(0, min(MAX_SEARCH_MICRO_BATCH, math.floor(high.size + ((budget - context) / rate - high.fb) / line)))
+        return max(0, min(MAX_SEARCH_MICRO_BATCH, math.floor(high.size + (room - high.fb) / line)))
 
     good = max((p.size for p in points.values() if fits(p)), default=0)
     bad = min((p.size for p in points.values() if not fits(p)), default=None)

@@ -371,8 +371,29 @@ def cuda_context_bytes() -> int:
     return 500 * MIB
 
 
-def allocator_slack_bytes(peak_allocated: float, *, expandable_segments: bool) -> float:
-    """Memory the caching allocator reserves beyond what tensors use: block rounding and
-    fragmentation (PyTorch CUDA semantics, "Memory management"). Typically ~10% of the peak;
-    ``expandable_segments:True`` lets segments grow in place and cuts it to a few percent."""
-    return peak_allocated * (0.04 if expandable_segments else 0.10)
+def allocator_slack_bytes(peak_allocated: float, resident: float, *, expandable_segments: bool) -> float:
+    """What the caching allocator reserves beyond ``peak_allocated``: ~10% (a few percent with
+    ``expandable_segments:True``, which grows one segment in place) of what is freed and requested
+    again (activations, gradients freed by ``zero_grad``, loss buffers, the step's temporaries), none
+    of ``resident`` (weights, optimizer states, master copies: allocated once and kept).
+
+    PyTorch's CUDA caching allocator (CUDA semantics, "Memory management") rounds a request over
+    1 MiB to 512 bytes and carves it from a segment: 20 MiB segments for 1-10 MiB, a segment of its
+    own rounded to 2 MiB above. A tensor never freed fills its segment (at most 2 MiB lost each):
+    right after a model's init the pool is its allocated bytes within a fraction of a percent. The
+    waste is where blocks are freed and re-requested at other sizes: a freed block is split for a
+    smaller request and its rest cannot serve a larger one (``max_split_size_mb`` bounds splitting),
+    and a segment stays cached while any of it is used, so the pool keeps the high-water mark of
+    every pattern of transient sizes."""
+    return max(0.0, peak_allocated - resident) * _slack_fraction(expandable_segments)
+
+
+def allocated_from_reserved(reserved: float, resident: float, *, expandable_segments: bool) -> float:
+    """The peak allocated whose peak + ``allocator_slack_bytes`` is ``reserved``: its exact inverse
+    (a measured pool, the CUDA context taken off, back to the allocator's peak)."""
+    fraction = _slack_fraction(expandable_segments)
+    return reserved if reserved <= resident else (reserved + fraction * resident) / (1.0 + fraction)
+
+
+def _slack_fraction(expandable_segments: bool) -> float:
+    return 0.04 if expandable_segments else 0.10

@@ -86,11 +86,12 @@ _UNBOUNDED = {"lit-22", "lit-25", "lit-28", "titan-13"}
 # The LitGPT rows run LitGPT's own model and step under Fabric, as their user's factory
 # (tests/estimate/jobs/litgpt_lora.py).
 SIMULATED_SUBSET = ("adan-01", "hf-bert-07", "lit-10", "tt-lora-01", "lit-01", "peft-01")
-# Measured on this subset: median |error| 7.0%, one case under by more than 10% (hf-bert-07, -16.5%
-# with its classifier's head: an nvidia-smi figure of an ``_OLD_STACK`` run). peft-01 (+18%) measured
+# Measured on this subset: median |error| 2.7% (7.0% with the allocator's slack on the whole peak, not
+# only on what is freed and requested again), one case under by more than 10% (hf-bert-07, -19.1% with
+# its classifier's head: an nvidia-smi figure of an ``_OLD_STACK`` run). peft-01 (+18%) measured
 # weights, gradients and AdamW's states with no foreach copy at the step: the for-loop AdamW of torch
 # before 2.0 (early 2023), a version its record does not state.
-SUBSET_MEDIAN, SUBSET_UNDER = 0.08, 1
+SUBSET_MEDIAN, SUBSET_UNDER = 0.05, 1
 
 
 def test_the_profile_carries_the_loss_and_lora_dropout_the_record_states():
@@ -141,9 +142,10 @@ def test_the_formula_through_the_users_path(tmp_path, with_config):
             assert x.predicted <= 1.6 * x.capacity, f"{x.id}: a run that fit predicted far over its card"
     s = summary(_bounded(results))
     assert s["n"] >= 35
-    # The issue's target through the user's path; measured 8.1% / 8.1% (7.9% / 8.9% before the adapters
-    # were counted as their library keeps them and the BERT rows' classifier's head was written down).
-    assert s["median"] <= 0.10
+    # Toward the issue's target through the user's path; measured 6.7% / 6.7% (8.1% / 8.1% with the
+    # allocator's slack on the whole peak, weights and optimizer states included; 7.9% / 8.9% before the
+    # adapters were counted as their library keeps them and the BERT rows' classifier's head was written down).
+    assert s["median"] <= 0.075
     assert s["within25"] >= 0.80
     # Under-prediction lets a job through the gate into an OOM: no row is under by more than 10% but
     # those whose stack a profile cannot state (``_OLD_STACK``); the cheapest readings of silent

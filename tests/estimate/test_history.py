@@ -8,6 +8,7 @@ from dataclasses import replace
 from gpudoc.estimate import estimate_inputs, terms
 from gpudoc.estimate.history import correction_from_history, linear_parts
 from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup
+from gpudoc.estimate.model import compute_phases
 from gpudoc.runs.record import RunRecord
 
 SHAPE = ModelShape(layers=24, hidden=2048, heads=16, kv_heads=16, ffn=5632, vocab=32000, params=1.3e9)
@@ -26,7 +27,8 @@ def _truth(micro_batch: int, *, static_scale=0.9, per_sample_scale=1.6) -> float
 
 def _record(micro_batch: int, run_id: str, **kw) -> RunRecord:
     allocated = _truth(micro_batch)
-    nvml = allocated * (1 + terms.allocator_slack_bytes(1.0, expandable_segments=False)) + terms.cuda_context_bytes()
+    kept = compute_phases(_inputs(micro_batch)).resident  # weights and Adam's states: no slack on them
+    nvml = allocated + terms.allocator_slack_bytes(allocated, kept, expandable_segments=False) + terms.cuda_context_bytes()
     fields = {"id": run_id, "command": ["train"], "cwd": ".", "status": "ok", "exit_code": 0,
                   "profile": {"name": "p", "knobs": {**KNOBS, "micro_batch_size": micro_batch}},
                   "peak_memory_bytes": {"0": int(nvml)}}

@@ -61,8 +61,11 @@ def test_without_4bit_weights_there_is_no_load_phase(tmp_path):
 
 def test_no_micro_batch_fits_a_card_the_model_cannot_be_loaded_on(tmp_path):
     doc = _estimate(tmp_path, 'max_seq_len = 16\nprecision = "bf16-true"')
-    step, load = doc["phases"]["steady_state"], doc["phases"]["load"]
-    # A card whose target holds the step (with its slack and the context) but not the load.
-    budget = ((step + load) / 2) * 1.1 + doc["context_bytes"]
+    step, weights = doc["phases"]["steady_state"], doc["breakdown"]["weights"]
+    # A card whose target holds the step (with its slack and the context: at most this much, the step
+    # keeps its optimizer states too) but not the load (``total_bytes``: its peak is the load).
+    step_total = step + terms.allocator_slack_bytes(step, weights, expandable_segments=False) + doc["context_bytes"]
+    assert doc["peak_phase"] == "load" and step_total < doc["total_bytes"]
+    budget = (step_total + doc["total_bytes"]) / 2
     train = f'max_seq_len = 16\nprecision = "bf16-true"\n[gpu]\nmemory_gib = {budget / 0.85 / 1024**3:.4f}'
     assert _estimate(tmp_path, train)["max_micro_batch_size"] == 0

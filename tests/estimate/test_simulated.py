@@ -306,11 +306,13 @@ def test_the_largest_micro_batch_is_found_in_one_more_simulation(flat_until):
     points = {b: _point(run([b])["runs"][0], 0) for b in (4, 5, 20, 21)}
     calls.clear()
     setup = SimpleNamespace(expandable_segments=False)
-    found = _largest_fitting(points, budget, setup, run, 0, [])  # type: ignore[arg-type]
+    kept = 150 * MIB  # weights and optimizer states: no slack on them
+    found = _largest_fitting(points, budget, setup, run, 0, [], kept)  # type: ignore[arg-type]
 
     def fits(size: int) -> bool:
         peak = backward_peak(size)
-        return peak + terms.allocator_slack_bytes(peak, expandable_segments=False) + terms.cuda_context_bytes() <= budget
+        slack = terms.allocator_slack_bytes(peak, kept, expandable_segments=False)
+        return peak + slack + terms.cuda_context_bytes() <= budget
 
     boundary = max(b for b in range(1, 4096) if fits(b))
     assert len(calls) <= 1

@@ -152,8 +152,26 @@ def test_deepspeed_buffers_follow_stage_1_and_2_and_stage3():
 
 def test_context_and_slack_are_outside_the_peak():
     assert 300 * 1024**2 <= terms.cuda_context_bytes() <= 500 * 1024**2
-    assert terms.allocator_slack_bytes(10e9, expandable_segments=False) > \
-        terms.allocator_slack_bytes(10e9, expandable_segments=True) > 0
+    assert terms.allocator_slack_bytes(10e9, 0.0, expandable_segments=False) > \
+        terms.allocator_slack_bytes(10e9, 0.0, expandable_segments=True) > 0
+
+
+def test_the_allocator_slack_is_on_what_is_freed_and_requested_again_not_on_what_is_kept():
+    # A LoRA job: 14 GB of weights allocated once fill their segments; 1 GB of activations churn.
+    kept, peak = 14e9, 15e9
+    assert terms.allocator_slack_bytes(peak, kept, expandable_segments=False) == pytest.approx(0.10e9)
+    assert terms.allocator_slack_bytes(peak, kept, expandable_segments=True) == pytest.approx(0.04e9)
+    # Right after init (nothing transient yet) the pool is the weights; never a negative slack.
+    assert terms.allocator_slack_bytes(kept, kept, expandable_segments=False) == 0.0
+    assert terms.allocator_slack_bytes(1e9, kept, expandable_segments=False) == 0.0
+
+
+@pytest.mark.parametrize("expandable", [False, True])
+@pytest.mark.parametrize("peak", [0.5e9, 14e9, 15e9, 40e9])
+def test_a_measured_pool_goes_back_to_exactly_the_peak_that_reserves_it(peak, expandable):
+    kept = 14e9
+    reserved = peak + terms.allocator_slack_bytes(peak, kept, expandable_segments=expandable)
+    assert terms.allocated_from_reserved(reserved, kept, expandable_segments=expandable) == pytest.approx(peak)
 
 
 def test_optimizer_step_temporaries():
