@@ -8,7 +8,7 @@ its programs run by an interpreter that has it on its path, with the switches it
 against other releases. Prints per framework the knob values read right, missed (not read, or read as
 unknown) and wrong, the read rate (right / all), and how many commands were read by the framework's own
 parser (asked) and how many by gpudoc's own reader because it could not be asked (fallback), as the
-dry-run's notes say. A truth of null is a knob the job does not have (a full fine-tune's LoRA rank):
+dry-run's notes and the reader helper's answers say. A truth of null is a knob the job does not have (a full fine-tune's LoRA rank):
 reading a value for it is wrong.
 
 Two collections: ``seen`` (tests/fixtures/real/commands.jsonl, the commands the readers were written
@@ -32,6 +32,8 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gpudoc.helpercache import cache_dir
 
 REPO = Path(__file__).resolve().parent.parent
 REAL = REPO / "tests" / "fixtures" / "real"
@@ -76,13 +78,14 @@ def score(knob: str, read: object, truth: object) -> int:
     return 1 if read is None else 0 if _same(knob, read, truth) else 2
 
 
-def who_read(notes: list[str]) -> str:
-    """"fallback" where a note says gpudoc's own reader read the command because its framework could
-    not be asked, "asked" where one says the framework's own parser read it, else "" (a framework with
-    nothing to ask, or a reader that asked without a note)."""
+def who_read(notes: list[str], answered: bool = False) -> str:
+    """"fallback" where a note says gpudoc's own reader read the command (or a part of it) because its
+    framework could not be asked; "asked" where one says the framework's own parser read it, or
+    ``answered``, the reader helper answered (HF's, TRL's, Hydra's and Lightning's readers ask without
+    a note); else "" (nothing to ask: a DeepSpeed JSON, nanoGPT's config, a torchtune file of plain values)."""
     if any(_FALLBACK.search(n) for n in notes):
         return "fallback"
-    return "asked" if any(_ASKED.search(n) for n in notes) else ""
+    return "asked" if answered or any(_ASKED.search(n) for n in notes) else ""
 
 
 def fixture(name: str) -> Path:
@@ -147,17 +150,20 @@ def read_values(entry: dict, where: Path, root: Path, *, fallback: bool = False)
            **entry.get("env", {})}
     cwd = where / entry.get("cwd", ".")
     cwd.mkdir(parents=True, exist_ok=True)
+    answers = cache_dir(env, "read")  # each answer the reader helper gives is kept there, one file
+    before = set(answers.glob("*.json"))
     # A helper that imports torch, transformers and peft on a busy machine takes its own limit (120 s).
     done = subprocess.run([sys.executable, "-m", "gpudoc", "run", "--dry-run", "--json", "--", *entry["command"]],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     notes = [line.removeprefix("gpudoc: note: ") for line in done.stderr.splitlines()
              if line.startswith("gpudoc: note: ")]
+    answered = bool(set(answers.glob("*.json")) - before)
     if done.returncode != 0:
-        return Read(reader=who_read(notes),
+        return Read(reader=who_read(notes, answered),
                     error=f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
     said = json.loads(done.stdout)
     return Read({b["knob"]: b["new"] for b in said.get("bindings", []) if b.get("knob")},
-                who_read(notes + [str(n) for n in said.get("notes") or ()]))
+                who_read(notes + [str(n) for n in said.get("notes") or ()], answered))
 
 
 def main(argv: list[str]) -> int:

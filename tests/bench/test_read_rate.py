@@ -2,8 +2,8 @@
 every entry names fixture files that exist, a framework gpudoc knows and knobs of the profile's
 vocabulary; the scoring of a knob the job does not have; the programs an entry runs with (a front-end
 installed beside the venv on its interpreter's path, gpudoc's reader helper refused for ``--fallback``);
-who read a command, as the dry-run's notes say; one entry read end to end through the harness, and one
-by gpudoc's own reader alone."""
+who read a command, as the dry-run's notes and the reader helper's answers say; entries read end to end through
+the harness, one by gpudoc's own reader alone."""
 
 from __future__ import annotations
 
@@ -66,6 +66,7 @@ def test_who_read_a_command_is_what_the_readers_notes_say(tmp_path, monkeypatch)
     assert read_rate.who_read(answered.notes) == "asked"
     assert read_rate.who_read([*answered.notes, *unasked.notes]) == "fallback"  # one layer not asked: said so
     assert read_rate.who_read(["deepspeed: train_batch_size 24 = 3 x 2 x 4"]) == ""
+    assert read_rate.who_read([], answered=True) == "asked"  # HF's, TRL's, Hydra's readers ask without a note
 
 
 def test_a_front_end_installed_beside_the_venv_runs_under_an_interpreter_that_has_it(tmp_path):
@@ -99,6 +100,13 @@ def test_an_entry_is_read_through_the_users_path(tmp_path):
     read = read_rate.read_values(entry, tmp_path / "job", tmp_path)
     assert {knob: read.values.get(knob) for knob in entry["truth"]} == entry["truth"]
     assert read.reader == "" and not read.error  # DeepSpeed's JSON: nothing to ask, and no note says
+
+
+def test_an_entry_whose_reader_asks_without_a_note_is_counted_asked_by_the_helpers_answer(tmp_path):
+    entry = _entry("hydra-ddp-4")  # Hydra's compose API in the job's interpreter: a second, no torch
+    (tmp_path / "job").mkdir()
+    read = read_rate.read_values(entry, tmp_path / "job", tmp_path)
+    assert read.reader == "asked" and read.values["gradient_accumulation_steps"] == 1  # the Trainer's default
 
 
 def test_an_entry_is_read_by_gpudocs_own_reader_alone_with_fallback(tmp_path):
