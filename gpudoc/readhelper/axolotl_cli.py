@@ -103,7 +103,8 @@ def _coerce_value() -> Any:
 
 
 def _validated(data: dict[str, Any]) -> Any:
-    import torch
+    from importlib.metadata import version
+
     from axolotl.utils.config import validate_config  # type: ignore[import-not-found]
     from axolotl.utils.dict import DictDefault  # type: ignore[import-not-found]
     from pydantic import ValidationError
@@ -112,7 +113,7 @@ def _validated(data: dict[str, Any]) -> Any:
                     "compute_capability": None}
     try:
         return validate_config(DictDefault(data), capabilities=capabilities,
-                               env_capabilities={"torch_version": str(torch.__version__).split("+", 1)[0]})
+                               env_capabilities={"torch_version": version("torch").split("+", 1)[0]})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "the config"

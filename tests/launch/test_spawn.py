@@ -61,6 +61,9 @@ def test_rank_raising_is_the_recorded_cause(isolated_home):
 
 
 def test_rank_oom_and_exit_is_gpu_oom(isolated_home):
+    # The job ends by itself (torchrun tears rank 0 down): a grace long enough that a loaded machine's
+    # teardown never races gpudoc's fail-fast (the grace's own test is below).
+    (isolated_home / "gpudoc.toml").write_text("[run]\noom_grace_s = 60\n")
     mark = marker()
     g = Gpudoc("run", "--no-check", "--", *torchrun("oom_exit", mark), cwd=isolated_home)
     assert g.wait(90) == 1, g.stderr
