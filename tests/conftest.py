@@ -85,6 +85,15 @@ def shared_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Pa
     return target
 
 
+def asked_framework_env(monkeypatch, tmp_path_factory, job: Path, cache: str, path_tail: str) -> None:
+    """The environment of a module whose framework is installed beside the venv and asked in the job's
+    interpreter: ``job/bin`` (its wrapped console scripts) first on PATH, then ``path_tail``; and a
+    cache of the module's own (``cache``), so its answers are computed once by its first test and read
+    by the others, never met from another module's questions."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / cache))
+    monkeypatch.setenv("PATH", f"{job / 'bin'}:{path_tail}")
+
+
 @pytest.fixture
 def store(tmp_path):
     """An empty run store of the test's own, outside GPUDOC_HOME."""

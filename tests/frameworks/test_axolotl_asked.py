@@ -25,7 +25,7 @@ from gpudoc.frameworks import asked, axolotl_asked
 from gpudoc.job.interpreter import target_python
 from gpudoc.job.knobs import read_job
 from gpudoc.runs.store import RunStore
-from tests.conftest import REPO, console_script, gpudoc_cli
+from tests.conftest import REPO, VENV_BIN, asked_framework_env, console_script, gpudoc_cli
 
 pytestmark = pytest.mark.slow
 AXOLOTL = REPO / ".venv" / "axolotl"
@@ -65,8 +65,7 @@ def job(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _environment(tmp_path_factory, monkeypatch, job):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "axolotl-read-cache"))
-    monkeypatch.setenv("PATH", f"{job / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    asked_framework_env(monkeypatch, tmp_path_factory, job, "axolotl-read-cache", f"{VENV_BIN}:/usr/bin:/bin")
 
 
 def test_its_cli_options_over_the_yaml_are_read_and_the_edit_after_an_oom_is_read_so_by_axolotl(job):

@@ -21,7 +21,7 @@ import pytest
 from gpudoc.frameworks import asked, litgpt_asked
 from gpudoc.job.interpreter import target_python
 from gpudoc.job.knobs import read_job
-from tests.conftest import CONFIGS, REPO, console_script, gpudoc_cli
+from tests.conftest import CONFIGS, REPO, asked_framework_env, console_script, gpudoc_cli
 from tests.frameworks.test_reading import _plan
 
 pytestmark = pytest.mark.slow
@@ -45,8 +45,7 @@ def job(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _environment(tmp_path_factory, monkeypatch, job):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "litgpt-read-cache"))
-    monkeypatch.setenv("PATH", f"{job / 'bin'}:/usr/bin:/bin")
+    asked_framework_env(monkeypatch, tmp_path_factory, job, "litgpt-read-cache", "/usr/bin:/bin")
 
 
 def _ask(job: Path, args: list[str]) -> dict:

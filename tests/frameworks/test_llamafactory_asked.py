@@ -25,7 +25,7 @@ from gpudoc.frameworks import asked, llamafactory_asked
 from gpudoc.job.interpreter import target_python
 from gpudoc.job.knobs import read_job
 from gpudoc.runs.store import RunStore
-from tests.conftest import CONFIGS, REPO, console_script, gpudoc_cli
+from tests.conftest import CONFIGS, REPO, VENV_BIN, asked_framework_env, console_script, gpudoc_cli
 
 pytestmark = pytest.mark.slow
 LLAMAFACTORY = REPO / ".venv" / "llamafactory"
@@ -63,8 +63,7 @@ def job(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _environment(tmp_path_factory, monkeypatch, job):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "llamafactory-read-cache"))
-    monkeypatch.setenv("PATH", f"{job / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    asked_framework_env(monkeypatch, tmp_path_factory, job, "llamafactory-read-cache", f"{VENV_BIN}:/usr/bin:/bin")
 
 
 def _parsed(cwd: Path, command: list[str]) -> dict:
