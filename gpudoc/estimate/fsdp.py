@@ -13,11 +13,20 @@ last, and the gradients stay whole on each GPU until then:
   parameters stay gathered and their gradients whole, in the parameters' dtype
   (``to_accumulated_grad_if_needed`` upcasts only when resharding), until the last micro batch.
 The step itself sees the sharded gradients again.
+
+A loop that never enters either reduce-scatters every micro batch, and each GPU accumulates only its
+share: torchtune's distributed recipes (``recipes/full_finetune_distributed.py``,
+``recipes/lora_finetune_distributed.py``: FSDP1 in 0.1-0.2, FSDP2's ``fully_shard`` from 0.3 to 0.6)
+call ``loss.backward()`` on each micro batch and neither ``no_sync`` nor
+``set_requires_gradient_sync(False)`` appears in them or in ``torchtune/training``.
 """
 
 from __future__ import annotations
 
 from gpudoc.estimate.inputs import TrainSetup
+
+# Frameworks (as ``defaults.job_framework`` names them) whose loops reduce-scatter every micro batch.
+REDUCES_EVERY_MICRO_BATCH = frozenset({"torchtune"})
 
 
 def accumulated(setup: TrainSetup, *, pipelined: bool, params: float, trainable: float, block_params: float,
@@ -26,6 +35,10 @@ def accumulated(setup: TrainSetup, *, pipelined: bool, params: float, trainable:
     compute dtype, or None where FSDP reduces every micro batch (one micro batch per step, or no FSDP).
     ``params``: the parameters this GPU's share of the model has before sharding."""
     if not setup.fsdp or setup.sharding_stage < 2 or setup.gradient_accumulation_steps <= 1:
+        return None
+    if not pipelined and setup.framework in REDUCES_EVERY_MICRO_BATCH:
+        notes.append(f"FSDP under {setup.framework}'s recipe: the gradients are reduce-scattered every micro batch "
+                     "(no no_sync), each GPU accumulating its share")
         return None
     whole = block_params if setup.lora_rank else trainable
     if pipelined:

@@ -84,6 +84,7 @@ class TrainSetup:
     lora_modules: tuple[tuple[str, ...], ...] = ()  # the roles of each adapted layer (): one layer per role
     lora_dropout: float = 0.0
     lora_adapters: str = "peft"  # whose LoRA layers: peft's (fp32 adapters) or the framework's own (``adapters``)
+    framework: str | None = None  # the job's, read from its command or named by [bind] args: its loop's ways (``fsdp``)
     quantization: str = "none"
     attention: str = "sdpa"
     dropout: float = 0.0
@@ -92,8 +93,7 @@ class TrainSetup:
     optimizer_in_backward: bool = False
     expandable_segments: bool = False
     target_len: int = 0  # encoder-decoder: decoder tokens per sample (0: as many as seq_len)
-    # Parallel layouts ([launch]): world_size = data parallel x tensor x pipeline x context.
-    tensor_parallel: int = 1
+    tensor_parallel: int = 1  # parallel layouts ([launch]): world_size = data parallel x tensor x pipeline x context
     pipeline_parallel: int = 1
     context_parallel: int = 1
     in_flight: int = 1  # micro batches whose activations a pipeline stage holds at once (1F1B: up to pp)
@@ -372,7 +372,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         gradient_checkpointing=_checkpointing(train.get("gradient_checkpointing")),
         precision=precision,
         zero_stage=min(3, _positive_int("train", "zero_stage", train.get("zero_stage") or 0)),
-        fsdp=bool(train.get("fsdp", False)),
+        fsdp=bool(train.get("fsdp", False)), framework=defaults.job_framework(profile),
         world_size=world,
         offload_optimizer=bool(train.get("offload_optimizer", False)),
         offload_params=bool(train.get("offload_params", False)),

@@ -5,6 +5,7 @@ comparable predictions. Every mapping reads a field of the record; nothing here 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +96,8 @@ def loss_of(r: dict) -> tuple[str, bool]:
     """(``[train] loss``, ``loss_upcast``) from the record's ``loss_impl``: a classification head, the
     chunked loss (also where, with no ``loss_impl``, the record says the source's configs used it), torch's
     CrossEntropyLoss in a torchtune recipe (whose model returns fp32 logits:
-    ``gpudoc.frameworks.torchtune.LOSSES``), or logits kept in bf16 through the loss."""
+    ``gpudoc.frameworks.torchtune.LOSSES``; also where, with no ``loss_impl``, the record's software is a
+    torchtune release whose configs all name it), or logits kept in bf16 through the loss."""
     from gpudoc.frameworks.torchtune import LOSSES
 
     text = (r.get("loss_impl") or "").lower()
@@ -107,6 +109,12 @@ def loss_of(r: dict) -> tuple[str, bool]:
         return LOSSES["torch.nn.CrossEntropyLoss"], True
     if not text and "chunked CE" in (r.get("notes") or ""):
         return "chunked", True  # the source says its configs used the default chunked cross-entropy
+    release = re.search(r"torchtune\s*~?(\d+)\.(\d+)", (r.get("software") or "").lower())
+    if not text and release and (int(release[1]), int(release[2])) <= (0, 2):
+        # The loss the job's config names, which gpudoc reads from it (``loss._component_``): up to 0.2 every
+        # torchtune config but DPO's names torch.nn.CrossEntropyLoss (52 of 54 at v0.2.1, 33 of 35 at 0217d44c2,
+        # the commit of the README table these rows come from).
+        return LOSSES["torch.nn.CrossEntropyLoss"], True
     return "lm", "bf16 logits" not in text
 
 

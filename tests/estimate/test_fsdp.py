@@ -1,13 +1,15 @@
 """torch FSDP between micro batches: the gradients stay unsharded until the last one (FSDP1's no_sync,
-of whole flat parameters under LoRA; a pipeline stage's parameters gathered too), and the published
-FSDP rows written as FSDP through the user's path."""
+of whole flat parameters under LoRA; a pipeline stage's parameters gathered too) unless the job's loop
+reduces every micro batch (torchtune's recipes), and the published FSDP rows written as FSDP through the
+user's path."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup
+from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup, inputs_from_profile
 from gpudoc.estimate.model import compute_phases
+from gpudoc.profiles.model import Profile
 from tests.conftest import MEMORY_CASES
 from tests.estimate.cases import load_records
 from tests.estimate.user_path import profile_toml, run_case
@@ -60,3 +62,25 @@ def test_the_published_fsdp_rows_are_written_as_fsdp_and_no_longer_under_predict
     assert "fsdp = true" in written and "zero_stage" not in written
     result = run_case(BY_ID[case], tmp_path, with_config=False)
     assert result.error is not None and -0.10 <= result.error <= 0.15, result
+
+
+def test_a_torchtune_recipe_under_fsdp_reduces_every_micro_batch(tmp_path):
+    """torchtune's distributed recipes call backward on every micro batch, never under no_sync: each GPU
+    accumulates only its share of the gradients, however many micro batches a step takes."""
+    lora = {"lora_rank": 8, "lora_targets": ("q", "v"), "gradient_accumulation_steps": 16}
+    torchtune = _phases(**lora, framework="torchtune")
+    fabric = _phases(**lora, framework="litgpt")  # Fabric's no_backward_sync: whole blocks until the last
+    assert torchtune.forward_backward["gradients"] == pytest.approx(torchtune.optimizer_step["gradients"])
+    assert torchtune.forward_backward["gradients"] < 1e8  # the adapters' share
+    assert fabric.forward_backward["gradients"] > 100 * torchtune.forward_backward["gradients"]
+    assert any("reduce-scattered every micro batch" in n for n in torchtune.notes)
+    full = _phases(gradient_accumulation_steps=16, framework="torchtune")
+    assert full.forward_backward["gradients"] == pytest.approx(2 * LLAMA2.params / 2)  # its share, not the whole
+    # The framework as the profile names it ([bind] args), or as gpudoc reads it from the job's command.
+    path = tmp_path / "gpudoc.toml"
+    path.write_text("")
+    profile = Profile(name="p", path=path, chain=(path,), bind={"args": "torchtune"}, launch={"nproc_per_node": 2},
+                      model={"hidden": 4096, "layers": 32, "heads": 32, "ffn": 11008, "vocab": 32000},
+                      train={"micro_batch_size": 2, "max_seq_len": 1024, "precision": "bf16-true", "fsdp": True,
+                             "gradient_accumulation_steps": 8})
+    assert inputs_from_profile(profile).setup.framework == "torchtune"
