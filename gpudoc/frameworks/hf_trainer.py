@@ -159,13 +159,13 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
             r.file_presets[config] = preset
     if answer is not None and (config or yaml):
         hf_asked.place(r, answer, "file", name, config or (yaml[1] if yaml else None))
-    ds = flag_value(args, ("--deepspeed",))
-    if ds is not None and (cwd / ds[1]).is_file():
-        data = load_config(cwd / ds[1], ds[1], r)
+    _given, ds = deepspeed_config(args)
+    if ds is not None and (cwd / ds).is_file():
+        data = load_config(cwd / ds, ds, r)
         if data is not None:
             for knob, value in deepspeed.read_file(data).items():
-                r.set(knob, value, "file", "", ds[1])
-            r.file_presets[ds[1]] = ""  # the hf-trainer preset follows --deepspeed itself
+                r.set(knob, value, "file", "", ds)
+            r.file_presets[ds] = ""  # the hf-trainer preset follows --deepspeed itself
     flag = dangling_flag(args, ("--per_device_train_batch_size", "--gradient_accumulation_steps",
                                 *SEQ_FLAGS, *LORA_FLAGS))
     if flag is not None:  # not the Trainer's default: its parser stops the job on it
@@ -281,21 +281,34 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
         else:
             res.cannot["precision"] = (f"{name}: --bf16/--fp16 are mixed precision with fp32 master weights; "
                                        f"'{prec}' needs the model loaded in that dtype by the script")
-    ds = ed.find(("--deepspeed",))
-    res.follow.extend(named_configs(ed.result()))
+    args = ed.result()
+    res.follow.extend(named_configs(args))
+    given, ds = deepspeed_config(args)
+    lacks = "the command has no --deepspeed" if not given else None if ds else \
+        "the command's --deepspeed names no file (the Trainer's parser refuses it too)"
     for knob in ("zero_stage", "offload_optimizer", "offload_params"):
-        if knob in knobs and not ds and not is_neutral(knob, knobs[knob]):
+        if knob in knobs and lacks is not None and not is_neutral(knob, knobs[knob]):
             res.cannot[knob] = (f"{name}: {knob} reaches the Trainer only through the DeepSpeed JSON named by "
-                                f"--deepspeed, and the command has no --deepspeed")
+                                f"--deepspeed, and {lacks}")
     optional_flag(ed, knobs, res, name, "max_seq_len", SEQ_FLAGS)
     optional_flag(ed, knobs, res, name, "lora_rank", LORA_FLAGS)
     return res
 
 
+def deepspeed_config(args: list[str]) -> tuple[bool, str | None]:
+    """Where the Trainer's DeepSpeed config is: whether the command gives ``--deepspeed``, and the JSON
+    it names (the last one's, as argparse keeps it). A bare ``--deepspeed`` (nothing, or another flag,
+    after it) names none: the Trainer's parser refuses it, so no file is read or followed, yet the
+    command is not said to lack the flag."""
+    found = ArgEdits(list(args)).find(("--deepspeed",))
+    value = found[-1].value if found else None
+    return bool(found), value if value and not value.startswith("-") else None
+
+
 def named_configs(args: list[str]) -> list[tuple[str, str, bool]]:
     """The DeepSpeed JSON ``--deepspeed`` names: the Trainer fills its "auto" values from its own flags."""
-    return [(occ.value, "deepspeed", True) for occ in ArgEdits(list(args)).find(("--deepspeed",))
-            if occ.value and not occ.value.startswith("-")]
+    path = deepspeed_config(args)[1]
+    return [(path, "deepspeed", True)] if path else []
 
 
 step_limit = base.flag_step_limit("--max_steps")

@@ -89,6 +89,20 @@ def test_hf_zero_stage_without_deepspeed_is_an_error(tmp_path):
     assert plan("hf-trainer", {"zero_stage": 0}, ["python", "t.py"], tmp_path).argv == ["python", "t.py"]
 
 
+@pytest.mark.parametrize("tail", [["--deepspeed"], ["--deepspeed", "--bf16"]])
+def test_hf_zero_stage_with_a_bare_deepspeed_switch_says_it_names_no_file(tmp_path, tail):
+    # The command gives --deepspeed (it is not said to lack one), but no JSON follows it: there is no
+    # file to carry the stage, and none is followed.
+    with pytest.raises(ProfileError) as err:
+        plan("hf-trainer", {"zero_stage": 2}, ["python", "t.py", *tail], tmp_path)
+    said = str(err.value)
+    assert "zero_stage = 2 (hf-trainer: zero_stage reaches the Trainer only through the DeepSpeed JSON" in said
+    assert "the command's --deepspeed names no file (the Trainer's parser refuses it too)" in said
+    assert "has no --deepspeed" not in said
+    quiet = plan("hf-trainer", {"zero_stage": 0}, ["python", "t.py", *tail], tmp_path)  # stage 0 needs no file
+    assert quiet.argv == ["python", "t.py", *tail] and quiet.file_edits == []
+
+
 def test_custom_knobs_reach_the_job_only_through_env(tmp_path):
     p = plan("hf-trainer", {"micro_batch_size": 2, "n_negatives": 8}, ["python", "t.py"], tmp_path)
     assert p.env["GPUDOC_N_NEGATIVES"] == "8"

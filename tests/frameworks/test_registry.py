@@ -286,6 +286,8 @@ def test_the_values_a_knob_takes_follow_the_installed_release():
 def test_a_config_file_a_flag_names_for_another_framework_is_found_by_the_frameworks_own_flag():
     assert registry.named_configs(["--deepspeed", "ds.json", "--bf16"]) == [("ds.json", "deepspeed", True)]
     assert registry.named_configs(["--deepspeed=ds.json"]) == [("ds.json", "deepspeed", True)]
+    # Given twice, the Trainer's parser keeps the last: that JSON is the job's, and the only one followed.
+    assert registry.named_configs(["--deepspeed", "a.json", "--deepspeed=b.json"]) == [("b.json", "deepspeed", True)]
     # A native DeepSpeed script's bare switch names no file.
     assert registry.named_configs(["--deepspeed", "--deepspeed_config", "ds.json"]) == []
     assert registry.named_configs(["--config", "x.yaml"]) == []
