@@ -129,6 +129,16 @@ _OLD_STACK = {
     # of those per-weight temporaries (1.4 GB blocks, split by the packed weights between them).
     "tt-qlora-01": "torchao 0.1's load",
 }
+# Rows whose published figure the source's own maintainers could not reproduce at the row's setting:
+_UNREPRODUCED = {
+    # pytorch/torchtune#961 (2024-05-10), on the README table of 0217d44c2: llama2/7B_full_low_memory at batch
+    # 4 x 2048 peaked at 20.2 GB allocated "and similar for reserved" (22.3 GB on an A100), not 24.1 GB.
+    "tt2-04": "torchtune README's 24.1 GB, not reproduced (torchtune#961)",
+    # The same table's 70B row (PagedAdamW, no config of its own in the repository), left unchecked by #961;
+    # its author reported ~51 GB for his Llama2-70B PagedAdamW full fine-tune on 8 A100s a week later
+    # (torchtune#987), under the table's 70.4 GB.
+    "tt2-07": "the same README table's 70B row (torchtune#961, #987)",
+}
 
 
 def _user_path(tmp_path, records, **kw) -> list[Result]:
@@ -154,15 +164,16 @@ def test_the_formula_through_the_users_path(tmp_path, with_config):
             assert x.predicted <= 1.6 * x.capacity, f"{x.id}: a run that fit predicted far over its card"
     s = summary(_bounded(results))
     assert s["n"] >= 35
-    # Toward the issue's target through the user's path; measured 6.7% / 6.7% (8.1% / 8.1% with the
-    # allocator's slack on the whole peak, weights and optimizer states included; 7.9% / 8.9% before the
-    # adapters were counted as their library keeps them and the BERT rows' classifier's head was written down).
-    assert s["median"] <= 0.075
+    # Toward the issue's target through the user's path; measured 6.3% / 6.3% (6.7% before the torchtune
+    # 0.1-0.2 rows' loss was written as their configs name it; 8.1% / 8.1% with the allocator's slack on the
+    # whole peak, weights and optimizer states included; 7.9% / 8.9% before the adapters were counted as
+    # their library keeps them and the BERT rows' classifier's head was written down).
+    assert s["median"] <= 0.07
     assert s["within25"] >= 0.80
     # Under-prediction lets a job through the gate into an OOM: no row is under by more than 10% but
-    # those whose stack a profile cannot state (``_OLD_STACK``); the cheapest readings of silent
-    # profiles gave 5 (with config.json) and 15 (from shapes).
-    assert {x.id for x in _bounded(results) if x.error < -0.10} <= set(_OLD_STACK)
+    # those whose stack a profile cannot state (``_OLD_STACK``) or whose figure was not reproduced
+    # (``_UNREPRODUCED``); the cheapest readings of silent profiles gave 5 (with config.json) and 15 (from shapes).
+    assert {x.id for x in _bounded(results) if x.error < -0.10} <= set(_OLD_STACK) | set(_UNREPRODUCED)
     # The sharded rows (zero_stage = 3 in their profiles: FSDP's and DeepSpeed's regime alike) are not
     # under-predicted on average; measured +13.7% (titan-01/04/10, tt2-07, tt3-07).
     sharded = [x for x in _bounded(results) if (_BY_ID[x.id]["parallelism"] or {}).get("zero_stage")]
