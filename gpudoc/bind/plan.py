@@ -177,10 +177,35 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
             files[key] = FileState(path, path_text)
         return files[key]
 
-    # A framework that fills a config file's "auto" values from its own flags (the HF Trainer, a
-    # DeepSpeed JSON it is passed): the file keeps them, however the profile binds it (SPEC: "auto" respected).
+    # 1. Arguments: the profile's own [bind.overrides] and [bind.flags], then the preset's flags, so the
+    # preset reads the command as the job will run it (a rung's [bind.flags] can name another --deepspeed JSON).
     args_ed = ArgEdits(argv[parts.args_start:])
-    filled = {(cwd / path).resolve() for path, _preset, fills in named_configs(args_ed.tokens) if fills}
+    overridden |= apply_overrides(args_ed, bind, knobs) | apply_flags(args_ed, bind, knobs)
+    arg_preset = bind.get("args")
+    written: PresetResult | None = None
+    if arg_preset:
+        only = bind.get("args_knobs")  # the knobs that live on the command line; the rest are in files
+        arg_knobs = knobs if only is None else {k: v for k, v in knobs.items() if k in only}
+        version = profile.job.version if profile.job is not None else None  # the framework's, as its reading found it
+        declared = profile.job.declared if profile.job is not None else None
+        written = write_args(arg_preset, args_ed, arg_knobs, ArgContext(world, parts.launcher, version, declared))
+        if written is None:
+            raise ProfileError(f"[bind] args = '{arg_preset}': unknown preset; one of "
+                               f"{', '.join(arg_preset_names())}")
+        results.append((arg_preset, written))
+        overridden |= written.overrides
+    else:
+        conflicts.extend(unbound_flag_conflicts(argv[parts.args_start:], knobs, by=by))
+    explicit |= overridden
+    argv = argv[: parts.args_start] + args_ed.result()
+    bindings.extend(arg_changes(args_ed))
+
+    # The config files the command names for a framework (a DeepSpeed JSON), read once, from the command
+    # the job will run: an override or a flag above can add one, or name another than the command did.
+    # A framework that fills a file's "auto" values from its own flags (the HF Trainer, the JSON it is
+    # passed): the file keeps them, however the profile binds it (SPEC: "auto" respected).
+    named = named_configs(args_ed.result())
+    filled = {(cwd / path).resolve() for path, _preset, fills in named if fills}
 
     # A file reached twice (the job's --deepspeed, also in [bind.files]) is bound once, the first way.
     ran: set[tuple[Path, str]] = set()
@@ -202,28 +227,9 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         for follow_path, follow_preset, follow_hf in res.follow:
             run_file_preset(state(follow_path), follow_preset, follow_hf)
 
-    # 1. Arguments.
-    arg_preset = bind.get("args")
-    if arg_preset:
-        only = bind.get("args_knobs")  # the knobs that live on the command line; the rest are in files
-        arg_knobs = knobs if only is None else {k: v for k, v in knobs.items() if k in only}
-        version = profile.job.version if profile.job is not None else None  # the framework's, as its reading found it
-        declared = profile.job.declared if profile.job is not None else None
-        written = write_args(arg_preset, args_ed, arg_knobs, ArgContext(world, parts.launcher, version, declared))
-        if written is None:
-            raise ProfileError(f"[bind] args = '{arg_preset}': unknown preset; one of "
-                               f"{', '.join(arg_preset_names())}")
-        res = written
-        results.append((arg_preset, res))
-        overridden |= res.overrides
-        for follow_path, follow_preset, follow_filled in res.follow:
-            run_file_preset(state(follow_path), follow_preset, follow_filled)
-    else:
-        conflicts.extend(unbound_flag_conflicts(argv[parts.args_start:], knobs, by=by))
-    overridden |= apply_overrides(args_ed, bind, knobs) | apply_flags(args_ed, bind, knobs)
-    explicit |= overridden
-    argv = argv[: parts.args_start] + args_ed.result()
-    bindings.extend(arg_changes(args_ed))
+    # The files the preset's framework reads from its flags.
+    for follow_path, follow_preset, follow_filled in written.follow if written is not None else []:
+        run_file_preset(state(follow_path), follow_preset, follow_filled)
 
     # 2. Files named in the profile.
     for path_text, spec in dict(bind.get("files") or {}).items():
@@ -256,7 +262,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
                 checked[st.path.resolve()] = layout
 
     # 3. A config file the command names for a framework (a DeepSpeed JSON) that nothing binds: check, do not edit.
-    for path_text, named_preset, _fills in named_configs(args_ed.result()):
+    for path_text, named_preset, _fills in named:
         if Path(cwd / path_text).is_file() and (cwd / path_text).resolve() not in files:
             st = state(path_text)
             checked[st.path.resolve()] = named_preset

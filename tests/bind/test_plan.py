@@ -200,6 +200,34 @@ def test_hard_coded_flag_and_deepspeed_file_when_nothing_binds_them(tmp_path):
     assert plan.file_edits == []
 
 
+def _two_deepspeed_jsons(tmp_path):
+    """Two ZeRO-2 JSONs whose micro batch the Trainer fills ("auto"); a rung's [train] names the second."""
+    for name in ("ds.json", "ds3.json"):
+        (tmp_path / name).write_text('{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}')
+    return {"zero_stage": 3, "micro_batch_size": 2, "ds_json": "ds3.json"}, ["python", "t.py", "--deepspeed", "ds.json"]
+
+
+def test_a_deepspeed_json_a_bind_flag_names_instead_is_the_one_the_hf_preset_edits(tmp_path):
+    train, command = _two_deepspeed_jsons(tmp_path)
+    plan = plan_bindings(profile(train=train, bind={"args": "hf-trainer", "flags": {"ds_json": "--deepspeed"}}),
+                         command, cwd=tmp_path)
+    # The job runs with ds3.json: the stage goes there, and ds.json, which it no longer reads, is left alone.
+    assert plan.argv == ["python", "t.py", "--deepspeed", "ds3.json", "--per_device_train_batch_size", "2"]
+    [edit] = plan.file_edits
+    assert edit.path.name == "ds3.json" and json.loads(edit.new_text)["zero_optimization"]["stage"] == 3
+
+
+def test_a_deepspeed_json_a_bind_flag_names_keeps_the_auto_the_trainer_fills_as_if_the_command_named_it(tmp_path):
+    train, command = _two_deepspeed_jsons(tmp_path)
+    bind = {"files": {"ds3.json": "deepspeed"}}
+    named = plan_bindings(profile(train=train, bind=bind), ["python", "t.py", "--deepspeed", "ds3.json"], cwd=tmp_path)
+    moved = plan_bindings(profile(train=train, bind={**bind, "flags": {"ds_json": "--deepspeed"}}), command,
+                          cwd=tmp_path)
+    assert moved.argv == ["python", "t.py", "--deepspeed", "ds3.json"]
+    # ds3.json is bound as the Trainer's JSON whichever way the command came to name it.
+    assert [e.new_text for e in moved.file_edits] == [e.new_text for e in named.file_edits]
+
+
 # -- dry run and apply -----------------------------------------------------------------------------
 def _ds_plan(tmp_path):
     shutil.copy(CONFIGS / "axolotl__deepspeed_configs__zero2.json", tmp_path / "ds.json")
