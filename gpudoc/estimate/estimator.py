@@ -112,7 +112,7 @@ def _peak_of(inputs: Inputs, correction: Correction | None) -> tuple[Phases, flo
 def _overhead(peak: float, phases: Phases, inputs: Inputs) -> tuple[int, int]:
     # Where the load sets the peak only the weights are kept yet; the quantization's temporaries churn.
     resident = phases.load.get("weights", 0.0) if phases.peak_phase == LOAD else phases.resident
-    context = terms.cuda_context_bytes()
+    context = terms.cuda_context_bytes(lazy=inputs.setup.stack.lazy_module_loading)
     slack = terms.allocator_slack_bytes(peak, resident, expandable_segments=inputs.setup.expandable_segments)
     return int(context), round(slack)
 

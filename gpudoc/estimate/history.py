@@ -116,7 +116,8 @@ def correction_from_history(inputs: Inputs, history: Iterable[PastRun]) -> Corre
             continue
         static, slope = linear_parts(rec_inputs)
         # The estimate's own overhead taken off: the context, then the slack on what is not kept.
-        allocated = terms.allocated_from_reserved(measured - terms.cuda_context_bytes(),
+        context = terms.cuda_context_bytes(lazy=rec_inputs.setup.stack.lazy_module_loading)
+        allocated = terms.allocated_from_reserved(measured - context,
                                                   compute_phases(rec_inputs).resident,
                                                   expandable_segments=rec_inputs.setup.expandable_segments)
         if allocated <= 0:

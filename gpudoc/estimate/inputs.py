@@ -19,6 +19,7 @@ from gpudoc.estimate import adapters, defaults
 from gpudoc.estimate.defaults import ASSUMED_LORA_DROPOUT, PARALLEL_KEYS, TARGET_LEN_NOTE, family_dropout, shapes_family
 from gpudoc.estimate.hf_config import model_from_hf_config, read_hf_config
 from gpudoc.estimate.lora_targets import DEFAULT_LORA_TARGETS, lora_targets
+from gpudoc.estimate.stack import Stack, stack_of
 
 _PRECISIONS = {"fp32", "fp16", "bf16", "bf16-true", "fp16-true"}
 _OPTIMIZERS = {"adamw", "adam", "adamw_8bit", "adafactor", "sgd", "lion"}
@@ -98,6 +99,7 @@ class TrainSetup:
     context_parallel: int = 1
     in_flight: int = 1  # micro batches whose activations a pipeline stage holds at once (1F1B: up to pp)
     zero_settings: tuple[tuple[str, float | bool | str], ...] = ()  # the job's DeepSpeed JSON's ZeRO keys (zero_settings.py)
+    stack: Stack = field(default_factory=Stack)  # the PyTorch release whose defaults apply ([estimate] torch)
 
     @property
     def sharding_stage(self) -> int:
@@ -378,9 +380,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         offload_params=bool(train.get("offload_params", False)),
         optimizer=_choice("train", "optimizer", train.get("optimizer"), _OPTIMIZERS, "adamw"),
         momentum=float(train.get("momentum", 0.9) or 0.0),
-        lora_rank=lora_rank,
-        lora_targets=targets.roles,
-        lora_target_names=targets.names, lora_modules=targets.modules,
+        lora_rank=lora_rank, lora_targets=targets.roles, lora_target_names=targets.names, lora_modules=targets.modules,
         lora_dropout=float(lora_dropout or 0.0), lora_adapters=adapters.library(profile),
         quantization=_choice("train", "quantization", train.get("quantization"), _QUANT, "none"),
         attention=_choice("train", "attention", train.get("attention"), _ATTENTION, "sdpa"),
@@ -390,7 +390,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         optimizer_in_backward=bool(train.get("optimizer_in_backward", False)),
         expandable_segments=allocator.is_expandable(allocator.effective(env)),
         target_len=_positive_int("train", "max_target_len", train["max_target_len"]) if train.get("max_target_len") else 0,
-        tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp,
+        tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp, stack=stack_of(profile, notes),
     )
 
 

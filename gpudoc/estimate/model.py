@@ -288,7 +288,7 @@ def compute_phases(inputs: Inputs) -> Phases:
         optimizer = trainable * terms.optimizer_state_bytes(setup.optimizer, state_dtype, momentum=setup.momentum)
     master = trainable * terms.master_weight_bytes(setup.precision, engine)
     largest_matrix = float(max([i * o for i, o in mats.values()] + [emb]))
-    step_temp = terms.optimizer_step_temp_bytes(setup.optimizer, trainable, state_dtype, largest_matrix)
+    step_temp = terms.optimizer_step_temp_bytes(setup.optimizer, trainable, state_dtype, largest_matrix, impl=setup.stack.optimizer_impl)
 
     # --- sharding and offload ----------------------------------------------------------------
     workspace_fb = 0.0
@@ -388,8 +388,8 @@ def compute_phases(inputs: Inputs) -> Phases:
 
     # With gradient accumulation the gradients of earlier micro batches stay through the next
     # forward; with one micro batch, zero_grad(set_to_none=True) (the default since PyTorch 2.0)
-    # frees them and they come back as the activations are released.
-    grads_fb = grads if setup.gradient_accumulation_steps > 1 else 0.0
+    # frees them and they come back as the activations are released. Before 2.0 it zeroed them in place.
+    grads_fb = grads if setup.gradient_accumulation_steps > 1 or not setup.stack.zero_grad_frees else 0.0
     grads_fb, gathered = held or (grads_fb, 0.0)  # FSDP's unsharded gradients until the last micro batch
     fb = {"weights": weights + gathered, "gradients": grads_fb, "optimizer": optimizer + master,
           "activations": acts, "logits": logits, "workspace": workspace_fb}

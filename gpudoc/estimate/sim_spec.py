@@ -115,6 +115,8 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
         "gradient_accumulation_steps": setup.gradient_accumulation_steps,
         "quantization": setup.quantization,
         "arch": shape.arch if shape is not None else str(profile.model.get("arch") or "decoder"),
+        # The job's PyTorch release's defaults ([estimate] torch), where older than the interpreter's.
+        "optimizer_impl": setup.stack.optimizer_impl, "zero_grad_frees": setup.stack.zero_grad_frees,
     }
     if setup.loss in ("fp32_logits", "classification"):  # the model's logits upcast, then torch's cross-entropy
         spec["loss"] = setup.loss  # (torchtune's); or a sequence classifier's head in place of the LM's

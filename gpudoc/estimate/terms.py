@@ -16,8 +16,6 @@ Sources cited below:
   e.g. softmax, layer_norm; the weight-cast cache of ``torch.autocast(cache_enabled=True)``).
 - PyTorch DDP docs (``DistributedDataParallel(gradient_as_bucket_view=...)``: buckets hold a copy
   of the gradients unless they are views).
-- PyTorch ``torch.optim.AdamW`` (``foreach`` implementation, the default on CUDA: ``_foreach_sqrt``
-  of the second moments allocates one state-sized temporary per step).
 - FlashAttention: Dao et al. 2022, arXiv:2205.14135 (no s x s matrix is stored; the backward
   recomputes it from Q, K, V, the output and the softmax log-sum-exp).
 """
@@ -146,15 +144,18 @@ def adafactor_state_bytes(matrices: Iterable[tuple[int, int]], vectors: float = 
 
 
 def optimizer_step_temp_bytes(optimizer: str, trainable_params: float, state_dtype_bytes: float,
-                              largest_matrix: float = 0.0) -> float:
+                              largest_matrix: float = 0.0, *, impl: str = "foreach") -> float:
     """Temporaries of one optimizer step, on top of parameters, gradients and states.
 
-    torch AdamW/Adam (``foreach``, the CUDA default): ``_foreach_sqrt(exp_avg_sqs)`` materialises
-    one state-sized tensor list for all parameters at once -> 1 x state bytes per parameter.
+    torch AdamW/Adam (``foreach``, the CUDA default since PyTorch 2.0): ``_foreach_sqrt(exp_avg_sqs)``
+    materialises one state-sized tensor list for all parameters at once -> 1 x state bytes per
+    parameter; the for-loop (``_single_tensor_adamw``, before 2.0) one ``denom`` at a time.
     Lion (foreach): one update-sized temporary. Adafactor (HF): the update ``grad**2 + eps`` for one
     parameter at a time, fp32 -> 2 x the largest matrix x 4 B. SGD and 8-bit AdamW update in place.
     """
     if optimizer in ("adamw", "adam", "lion"):
+        if impl == "forloop":
+            return min(trainable_params, largest_matrix) * state_dtype_bytes
         return trainable_params * state_dtype_bytes
     if optimizer == "adafactor":
         return 2 * 4.0 * largest_matrix
@@ -364,11 +365,11 @@ def logits_bytes(tokens: float, vocab: int, *, logits_dtype_bytes: float, loss: 
 
 # --- outside max_memory_allocated ---------------------------------------------------------------------
 
-def cuda_context_bytes() -> int:
+def cuda_context_bytes(*, lazy: bool = True) -> int:
     """The CUDA context and loaded kernels: ~300-500 MiB with lazy module loading (CUDA >= 11.7,
-    ``CUDA_MODULE_LOADING=LAZY``, PyTorch CUDA semantics docs); 1-1.5 GiB on older stacks. Counted
-    by nvidia-smi, never by ``torch.cuda.max_memory_allocated``."""
-    return 500 * MIB
+    ``CUDA_MODULE_LOADING=LAZY``, PyTorch CUDA semantics docs); 1-1.5 GiB (1.25 taken) where every kernel
+    loads with the context (PyTorch before 1.13). Counted by nvidia-smi, never by max_memory_allocated."""
+    return 500 * MIB if lazy else 1280 * MIB
 
 
 def allocator_slack_bytes(peak_allocated: float, resident: float, *, expandable_segments: bool) -> float:

@@ -69,6 +69,7 @@ TABLES: dict[str, dict[str, tuple]] = {
     "estimate": {
         "simulate": BOOL,  # check, the run gate and fix simulate the training step (estimate --simulate)
         "timeout_s": NUMBER,  # the simulation's time limit
+        "torch": STR,  # the PyTorch release the job runs on, when older than the newest defaults ("1.10")
     },
     "bind": {
         "env": BOOL,

@@ -55,6 +55,9 @@ class Simulation:
                           else ZeroRank(zero, self.params, make)) if zero else None
         self.optimizer, self.impl = (self.zero.optimizer, self.zero.impl) if self.zero else optimizer(spec, self.params)
         self.accumulation = max(1, min(2, int(spec.get("gradient_accumulation_steps") or 1)))
+        # ``zero_grad()`` frees the gradients since PyTorch 2.0; before, it zeroed them in place and they
+        # stayed allocated through the next step (the job's release, which may not be this interpreter's).
+        self.frees_gradients = bool(spec.get("zero_grad_frees", True))
         # The job's own cross-entropy on the model's logits: upcast first (torchtune's ``fp32_logits``)
         # or on the logits as they come (``half_logits``: LitGPT's and nanoGPT's, ``loss_upcast = false``).
         self.own_loss = spec.get("loss") if spec.get("loss") in ("fp32_logits", "half_logits") else None
@@ -119,7 +122,7 @@ class Simulation:
         else:
             self._run_optimizer()
         if not keep_gradients:
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad(set_to_none=self.frees_gradients)
         tracker.stage = "setup"
         return tracker.end(), gradients
 
@@ -149,6 +152,13 @@ class Simulation:
             return self.step(size), self.step(size)
         tracker = self.tracker
         first, gradients = self._step(size, keep_gradients=True)
+        if not self.frees_gradients:
+            # The gradients stay through the next step: the steady state is a second step, simulated.
+            self.optimizer.zero_grad(set_to_none=False)
+            steady, more = self._step(size)
+            return (_describe(first, classify(first, weights=self.weights, gradients=gradients, states=self.states)),
+                    _describe(steady, classify(steady, weights=self.weights, gradients=gradients | more,
+                                               states=self.states)))
         states = tuple((serial, nbytes, "optimizer") for serial, nbytes in tracker.bytes_of(self.states).items())
         extra = sum(nbytes for _serial, nbytes, _stage in states)
         tracker.stage = "optimizer"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from gpudoc.estimate import estimate_inputs
 from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup
+from gpudoc.estimate.stack import Stack
 
 MIB = 1024**2
 UNITS = {"GB": 1e9, "MB": 1e6, "GiB": 1024**3, "MiB": 1024**2}
@@ -172,9 +173,15 @@ def inputs_for(r: dict) -> Inputs:
         offload_optimizer=paged or bool(par.get("cpu_offload")), optimizer=optimizer,
         lora_rank=rank, lora_targets=targets, lora_dropout=lora_dropout, quantization=quant,
         attention=attention, dropout=dropout, loss=loss, loss_upcast=upcast,
-        optimizer_in_backward=in_bwd,
+        optimizer_in_backward=in_bwd, stack=_stack(r),
     )
     return Inputs(shape=shape, setup=setup)
+
+
+def _stack(r: dict) -> Stack:
+    """The PyTorch release the record's software names, whose defaults apply (``estimate.stack``)."""
+    release = re.search(r"(?:pytorch|torch)\s*~?(\d+)\.(\d+)", (r.get("software") or "").lower())
+    return Stack((int(release[1]), int(release[2]))) if release else Stack()
 
 
 def _context_bytes(r: dict) -> float:

@@ -115,14 +115,15 @@ def test_the_profile_carries_the_loss_and_lora_dropout_the_record_states():
     assert '[bind]\nargs = "torchtune"' in profile_toml(_BY_ID["tt-lora-01"])
     assert "[bind]" not in profile_toml(_BY_ID["peft-01"])
     assert 'loss = "classification"' in profile_toml(_BY_ID["hf-bert-01"])  # BertForSequenceClassification
+    # The PyTorch release the record's software names, whose defaults moved memory (``estimate.stack``).
+    assert '[estimate]\ntorch = "1.10"' in profile_toml(_BY_ID["hf-bert-01"])
+    assert '[estimate]\ntorch = "2.1"' in profile_toml(_BY_ID["lit-13"])
+    assert "[estimate]" not in profile_toml(_BY_ID["adan-01"])  # "not stated"
 
 
-# Rows measured on a stack whose memory no profile key describes, each under-predicted for it:
+# Rows measured on a stack whose memory no profile key describes, each under-predicted for it (the
+# BERT rows' torch 1.10 is one a profile states: ``[estimate] torch``):
 _OLD_STACK = {
-    # transformers 4.16 on torch 1.10, read by nvidia-smi: a 1.3 GiB CUDA context before lazy module
-    # loading (0.5 GiB modelled), and Module.zero_grad() zeroing the gradients instead of freeing them
-    # (set_to_none became the default in torch 2.0), so they are held through the next forward.
-    **dict.fromkeys(("hf-bert-01", "hf-bert-04", "hf-bert-07"), "transformers 4.16 / torch 1.10"),
     # torchtune 0.1 pins torchao 0.1, which quantizes each whole weight at load (68 bytes a weight of the
     # largest matrix): a release no profile states (``loading``). Even at it the load's allocated peak is
     # 6.97 GB, where the source measured 9.13 GB reserved right after the model's init: the allocator's cache

@@ -286,9 +286,8 @@ def test_the_largest_micro_batch_is_found_in_one_more_simulation(flat_until):
     does not grow with the batch (a tied embedding's gradients) sets the peak up to 24, the slope is
     zero and the guess overshoots: the answer, read off the chord, is never over the boundary and
     close under it."""
-    from types import SimpleNamespace
-
     from gpudoc.estimate import terms
+    from gpudoc.estimate.inputs import TrainSetup
     from gpudoc.estimate.simulated import _largest_fitting, _point
 
     def backward_peak(size: int) -> int:
@@ -305,9 +304,9 @@ def test_the_largest_micro_batch_is_found_in_one_more_simulation(flat_until):
     budget = 8 * 1024 * MIB
     points = {b: _point(run([b])["runs"][0], 0) for b in (4, 5, 20, 21)}
     calls.clear()
-    setup = SimpleNamespace(expandable_segments=False)
+    setup = TrainSetup()  # no expandable segments, the newest PyTorch's CUDA context
     kept = 150 * MIB  # weights and optimizer states: no slack on them
-    found = _largest_fitting(points, budget, setup, run, 0, [], kept)  # type: ignore[arg-type]
+    found = _largest_fitting(points, budget, setup, run, 0, [], kept)
 
     def fits(size: int) -> bool:
         peak = backward_peak(size)

@@ -14,6 +14,7 @@ Nothing here is tuned per case: every line of a profile reads a field of the rec
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -137,8 +138,12 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
     # The framework whose flags the job takes, where its own scripts ran it (its LoRA layers are its own).
     framework = next((name for prefix, name in _FRAMEWORKS if (r["source"] or "").startswith(prefix)), None)
     bind = {"args": framework} if framework else {}
+    # The PyTorch release the record's software names (its defaults moved memory: ``estimate.stack``).
+    release = re.search(r"(?:pytorch|torch)\s*~?(\d+\.\d+)", (r.get("software") or "").lower())
+    estimate = {"torch": release[1]} if release else {}
     lines = [f"description = {json.dumps(r['id'])}"]
-    for table, keys in (("train", train), ("launch", launch), ("model", model), ("bind", bind)):
+    for table, keys in (("train", train), ("launch", launch), ("model", model), ("bind", bind),
+                        ("estimate", estimate)):
         if not keys:
             continue
         lines.append(f"[{table}]")

@@ -14,11 +14,12 @@ from gpudoc.simhelper.tracker import LiveBytes  # noqa: E402
 MIB = 1024**2
 
 
-def _simulate(impl: str, accumulation: int = 1, layers: int = 2) -> list[dict]:
+def _simulate(impl: str, accumulation: int = 1, layers: int = 2, *, zero_grad_frees: bool = True) -> list[dict]:
     with torch.device("meta"):
         model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(layers)])
     job = Job(model, lambda b: torch.empty(b, 1024, device="meta"), [])
-    spec = {"optimizer": "adamw", "optimizer_impl": impl, "gradient_accumulation_steps": accumulation}
+    spec = {"optimizer": "adamw", "optimizer_impl": impl, "gradient_accumulation_steps": accumulation,
+            "zero_grad_frees": zero_grad_frees}
     tracker, emulation = LiveBytes(), Emulation()
     with tracker, emulation.installed():
         return Simulation(spec, job, emulation, tracker).run([4])
@@ -47,6 +48,18 @@ def test_accumulation_keeps_gradients_through_the_next_forward():
     single = _simulate("fused", 1)[0]["steady_state"]["stage_peaks"]["forward"]
     accumulated = _simulate("fused", 4)[0]["steady_state"]["stage_peaks"]["forward"]
     assert accumulated - single == pytest.approx(2 * (1024 * 1024 + 1024) * 4, rel=0.01)
+
+
+def test_before_torch_2_the_gradients_zeroed_in_place_stay_through_the_next_forward():
+    """``zero_grad(set_to_none=False)``: the steady state's forward starts with every gradient allocated,
+    as accumulation's does; the first step is the same either way."""
+    old, new = (_simulate("fused", 1, zero_grad_frees=frees)[0] for frees in (False, True))
+    grads = 2 * (1024 * 1024 + 1024) * 4
+    assert old["first_step"]["peak_bytes"] == new["first_step"]["peak_bytes"]
+    forward = {name: run["steady_state"]["stage_peaks"]["forward"] for name, run in (("old", old), ("new", new))}
+    assert forward["old"] - forward["new"] == pytest.approx(grads, rel=0.01)
+    assert old["steady_state"]["start_bytes"] - new["steady_state"]["start_bytes"] == pytest.approx(grads, rel=0.01)
+    assert old["steady_state"]["breakdown"]["gradients"] >= grads
 
 
 @pytest.mark.parametrize(("impl", "accumulation"), [("foreach", 1), ("fused", 2), ("forloop", 1)])
