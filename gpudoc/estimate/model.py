@@ -378,8 +378,8 @@ def compute_phases(inputs: Inputs) -> Phases:
 
     load = load_phase(shape, setup, weights, sharded=engine)
     if setup.optimizer_in_backward:
-        # The optimizer runs per parameter inside backward and frees that gradient at once.
-        grads_fb = float(max(i * o for i, o in mats.values())) * grad_b
+        # One gradient at a time, stepped and freed in backward (torchtune's optimizer_in_bwd hooks): the largest trained.
+        grads_fb = (float(max(i * o for i, o in mats.values())) if setup.lora_rank else largest_matrix) * grad_b
         fb = {"weights": weights, "gradients": grads_fb, "optimizer": optimizer + master,
               "activations": acts, "logits": logits, "workspace": workspace_fb}
         step = {"weights": weights, "gradients": grads_fb, "optimizer": optimizer + master + step_temp,

@@ -165,7 +165,7 @@ def test_the_formula_through_the_users_path(tmp_path, with_config):
             assert x.predicted <= 1.6 * x.capacity, f"{x.id}: a run that fit predicted far over its card"
     s = summary(_bounded(results))
     assert s["n"] >= 35
-    # Toward the issue's target through the user's path; measured 6.3% / 6.3% (6.7% before the torchtune
+    # Toward the issue's target through the user's path; measured 6.5% / 6.5% (7.4% before the torchtune
     # 0.1-0.2 rows' loss was written as their configs name it; 8.1% / 8.1% with the allocator's slack on the
     # whole peak, weights and optimizer states included; 7.9% / 8.9% before the adapters were counted as
     # their library keeps them and the BERT rows' classifier's head was written down).
