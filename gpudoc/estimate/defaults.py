@@ -26,6 +26,28 @@ TARGET_LEN_NOTE = ("[train] max_target_len not set: the decoder's targets are ta
 OWN_MODEL_FRAMEWORKS = frozenset({"litgpt", "torchtune"})
 
 
+# The loss a framework's own training loop computes (``terms.logits_bytes``), where [train] loss is silent.
+# LitGPT's finetune scripts (finetune/lora.py of lit-gpt in 2023 and of litgpt 0.5 alike) call
+# ``model(input_ids, lm_head_chunk_size=128)``: the head in chunks of 128 positions, which Lightning
+# Fabric's precision plugin hands back in the default dtype, fp32 (``convert_output``); then
+# ``chunked_cross_entropy`` takes each chunk's cross-entropy, saving its fp32 log-softmax, while the
+# loop's ``logits`` keeps the fp32 chunks through ``fabric.backward``.
+FRAMEWORK_LOSS = {"litgpt": ("fp32_chunks", "the LM head in chunks whose logits come back in fp32 and stay "
+                             "through backward, a cross-entropy per chunk")}
+
+
+def framework_loss(profile: Any, notes: list[str]) -> str:
+    """The loss a profile whose [train] loss is silent is estimated with: its job's framework's own,
+    said in ``notes``; else the full-vocabulary one (``lm``)."""
+    framework = job_framework(profile)
+    if framework not in FRAMEWORK_LOSS:
+        return "lm"
+    loss, what = FRAMEWORK_LOSS[framework]
+    if profile.train.get("loss") is None:
+        notes.append(f"[train] loss not set: {framework}'s own, \"{loss}\" ({what})")
+    return loss
+
+
 def job_framework(profile: Any) -> str | None:
     """The framework that runs the job: as read from its command, or as the profile's ``[bind] args``
     names the one whose flags it takes."""

@@ -25,7 +25,7 @@ _PRECISIONS = {"fp32", "fp16", "bf16", "bf16-true", "fp16-true"}
 _OPTIMIZERS = {"adamw", "adam", "adamw_8bit", "adafactor", "sgd", "lion"}
 _QUANT = {"none", "nf4", "int8", "int4"}
 _ATTENTION = {"sdpa", "flash", "eager"}
-_LOSSES = {"lm", "chunked", "classification", "fp32_logits"}  # terms.logits_bytes
+_LOSSES = {"lm", "chunked", "classification", "fp32_logits", "fp32_chunks"}  # terms.logits_bytes
 
 
 @dataclass(frozen=True)
@@ -385,7 +385,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         quantization=_choice("train", "quantization", train.get("quantization"), _QUANT, "none"),
         attention=_choice("train", "attention", train.get("attention"), _ATTENTION, "sdpa"),
         dropout=float(train.get("dropout", extras.get("dropout", 0.0)) or 0.0),
-        loss=_choice("train", "loss", train.get("loss"), _LOSSES, "lm"),
+        loss=_choice("train", "loss", train.get("loss"), _LOSSES, defaults.framework_loss(profile, notes)),
         loss_upcast=bool(train.get("loss_upcast", True)),
         optimizer_in_backward=bool(train.get("optimizer_in_backward", False)),
         expandable_segments=allocator.is_expandable(allocator.effective(env)),

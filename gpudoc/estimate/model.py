@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudoc.estimate import adapters, fsdp, terms, zero3, zero_settings
+from gpudoc.estimate import adapters, fsdp, litgpt_blocks, terms, zero3, zero_settings
 from gpudoc.estimate.inputs import (
     Inputs,
     ModelShape,
@@ -143,13 +143,12 @@ def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: floa
         total += terms.composed_gelu_saved_bytes(tokens, f, act_bytes=e, widened=amp or setup.precision == "fp32")
     if setup.dropout > 0:
         total += terms.dropout_mask_bytes(tokens, h)
-    if setup.lora_rank:
-        mats = layer_matrix_shapes(shape)
-        # One adapter per wrapped layer: a fused one (c_attn, query_key_value) has one A and one dropout.
-        own, a_out = adapter_bytes(setup).own_input, adapter_bytes(setup).compute
-        for module in setup.lora_modules or tuple((role,) for role in setup.lora_targets):
-            if module[0] in mats:  # A's output, saved by B, and the adapter's own copy of its input
-                total += tokens * setup.lora_rank * a_out + tokens * mats[module[0]][0] * own
+    # One adapter per wrapped layer: a fused one (c_attn, query_key_value, LitGPT's qkv) has one A and one dropout.
+    mats, own, a_out = layer_matrix_shapes(shape), adapter_bytes(setup).own_input, adapter_bytes(setup).compute
+    for module in litgpt_blocks.lora_modules(setup) if setup.lora_rank else ():
+        if module[0] in mats:  # A's output, saved by B, and the adapter's own copy of its input
+            total += tokens * setup.lora_rank * a_out + tokens * mats[module[0]][0] * own
+    total += litgpt_blocks.saved_beyond_bytes(shape, setup, tokens=tokens, act_bytes=e, update_bytes=a_out)
     kv = shape.kv_heads / shape.heads
     mm_outputs = tokens * e * (a * (2 + 2 * kv) + (2 * f if shape.gated_mlp else f) + h)
     return total, scores, mm_outputs

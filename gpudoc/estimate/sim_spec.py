@@ -33,8 +33,11 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
         return f"optimizer = \"{setup.optimizer}\": its states live in custom CUDA kernels (bitsandbytes)"
     if setup.optimizer_in_backward:
         return "an optimizer that steps inside backward is the job's own code"
-    # transformers' own heads: the LM's, a sequence classifier's (AutoModelForSequenceClassification).
-    if setup.loss not in ("lm", "fp32_logits", "classification") or (setup.loss != "lm" and profile.model.get("factory")):
+    # transformers' own heads: the LM's, a sequence classifier's (AutoModelForSequenceClassification). A
+    # factory's step computes its own loss: its framework's where the profile names none (``framework_loss``).
+    framework_own = bool(profile.model.get("factory")) and profile.train.get("loss") is None
+    if not framework_own and (setup.loss not in ("lm", "fp32_logits", "classification")
+                              or (setup.loss != "lm" and profile.model.get("factory"))):
         return f"loss = \"{setup.loss}\": the job's own loss code"
     if setup.gradient_checkpointing == "selective" and not profile.model.get("factory"):
         return ("selective checkpointing: the policy is the job's own code (transformers has no switch for it; "

@@ -338,22 +338,21 @@ def checkpointed_bytes(layers: int, tokens: float, hidden: int, input_bytes: flo
 
 def logits_bytes(tokens: float, vocab: int, *, logits_dtype_bytes: float, loss: str, upcast: bool,
                  chunks: int = 8) -> float:
-    """The LM head output and the cross-entropy working set at its peak.
-
-    Hugging Face causal-LM loss (``ForCausalLMLoss``), torchtune and torchtitan upcast the logits to
-    fp32 before ``F.cross_entropy``: the logits in the compute dtype (held by the model output) plus
-    three fp32 b*s*V buffers at the loss's peak (the upcast copy / log-softmax output, its gradient,
-    the gradient of the input). fp32 training: 4 fp32 buffers (16 B per token per vocab entry). No
-    upcast: four buffers in the logits dtype. Chunked loss (torchtune ``CEWithChunkedOutputLoss``):
-    the fp32 buffers exist for one chunk at a time. Classification heads: nothing vocabulary-sized.
-    ``fp32_logits``: the model returns its logits upcast (torchtune's ``self.output(h).float()``) to
-    torch's ``CrossEntropyLoss``: the fp32 copy is what its output holds, beside the loss's three
-    (torchtune 0.1's recipe slices it with ``logits[..., :-1, :].contiguous()``, a copy that replaces
-    it): the caller passes 4-byte logits, 16 B a logit.
-    """
-    if loss == "classification":
-        return 0.0
+    """The LM head output and the cross-entropy working set at its peak. Hugging Face causal-LM loss
+    (``ForCausalLMLoss``), torchtune and torchtitan upcast the logits to fp32 before ``F.cross_entropy``:
+    the logits in the compute dtype (held by the model output) plus three fp32 b*s*V buffers at the loss's
+    peak (the upcast copy / log-softmax output, its gradient, the gradient of the input). fp32 training: 4
+    fp32 buffers (16 B a logit). No upcast: four buffers in the logits dtype. Chunked loss (torchtune's
+    ``CEWithChunkedOutputLoss``): the fp32 buffers for one chunk at a time. Classification heads: nothing
+    vocabulary-sized. ``fp32_logits``: the model returns its logits upcast (torchtune's
+    ``self.output(h).float()``) to torch's ``CrossEntropyLoss``: the fp32 copy is what its output holds,
+    beside the loss's three (torchtune 0.1's recipe slices it with ``logits[..., :-1, :].contiguous()``, a
+    copy that replaces it): the caller passes 4-byte logits, 16 B a logit. ``fp32_chunks`` (LitGPT's:
+    ``defaults.FRAMEWORK_LOSS``), any precision: the fp32 chunks the loop holds and each chunk's fp32
+    log-softmax saved for backward, 8 B a logit (backward frees a log-softmax as it makes its gradient)."""
     n = tokens * vocab
+    if loss in ("classification", "fp32_chunks"):
+        return n * (8.0 if loss == "fp32_chunks" else 0.0)
     if logits_dtype_bytes >= 4:
         return n * 16.0 if loss != "chunked" else n * (4.0 + 12.0 / chunks)
     if loss == "chunked":

@@ -16,17 +16,10 @@ from gpudoc.estimate.stack import Stack
 MIB = 1024**2
 UNITS = {"GB": 1e9, "MB": 1e6, "GiB": 1024**3, "MiB": 1024**2}
 
-# Cases the profile's knobs cannot express, with the reason. Everything else is compared.
-_LIT_FSDP = ("LitGPT multi-GPU LoRA table (settings_confidence low): whether activation checkpointing "
-             "was on is unverified, and the three rows contradict each other under either reading "
-             "(lit-25 matches sharded weights without checkpointing, lit-22 unsharded with it, lit-28 "
-             "neither)")
+# Cases the record harness cannot express, with the reason. Everything else is compared.
 EXCLUDED = {
-    "lit-22": _LIT_FSDP,
-    "lit-25": _LIT_FSDP,
-    "lit-28": _LIT_FSDP,
-    "titan-13": "tensor + pipeline parallel (TP 8 x PP 8, 1F1B in-flight micro-batches, AsyncTP): "
-                "a profile has no tp/pp knobs, so per-GPU shapes and in-flight activations are unknown",
+    "titan-13": "tensor + pipeline parallel (TP 8 x PP 8, 1F1B in-flight micro-batches, AsyncTP): this "
+                "harness maps no tensor or pipeline degree (the user's path writes them in [launch])",
 }
 
 _TARGETS = {

@@ -43,6 +43,25 @@ def test_a_framework_whose_own_model_code_has_no_dropout_is_estimated_without(tm
     assert inputs_from_profile(hf).setup.dropout == 0.1
 
 
+def test_a_litgpt_job_silent_about_its_loss_is_estimated_with_litgpts_own(tmp_path):
+    """LitGPT's finetune scripts compute the head in chunks that Fabric hands back in fp32 and hold them
+    through backward (``loss = "fp32_chunks"``): a profile naming LitGPT gets that loss and a note; one
+    that states its loss keeps it, and another framework's job the full-vocabulary loss."""
+    path = tmp_path / "gpudoc.toml"
+    path.write_text("")
+
+    def read(train: dict, framework: str):
+        return inputs_from_profile(Profile(name="p", path=path, chain=(path,), model=LLAMA_SHAPE,
+                                           train={**TRAIN, **train}, bind={"args": framework}))
+
+    litgpt = read({}, "litgpt")
+    assert litgpt.setup.loss == "fp32_chunks"
+    assert "litgpt's own" in _note(litgpt.notes, "[train] loss not set")
+    stated = read({"loss": "lm"}, "litgpt")
+    assert stated.setup.loss == "lm" and not any("loss not set" in n for n in stated.notes)
+    assert read({}, "hf-trainer").setup.loss == "lm"
+
+
 def test_a_layernorm_gelu_family_trains_with_dropout_unless_told(tmp_path):
     silent = estimate(_profile(tmp_path, GPT2_SHAPE))
     assert "framework default" in _note(silent.notes, "[train] dropout not set: 0.1 assumed")

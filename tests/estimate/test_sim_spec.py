@@ -219,6 +219,20 @@ def test_torchtunes_fp32_logits_loss_is_simulated_and_a_factorys_own_loss_is_not
     assert reason == 'loss = "chunked": the job\'s own loss code'
 
 
+def test_a_litgpt_jobs_own_loss_is_its_factorys_step_and_the_formulas_without_one(tmp_path):
+    """A LitGPT job's loss is LitGPT's own (``fp32_chunks``): a factory running its step computes it; a
+    model built from config.json or shapes would not, so the formula answers; stated with a factory, the
+    profile's loss is not what the factory computes."""
+    def litgpt(model: dict, train: dict | None = None) -> Profile:
+        return replace(_profile(tmp_path, model, train), bind={"args": "litgpt"})
+
+    spec, _, reason, _ = _read(litgpt({**LLAMA_SHAPE, "factory": "job:build"}))
+    assert reason is None and "loss" not in spec
+    assert _read(litgpt(LLAMA_SHAPE))[2] == 'loss = "fp32_chunks": the job\'s own loss code'
+    _, _, reason, _ = _read(litgpt({**LLAMA_SHAPE, "factory": "job:build"}, {"loss": "fp32_chunks"}))
+    assert reason == 'loss = "fp32_chunks": the job\'s own loss code'
+
+
 def test_a_classification_head_is_simulated_as_transformers_builds_one(tmp_path):
     spec, _, reason, _ = _read(_profile(tmp_path, LLAMA_SHAPE, {"loss": "classification"}))
     assert reason is None and spec["loss"] == "classification"

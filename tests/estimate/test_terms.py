@@ -123,6 +123,11 @@ def test_logits_llama3_vocab_dominates_at_long_context():
     assert chunked == tokens * vocab * (2 + 12 / 8)
     assert terms.logits_bytes(tokens, vocab, logits_dtype_bytes=2, loss="classification", upcast=True) == 0
     assert terms.logits_bytes(tokens, vocab, logits_dtype_bytes=2, loss="lm", upcast=False) == tokens * vocab * 8
+    # LitGPT's: the head in chunks handed back in fp32 and held by the loop, each chunk's fp32 log-softmax
+    # saved; in any precision, whatever dtype the head computes in.
+    for dtype_bytes in (2, 4):
+        assert terms.logits_bytes(tokens, vocab, logits_dtype_bytes=dtype_bytes, loss="fp32_chunks",
+                                  upcast=True) == tokens * vocab * 8
 
 
 def test_zero_shards_evenly_and_working_set_is_two_units():

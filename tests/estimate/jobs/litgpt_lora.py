@@ -2,7 +2,7 @@
 (``litgpt.lora.GPT``) set up by Lightning Fabric in ``bf16-true``, and the step of LitGPT's
 ``finetune/lora.py`` — the LM head in chunks of 128 tokens and LitGPT's chunked cross-entropy —
 with only the LoRA weights trained. Fabric's half-precision wrapper hands the logits back in the
-default dtype (fp32): the loss runs on fp32 logits, as in the real job.
+default dtype (fp32): the loss runs on fp32 logits, as in the real job, and they live through backward.
 
 The settings a user would write at the top of their script are read from ``litgpt_lora.json``
 beside this file: ``{"model": NAME, "lora": {"r", "alpha", "dropout", "query", "key", "value",
@@ -24,17 +24,18 @@ SETTINGS = json.loads((Path(__file__).with_name("litgpt_lora.json")).read_text()
 
 
 class LoraStep(torch.nn.Module):
-    """forward(input_ids, targets) -> loss, as finetune/lora.py computes it."""
+    """forward(input_ids, targets) -> {"loss", "logits"}, as finetune/lora.py computes them: its loop's
+    ``logits`` holds the fp32 chunks through ``fabric.backward(loss)``, so they are handed back with the loss."""
 
     def __init__(self, gpt: GPT) -> None:
         super().__init__()
         fabric = Fabric(accelerator="cpu", devices=1, precision="bf16-true")
         self.gpt = fabric.setup_module(gpt, move_to_device=False)
 
-    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor) -> dict:
         logits = self.gpt(input_ids, lm_head_chunk_size=128)
         logits[-1] = logits[-1][..., :-1, :]  # output n predicts token n + 1
-        return chunked_cross_entropy(logits, targets[..., 1:])
+        return {"loss": chunked_cross_entropy(logits, targets[..., 1:]), "logits": logits}
 
 
 def _config_name(wanted: str) -> str:
