@@ -15,7 +15,7 @@ from typing import Any, Mapping, TypeVar
 
 from gpudoc import allocator
 from gpudoc.errors import ProfileError
-from gpudoc.estimate import adapters, defaults
+from gpudoc.estimate import adapters, defaults, recompute
 from gpudoc.estimate.defaults import ASSUMED_LORA_DROPOUT, PARALLEL_KEYS, TARGET_LEN_NOTE, family_dropout, shapes_family
 from gpudoc.estimate.hf_config import model_from_hf_config, read_hf_config
 from gpudoc.estimate.lora_targets import DEFAULT_LORA_TARGETS, lora_targets
@@ -92,6 +92,7 @@ class TrainSetup:
     loss: str = "lm"
     loss_upcast: bool = True
     optimizer_in_backward: bool = False
+    compiled: bool = False  # the blocks run under torch.compile ([train] compile: ``recompute``)
     expandable_segments: bool = False
     target_len: int = 0  # encoder-decoder: decoder tokens per sample (0: as many as seq_len)
     tensor_parallel: int = 1  # parallel layouts ([launch]): world_size = data parallel x tensor x pipeline x context
@@ -369,8 +370,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
     return TrainSetup(
         micro_batch_size=_positive_int("train", "micro_batch_size", mbs if mbs is not None else 1),
         seq_len=_positive_int("train", "max_seq_len", seq),
-        gradient_accumulation_steps=_positive_int(
-            "train", "gradient_accumulation_steps", train.get("gradient_accumulation_steps") or 1),
+        gradient_accumulation_steps=_positive_int("train", "gradient_accumulation_steps", train.get("gradient_accumulation_steps") or 1),
         gradient_checkpointing=_checkpointing(train.get("gradient_checkpointing")),
         precision=precision,
         zero_stage=min(3, _positive_int("train", "zero_stage", train.get("zero_stage") or 0)),
@@ -387,7 +387,7 @@ def train_setup(profile: Any, notes: list[str], extras: Mapping[str, Any] | None
         dropout=float(train.get("dropout", extras.get("dropout", 0.0)) or 0.0),
         loss=_choice("train", "loss", train.get("loss"), _LOSSES, defaults.framework_loss(profile, notes)),
         loss_upcast=bool(train.get("loss_upcast", True)),
-        optimizer_in_backward=bool(train.get("optimizer_in_backward", False)),
+        optimizer_in_backward=bool(train.get("optimizer_in_backward", False)), compiled=recompute.compiled(train),
         expandable_segments=allocator.is_expandable(allocator.effective(env)),
         target_len=_positive_int("train", "max_target_len", train["max_target_len"]) if train.get("max_target_len") else 0,
         tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp, stack=stack_of(profile, notes),

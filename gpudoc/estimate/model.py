@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudoc.estimate import adapters, fsdp, litgpt_blocks, terms, zero3, zero_settings
+from gpudoc.estimate import adapters, fsdp, litgpt_blocks, recompute, terms, zero3, zero_settings
 from gpudoc.estimate.inputs import (
     Inputs,
     ModelShape,
@@ -22,6 +22,7 @@ from gpudoc.estimate.loading import LOAD, load_phase
 from gpudoc.estimate.parallel import per_gpu
 
 BREAKDOWN_KEYS = ("weights", "gradients", "optimizer", "activations", "logits", "workspace")
+_CALL_ORDER = ("q", "k", "v", "o", "xq", "xk", "xv", "xo", "gate", "up", "down")  # as a block calls its linears
 
 
 @dataclass(frozen=True)
@@ -149,14 +150,14 @@ def layer_activation_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: floa
         if module[0] in mats:  # A's output, saved by B, and the adapter's own copy of its input
             total += tokens * setup.lora_rank * a_out + tokens * mats[module[0]][0] * own
     total += litgpt_blocks.saved_beyond_bytes(shape, setup, tokens=tokens, act_bytes=e, update_bytes=a_out)
-    kv = shape.kv_heads / shape.heads
-    mm_outputs = tokens * e * (a * (2 + 2 * kv) + (2 * f if shape.gated_mlp else f) + h)
-    return total, scores, mm_outputs
+    calls = layer_matrix_shapes(shape, cross_attention=cross_attention)
+    kept = recompute.op_sac_matmul_widths([(r, calls[r][1]) for r in _CALL_ORDER if r in calls], compiled=setup.compiled)
+    return total, scores, tokens * e * kept
 
 
-def activation_bytes(shape: ModelShape, setup: TrainSetup) -> tuple[float, list[str]]:
-    """Saved activations of the whole model at the start of backward, with checkpointing applied.
-    Encoder-decoder models: the decoder's blocks see ``target_len`` tokens per sample. A pipeline
+def activation_bytes(shape: ModelShape, setup: TrainSetup) -> tuple[float, float, list[str]]:
+    """Saved activations at the start of backward, checkpointing applied, and the block it recomputes at
+    a time. Encoder-decoder models: the decoder's blocks see ``target_len`` tokens per sample. A pipeline
     stage keeps ``in_flight`` micro batches' activations of its blocks (1F1B)."""
     notes: list[str] = []
     b, s = setup.micro_batch_size, setup.seq_len
@@ -187,43 +188,44 @@ def activation_bytes(shape: ModelShape, setup: TrainSetup) -> tuple[float, list[
     mode = setup.gradient_checkpointing
     if mode == "full":
         # Each micro batch in flight keeps its checkpoints; one layer at a time is recomputed.
-        held = (terms.checkpointed_bytes(plain, tokens, h, residual)
-                + terms.checkpointed_bytes(cross, dec_tokens, h, residual))
+        held = terms.checkpointed_bytes(plain, tokens, h, residual) + terms.checkpointed_bytes(cross, dec_tokens, h, residual)
         once = largest
     elif mode == "selective" and setup.attention == "eager":
         # Korthikanti sec. 4.3: recompute only the attention core, drop the a*s^2 terms.
         held = plain * (layer - layer_scores) + cross * (xlayer - xscores)
         once = max(layer_scores, xscores)
     elif mode == "selective":
-        # With SDPA there is no s^2 term to drop; op-level selective checkpointing (PyTorch
-        # ``create_selective_checkpoint_contexts``, torchtitan's "op" policy) keeps the layer input,
-        # the attention outputs and every other matmul output, and recomputes the rest.
-        def kept_of(n: float, full: float, mm: float) -> float:
-            return min(n * h * residual + n * h * e + n * shape.heads * 4.0 + mm / 2, full)
-
-        held = plain * kept_of(tokens, layer, mm_out) + cross * kept_of(dec_tokens, xlayer, xmm)
+        # With SDPA there is no s^2 term to drop; op-level selective checkpointing (torchtitan's "op"
+        # policy) keeps the layer input, the attention output and log-sum-exp, and every other matmul
+        # output but those a compiled block's backward never reads (``recompute.op_sac_matmul_widths``).
+        kept = h * residual + h * e + shape.heads * 4.0
+        held = plain * min(tokens * kept + mm_out, layer) + cross * min(dec_tokens * kept + xmm, xlayer)
         once = largest
-        notes.append("selective checkpointing with SDPA: modelled as op-level selective checkpointing "
-                     "(attention outputs and every other matmul output kept)")
+        notes.append("selective checkpointing with SDPA: modelled as op-level selective checkpointing (attention "
+                     f"outputs and every other matmul output kept{', compiled' if setup.compiled else ''})")
     else:
         held, once = plain * layer + cross * xlayer, 0.0
-    return held * setup.in_flight + once + outside, notes
+    return held * setup.in_flight + outside, once, notes
+
+
+def backward_peak(shape: ModelShape, setup: TrainSetup) -> tuple[float, float, list[str]]:
+    """(activations, logits) at the backward's peak: a recomputed block counts only beyond the loss's
+    buffers, freed before it is recomputed (``recompute.recompute_beyond_loss``)."""
+    held, once, notes = activation_bytes(shape, setup)
+    tokens = float(setup.micro_batch_size * (setup.target_len or setup.seq_len))
+    # An fp32 head gives fp32 logits, as does a model that returns them upcast (torchtune's).
+    e = 4.0 if kbit_mixed(setup) or setup.loss == "fp32_logits" else act_bytes(setup)
+    logits = terms.logits_bytes(tokens, shape.vocab, logits_dtype_bytes=e, loss=setup.loss, upcast=setup.loss_upcast)
+    # The logits the output holds through backward: the model's, LitGPT's fp32 chunks.
+    kept = tokens * shape.vocab * (4.0 if setup.loss == "fp32_chunks" else e) if logits else 0.0
+    return held + recompute.recompute_beyond_loss(once, logits, kept), logits, notes
 
 
 def per_sample_activation_bytes_for(inputs: Inputs) -> float:
     """Activations + logits of one sequence (micro batch 1): the slope the ladder works with."""
     one = inputs.with_micro_batch(1)
     shape, setup, _ = per_gpu(one.shape, one.setup)
-    acts, _ = activation_bytes(shape, setup)
-    return acts + _logits(shape, setup)
-
-
-def _logits(shape: ModelShape, setup: TrainSetup) -> float:
-    tokens = float(setup.micro_batch_size * (setup.target_len or setup.seq_len))
-    # An fp32 head gives fp32 logits, as does a model that returns them upcast (torchtune's).
-    e = 4.0 if kbit_mixed(setup) or setup.loss == "fp32_logits" else act_bytes(setup)
-    return terms.logits_bytes(tokens, shape.vocab, logits_dtype_bytes=e, loss=setup.loss,
-                              upcast=setup.loss_upcast)
+    return sum(backward_peak(shape, setup)[:2])
 
 
 def compute_phases(inputs: Inputs) -> Phases:
@@ -365,9 +367,8 @@ def compute_phases(inputs: Inputs) -> Phases:
         notes.append("zero_stage > 0 with a world size of 1 shards nothing")
 
     # --- activations and friends -------------------------------------------------------------
-    acts, act_notes = activation_bytes(shape, setup)
+    acts, logits, act_notes = backward_peak(shape, setup)
     notes.extend(act_notes)
-    logits = _logits(shape, setup)
     if amp:
         matmul_weights = (block_linear + (head or emb)) if not setup.lora_rank else trainable
         workspace_fb += terms.amp_cast_bytes(matmul_weights)

@@ -167,12 +167,14 @@ def test_the_formula_through_the_users_path(tmp_path, with_config):
             assert x.predicted <= 1.6 * x.capacity, f"{x.id}: a run that fit predicted far over its card"
     s = summary(_bounded(results))
     assert s["n"] >= 35
-    # Toward the issue's target through the user's path; measured 4.4% / 4.4% with the LitGPT FSDP rows bounded
-    # (4.6% before a LitGPT job's loss and blocks were counted as LitGPT's code keeps them; 6.5% before the
-    # 0.1-0.2 torchtune rows' loss was written as their configs name it; 8.1% / 8.1% with the allocator's slack on the
+    # Toward the issue's target through the user's path; measured 4.3% / 4.3% (4.7% while a checkpointed block's
+    # recompute was counted on top of the loss's buffers, which are freed before it, and torchtitan's compiled
+    # blocks kept what eager ones keep; 4.4% with the LitGPT FSDP rows bounded, 4.6% before a LitGPT job's loss
+    # and blocks were counted as LitGPT's code keeps them; 6.5% before the 0.1-0.2 torchtune rows' loss was
+    # written as their configs name it; 8.1% / 8.1% with the allocator's slack on the
     # whole peak, weights and optimizer states included; 7.9% / 8.9% before the adapters were counted as
     # their library keeps them and the BERT rows' classifier's head was written down).
-    assert s["median"] <= 0.055
+    assert s["median"] <= 0.05
     assert s["within25"] >= 0.80
     # Under-prediction lets a job through the gate into an OOM: no row is under by more than 10% but
     # those whose stack a profile cannot state (``_OLD_STACK``) or whose figure was not reproduced

@@ -73,9 +73,9 @@ def test_under_zero_3_every_linear_layer_keeps_its_input_a_frozen_ones_too():
     # bf16 adapters that take their layer's input as it is (a framework's own, as FSDP's casts leave peft's too).
     lora = TrainSetup(micro_batch_size=2, seq_len=128, precision="bf16-true", lora_rank=8, lora_targets=("q", "v"),
                       lora_adapters="own")
-    plain, _ = activation_bytes(shape, lora)
-    deepspeed, _ = activation_bytes(shape, replace(lora, zero_stage=3, offload_params=True, offload_optimizer=True))
+    plain, _, _ = activation_bytes(shape, lora)
+    deepspeed, _, _ = activation_bytes(shape, replace(lora, zero_stage=3, offload_params=True, offload_optimizer=True))
     tokens = 2 * 128
     assert deepspeed - plain == 2 * tokens * (4 * (256 + 1024) + 256)  # bf16: per block gate/up and down; the head
-    fsdp, _ = activation_bytes(shape, replace(lora, zero_stage=3, world_size=2, fsdp=True))
+    fsdp, _, _ = activation_bytes(shape, replace(lora, zero_stage=3, world_size=2, fsdp=True))
     assert fsdp == plain

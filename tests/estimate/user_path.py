@@ -112,6 +112,8 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
         train["zero_stage"] = zero
     if in_backward:  # torchtune's optimizer_in_bwd: each gradient stepped and freed in backward
         train["optimizer_in_backward"] = True
+    if r.get("compile"):  # the job's blocks run under torch.compile (torchtitan's --training.compile)
+        train["compile"] = True
     if loss == "classification" or (loss != "lm" and (r["source"] or "").startswith("torchtune")):
         # A classifier's head is the model its user trains, whatever the framework; the loss's form is
         # what gpudoc reads from a torchtune job's config (loss._component_), and no other framework's
