@@ -98,12 +98,12 @@ _UNBOUNDED = {"titan-13"}
 # The LitGPT rows run LitGPT's own model and step under Fabric, as their user's factory
 # (tests/estimate/jobs/litgpt_lora.py).
 SIMULATED_SUBSET = ("adan-01", "hf-bert-07", "lit-10", "tt-lora-01", "lit-01", "peft-01")
-# Measured on this subset: median |error| 2.7% (7.0% with the allocator's slack on the whole peak, not
-# only on what is freed and requested again), one case under by more than 10% (hf-bert-07, -19.1% with
-# its classifier's head: an nvidia-smi figure of an ``_OLD_STACK`` run). peft-01 (+18%) measured
-# weights, gradients and AdamW's states with no foreach copy at the step: the for-loop AdamW of torch
-# before 2.0 (early 2023), a version its record does not state.
-SUBSET_MEDIAN, SUBSET_UNDER = 0.05, 1
+# Measured on this subset: median |error| 2.2%, none under by more than 10% (2.7% and one, hf-bert-07 at
+# -19.1%, before the BERT rows' torch 1.10 was stated and LitGPT's step held its logits through backward;
+# 7.0% with the allocator's slack on the whole peak, not only on what is freed and requested again).
+# peft-01 (+18%) measured weights, gradients and AdamW's states with no foreach copy at the step: the
+# for-loop AdamW of torch before 2.0 (early 2023), a version its record does not state.
+SUBSET_MEDIAN, SUBSET_UNDER = 0.035, 0
 
 
 def test_the_profile_carries_the_loss_and_lora_dropout_the_record_states():
