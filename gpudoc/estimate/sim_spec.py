@@ -38,7 +38,9 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
     framework_own = bool(profile.model.get("factory")) and profile.train.get("loss") is None
     if not framework_own and (setup.loss not in ("lm", "fp32_logits", "classification")
                               or (setup.loss != "lm" and profile.model.get("factory"))):
-        return f"loss = \"{setup.loss}\": the job's own loss code"
+        hint = " (a [model] factory that runs the job's step is simulated with it)" \
+            if setup.loss == "fp32_chunks" and not profile.model.get("factory") else ""
+        return f"loss = \"{setup.loss}\": the job's own loss code{hint}"
     if setup.gradient_checkpointing == "selective" and not profile.model.get("factory"):
         return ("selective checkpointing: the policy is the job's own code (transformers has no switch for it; "
                 "a [model] factory that takes gradient_checkpointing applies it)")

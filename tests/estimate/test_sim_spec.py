@@ -228,7 +228,8 @@ def test_a_litgpt_jobs_own_loss_is_its_factorys_step_and_the_formulas_without_on
 
     spec, _, reason, _ = _read(litgpt({**LLAMA_SHAPE, "factory": "job:build"}))
     assert reason is None and "loss" not in spec
-    assert _read(litgpt(LLAMA_SHAPE))[2] == 'loss = "fp32_chunks": the job\'s own loss code'
+    assert _read(litgpt(LLAMA_SHAPE))[2] == ('loss = "fp32_chunks": the job\'s own loss code (a [model] factory '
+                                            'that runs the job\'s step is simulated with it)')
     _, _, reason, _ = _read(litgpt({**LLAMA_SHAPE, "factory": "job:build"}, {"loss": "fp32_chunks"}))
     assert reason == 'loss = "fp32_chunks": the job\'s own loss code'
 
