@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from gpudoc.estimate import terms, zero_settings
+from gpudoc.estimate import fsdp, terms, zero_settings
 from gpudoc.estimate.history import Correction, correction_from_history
 from gpudoc.estimate.inputs import Inputs, inputs_from_profile
 from gpudoc.estimate.loading import LOAD, load_library, load_note
@@ -114,7 +114,7 @@ def _overhead(peak: float, phases: Phases, inputs: Inputs) -> tuple[int, int]:
     resident = phases.load.get("weights", 0.0) if phases.peak_phase == LOAD else phases.resident
     context = terms.cuda_context_bytes(lazy=inputs.setup.stack.lazy_module_loading)
     slack = terms.allocator_slack_bytes(peak, resident, expandable_segments=inputs.setup.expandable_segments)
-    return int(context), round(slack)
+    return int(context), round(slack + fsdp.reserved_beside(inputs.setup, phases))
 
 
 def max_micro_batch_size(inputs: Inputs, gpu_total_bytes: int | None, target_utilization: float,
@@ -180,6 +180,8 @@ def estimate_inputs(inputs: Inputs, *, gpu_total_bytes: int | None = None, targe
     ints = {k: round(v) for k, v in breakdown.items()}
     peak_int = sum(ints.values())
     context, slack = _overhead(peak_int, phases, inputs)
+    if beside := fsdp.reserved_beside(inputs.setup, phases):
+        notes.append(fsdp.reserved_note(beside))
     per_sample = per_sample_activation_bytes_for(inputs)
     if correction is not None:
         per_sample *= correction.per_sample_scale

@@ -23,7 +23,13 @@ call ``loss.backward()`` on each micro batch and neither ``no_sync`` nor
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoc.estimate.inputs import TrainSetup
+from gpudoc.units import format_bytes
+
+if TYPE_CHECKING:
+    from gpudoc.estimate.model import Phases
 
 # Frameworks (as ``defaults.job_framework`` names them) whose loops reduce-scatter every micro batch.
 REDUCES_EVERY_MICRO_BATCH = frozenset({"torchtune"})
@@ -50,3 +56,25 @@ def accumulated(setup: TrainSetup, *, pipelined: bool, params: float, trainable:
                  "unsharded until the last micro batch (no_sync: Lightning Fabric's no_backward_sync, accelerate's "
                  f"accumulate){', of every block with an adapter, its frozen weights too (flat parameters)' if setup.lora_rank else ''}")
     return whole * compute_bytes, 0.0
+
+
+def reserved_beside(setup: TrainSetup, phases: Phases) -> float:
+    """Bytes the caching allocator reserves beside forward/backward's peak under FSDP: the sharded
+    gradients, which FSDP allocates on its reduce-scatter stream (FSDP1's ``_post_backward_hook``
+    reduces under ``post_backward_stream``, where ``_get_reduce_scatter_tensors`` allocates the shard;
+    FSDP2's ``foreach_reduce`` under ``reduce_scatter_stream``, the shards views of its
+    ``reduce_output``). PyTorch's caching allocator hands a freed block only to a request on the stream
+    it was allocated on (``CUDACachingAllocator.cpp``, ``get_free_block``), so the activations backward
+    frees on the compute stream cannot hold them: the pool keeps both, the activations' blocks cached,
+    until a request fails and the cache is released. Zero where the gradients are already counted at
+    the peak (accumulated between micro batches), where the step is the peak, or without FSDP."""
+    if not setup.fsdp or setup.sharding_stage < 2 or phases.peak_phase != "forward_backward":
+        return 0.0
+    if phases.forward_backward.get("gradients", 0.0):
+        return 0.0
+    return phases.optimizer_step.get("gradients", 0.0)
+
+
+def reserved_note(beside: float) -> str:
+    return (f"FSDP: its sharded gradients ({format_bytes(beside)}) are reduce-scattered on a stream of their own, "
+            "whose blocks the allocator keeps apart from the activations': counted in the allocator's reserve")

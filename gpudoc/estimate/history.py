@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any, Protocol
 
 from gpudoc.errors import GpudocError
-from gpudoc.estimate import terms
+from gpudoc.estimate import fsdp, terms
 from gpudoc.estimate.inputs import Inputs, train_setup
 from gpudoc.estimate.model import Phases, compute_phases
 
@@ -117,8 +117,9 @@ def correction_from_history(inputs: Inputs, history: Iterable[PastRun]) -> Corre
         static, slope = linear_parts(rec_inputs)
         # The estimate's own overhead taken off: the context, then the slack on what is not kept.
         context = terms.cuda_context_bytes(lazy=rec_inputs.setup.stack.lazy_module_loading)
-        allocated = terms.allocated_from_reserved(measured - context,
-                                                  compute_phases(rec_inputs).resident,
+        phases = compute_phases(rec_inputs)  # and what FSDP reserves beside the peak (``fsdp.reserved_beside``)
+        beside = fsdp.reserved_beside(rec_inputs.setup, phases)
+        allocated = terms.allocated_from_reserved(measured - context - beside, phases.resident,
                                                   expandable_segments=rec_inputs.setup.expandable_segments)
         if allocated <= 0:
             continue

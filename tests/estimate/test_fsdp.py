@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from gpudoc.estimate import estimate_inputs, terms
+from gpudoc.estimate.history import correction_from_history
 from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup, inputs_from_profile
 from gpudoc.estimate.model import compute_phases
 from gpudoc.profiles.model import Profile
+from gpudoc.runs.record import RunRecord
 from tests.conftest import MEMORY_CASES
 from tests.estimate.cases import load_records
 from tests.estimate.user_path import profile_toml, run_case
@@ -54,10 +57,11 @@ def test_a_pipeline_stage_under_fsdp_keeps_its_parameters_gathered_between_micro
     assert any("pipeline stage" in n for n in stage.notes)
 
 
-@pytest.mark.parametrize("case", ["lit-25", "lit-28", "titan-13"])
+@pytest.mark.parametrize("case", ["lit-25", "lit-28", "titan-13", "tt2-07"])
 def test_the_published_fsdp_rows_are_written_as_fsdp_and_no_longer_under_predicted(tmp_path, case):
-    """LitGPT's LoRA under Fabric's FSDPStrategy (no_backward_sync over 16 micro batches) and
-    torchtitan's 405B in 8 pipeline stages: measured 13.45 GB, 23.39 GB and 82.5 GiB reserved."""
+    """LitGPT's LoRA under Fabric's FSDPStrategy (no_backward_sync over 16 micro batches), torchtitan's
+    405B in 8 pipeline stages and torchtune's 70B full fine-tune (its sharded gradients reserved beside
+    the activations): measured 13.45 GB, 23.39 GB, 82.5 GiB and 70.4 GB reserved."""
     written = profile_toml(BY_ID[case], with_config=False)
     assert "fsdp = true" in written and "zero_stage" not in written
     result = run_case(BY_ID[case], tmp_path, with_config=False)
@@ -84,3 +88,41 @@ def test_a_torchtune_recipe_under_fsdp_reduces_every_micro_batch(tmp_path):
                       train={"micro_batch_size": 2, "max_seq_len": 1024, "precision": "bf16-true", "fsdp": True,
                              "gradient_accumulation_steps": 8})
     assert inputs_from_profile(profile).setup.framework == "torchtune"
+
+
+def _full(**setup: object) -> Inputs:
+    """Llama-2-7B fully fine-tuned under FSDP on 8 GPUs, its optimizer's states paged to the host."""
+    base: dict = {"micro_batch_size": 4, "seq_len": 2048, "precision": "bf16-true", "fsdp": True, "world_size": 8,
+                  "gradient_checkpointing": "full", "offload_optimizer": True}
+    return Inputs(shape=LLAMA2, setup=TrainSetup(**{**base, **setup}))
+
+
+def _plain_slack(inputs: Inputs) -> float:
+    est, phases = estimate_inputs(inputs), compute_phases(inputs)
+    return est.slack_bytes - terms.allocator_slack_bytes(est.peak_bytes, phases.resident, expandable_segments=False)
+
+
+def test_fsdp_reserves_its_sharded_gradients_beside_the_activations_peak():
+    """FSDP allocates the gradients' shards on its reduce-scatter stream, whose blocks the caching
+    allocator never gives to the compute stream's requests, nor the activations' freed blocks to it:
+    the reserve holds both."""
+    shard = compute_phases(_full()).optimizer_step["gradients"]
+    assert shard == pytest.approx(2 * LLAMA2.params / 8)
+    assert _plain_slack(_full()) == pytest.approx(shard, abs=2)
+    assert any("reduce-scattered on a stream of their own" in n for n in estimate_inputs(_full()).notes)
+    # Accumulated between micro batches the shards are in the peak already; DeepSpeed's ZeRO-3 is not FSDP.
+    assert _plain_slack(_full(gradient_accumulation_steps=4)) == pytest.approx(0, abs=2)
+    assert _plain_slack(_full(fsdp=False, zero_stage=3)) == pytest.approx(0, abs=2)
+
+
+def test_a_measured_fsdp_run_is_read_back_without_the_reserve_beside_its_peak():
+    """A run that measured exactly the estimate's pool corrects nothing: the inverse takes the shards'
+    reserve off with the slack and the context."""
+    inputs = _full()
+    knobs = {"micro_batch_size": 4, "max_seq_len": 2048, "precision": "bf16-true", "fsdp": True,
+             "gradient_checkpointing": True, "offload_optimizer": True}
+    run = RunRecord(id="r1", command=["train"], cwd=".", status="ok", exit_code=0,
+                    profile={"name": "p", "knobs": knobs},
+                    peak_memory_bytes={"0": int(estimate_inputs(inputs).total_bytes)})
+    correction = correction_from_history(inputs, [run])
+    assert correction is not None and correction.per_sample_scale == pytest.approx(1.0, abs=0.01)
