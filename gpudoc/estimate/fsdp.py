@@ -67,8 +67,9 @@ def reserved_beside(setup: TrainSetup, phases: Phases) -> float:
     it was allocated on (``CUDACachingAllocator.cpp``, ``get_free_block``), so the activations backward
     frees on the compute stream cannot hold them: the pool keeps both, the activations' blocks cached,
     until a request fails and the cache is released. Zero where the gradients are already counted at
-    the peak (accumulated between micro batches), where the step is the peak, or without FSDP."""
-    if not setup.fsdp or setup.sharding_stage < 2 or phases.peak_phase != "forward_backward":
+    the peak (accumulated between micro batches), where the step is the peak, without FSDP, or with its
+    CPU offload (``offload_params``: each unit's shard goes to the host as soon as it is reduced)."""
+    if not setup.fsdp or setup.sharding_stage < 2 or setup.offload_params or phases.peak_phase != "forward_backward":
         return 0.0
     if phases.forward_backward.get("gradients", 0.0):
         return 0.0

@@ -113,6 +113,7 @@ def test_fsdp_reserves_its_sharded_gradients_beside_the_activations_peak():
     # Accumulated between micro batches the shards are in the peak already; DeepSpeed's ZeRO-3 is not FSDP.
     assert _plain_slack(_full(gradient_accumulation_steps=4)) == pytest.approx(0, abs=2)
     assert _plain_slack(_full(fsdp=False, zero_stage=3)) == pytest.approx(0, abs=2)
+    assert _plain_slack(_full(offload_params=True)) == pytest.approx(0, abs=2)  # FSDP's CPU offload: to the host
 
 
 def test_a_measured_fsdp_run_is_read_back_without_the_reserve_beside_its_peak():
