@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudoc.estimate import adapters, fsdp, litgpt_blocks, recompute, terms, zero3, zero_settings
+from gpudoc.estimate import adapters, compiled, fsdp, litgpt_blocks, recompute, terms, zero3, zero_settings
 from gpudoc.estimate.inputs import (
     Inputs,
     ModelShape,
@@ -203,8 +203,8 @@ def activation_bytes(shape: ModelShape, setup: TrainSetup) -> tuple[float, float
         once = largest
         notes.append("selective checkpointing with SDPA: modelled as op-level selective checkpointing (attention "
                      f"outputs and every other matmul output kept{', compiled' if setup.compiled else ''})")
-    else:
-        held, once = plain * layer + cross * xlayer, 0.0
+    else:  # as autograd keeps them, or a compiled block's partition (``compiled.uncheckpointed``)
+        held, once = compiled.uncheckpointed(shape, setup, tokens, plain * layer + cross * xlayer, notes), 0.0
     return held * setup.in_flight + outside, once, notes
 
 

@@ -33,6 +33,9 @@ def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None
         return f"optimizer = \"{setup.optimizer}\": its states live in custom CUDA kernels (bitsandbytes)"
     if setup.optimizer_in_backward:
         return "an optimizer that steps inside backward is the job's own code"
+    if setup.compiled and setup.gradient_checkpointing == "none":
+        return ("compile = true without checkpointing: each compiled block keeps what torch.compile's partition "
+                "saves, not what eager autograd does on meta tensors (``compiled``)")
     # transformers' own heads: the LM's, a sequence classifier's (AutoModelForSequenceClassification). A
     # factory's step computes its own loss: its framework's where the profile names none (``framework_loss``).
     framework_own = bool(profile.model.get("factory")) and profile.train.get("loss") is None

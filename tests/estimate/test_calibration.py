@@ -163,8 +163,10 @@ def test_the_formula_through_the_users_path(tmp_path, with_config):
             assert x.predicted <= 1.6 * x.capacity, f"{x.id}: a run that fit predicted far over its card"
     s = summary(_bounded(results))
     assert s["n"] >= 35
-    # Toward the issue's target through the user's path; measured 4.4% / 4.4% (4.3% before FSDP's sharded
-    # gradients were counted in the allocator's reserve, tt2-07 then under by 16%; 4.7% while a checkpointed block's
+    # Toward the issue's target through the user's path; measured 4.3% / 4.3% (4.4% before a compiled
+    # block without checkpointing was counted as torch.compile's partition keeps it, tt3-04 then +28.6%;
+    # 4.3% before FSDP's sharded gradients were counted in the allocator's reserve, tt2-07 then under by
+    # 16%; 4.7% while a checkpointed block's
     # recompute was counted on top of the loss's buffers, which are freed before it, and torchtitan's compiled
     # blocks kept what eager ones keep; 4.4% with the LitGPT FSDP rows bounded, 4.6% before a LitGPT job's loss
     # and blocks were counted as LitGPT's code keeps them; 6.5% before the 0.1-0.2 torchtune rows' loss was
