@@ -62,3 +62,60 @@ def test_a_classification_job_is_built_with_a_sequence_classifiers_head():
     job = build({**spec, "loss": "classification"})
     assert type(job.model).__name__ == "BertForSequenceClassification"
     assert tuple(job.make_batch(3)["labels"].shape) == (3,)
+
+
+def _gpt2(layers: int) -> dict:
+    # Dropout off: CPU's dropout saves a mask of its input's dtype, CUDA's (and the emulation's) a bool.
+    return {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": layers, "n_positions": 32, "vocab_size": 100,
+            "activation_function": "gelu", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+            "use_cache": True}
+
+
+def _saved_on_cpu(layers: int) -> int:
+    """Ground truth: the bytes of the distinct storages autograd saves in a real fp32 forward of the model
+    the HF Trainer trains (``model.config.use_cache = args.use_cache``, False by default)."""
+    import transformers
+
+    config = transformers.AutoConfig.for_model(**{**_gpt2(layers), "use_cache": False})
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").train()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    ids = torch.randint(0, 100, (1, 32))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        model(input_ids=ids, labels=ids)
+    return sum(saved.values())
+
+
+def _live_after_simulated_forward(layers: int) -> int:
+    from gpudoc.simhelper.emulate import Emulation
+    from gpudoc.simhelper.tracker import LiveBytes
+
+    spec = {**SPEC, "hf_config": _gpt2(layers), "seq_len": 32, "precision": "fp32", "quantization": "none",
+            "attention": "eager"}
+    job = build(spec)
+    tracker, emulation = LiveBytes(), Emulation()
+    with tracker, emulation.installed():
+        batch = job.make_batch(1)
+        start = tracker.live
+        out = job.model(**batch)
+        live = tracker.live - start
+        del out
+    return live
+
+
+def test_a_gpt2_block_is_simulated_with_what_autograd_saves_in_training_and_no_key_value_cache():
+    """One GPT-2 block at micro batch 1 (q, k and v views of c_attn's output): the simulated forward
+    holds what a real CPU forward saves for backward, not transformers' DynamicCache copies of every
+    layer's keys and values that ``use_cache`` (config.json's True) would add."""
+    truth = _saved_on_cpu(2) - _saved_on_cpu(1)
+    simulated = _live_after_simulated_forward(2) - _live_after_simulated_forward(1)
+    unit = 32 * 64 * 4  # one token-by-hidden fp32 tensor; the cache held two a layer
+    assert truth > 10 * unit
+    assert simulated == pytest.approx(truth, abs=unit / 2)  # the layer norms' statistics rounded to 512 B blocks
