@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
+from gpudoc.estimate import terms  # noqa: E402
 from gpudoc.simhelper.emulate import Emulation  # noqa: E402
 from gpudoc.simhelper.tracker import LiveBytes, rounded  # noqa: E402
 
@@ -134,3 +135,27 @@ def test_patches_are_removed_after_the_step():
     with Emulation(autocast_dtype=torch.float16).installed():
         assert F.dropout is not original[1]
     assert (F.scaled_dot_product_attention, F.dropout, F.linear, torch.Tensor.__matmul__) == original
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_eager_scores_under_autocast_are_what_cudas_autocast_policy_saves(dropout):
+    """Eager attention under CUDA autocast (its cast policy as the simulation emulates it): the softmax
+    output in fp32, the dropout mask, and the half copy the PV matmul casts and saves — never the fp32
+    dropout output, which no backward reads."""
+    b, a, s, d = 2, 4, 32, 16
+    q, k, v = (torch.empty(b, a, s, d, dtype=torch.float16, device="meta", requires_grad=True) for _ in range(3))
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        if tensor.shape[-2:] == (s, s):
+            saved[id(tensor.untyped_storage())] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    emulation = Emulation(autocast_dtype=torch.float16)
+    with emulation.installed(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        emulation.forward_begins()
+        scores = torch.nn.functional.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1)
+        torch.matmul(torch.nn.functional.dropout(scores, p=dropout, training=True), v)
+    _, s2 = terms.attention_saved_bytes(tokens=b * s, batch=b, seq=s, hidden=a * d, heads=a, kv_heads=a, act_bytes=2.0,
+                                        attention="eager", dropout=dropout, score_bytes=4.0, amp_cast=True)
+    assert s2 == sum(saved.values()) == b * a * s * s * (7 if dropout else 6)
