@@ -90,11 +90,12 @@ def _from_config(spec: dict, notes: list[str]) -> Job:
         config = transformers.AutoConfig.for_model(model_type, **data)
     except (ValueError, KeyError) as exc:
         raise Unsupported(f"transformers {transformers.__version__} cannot read this config.json: {exc}") from None
-    # A training step keeps no key/value cache: the HF Trainer sets ``model.config.use_cache =
-    # args.use_cache`` (transformers/trainer.py, default False in training_args.py). With it on,
-    # DynamicLayer.update (cache_utils.py) keeps ``torch.cat`` copies of every layer's keys and values
-    # beside what autograd saves; the tuple caches before it held views of them, which cost nothing.
-    config.use_cache = False
+    # The HF Trainer of transformers 5 trains without a key/value cache: it sets ``model.config.use_cache =
+    # args.use_cache`` (trainer.py; False by default in training_args.py, transformers#41585). With it on,
+    # DynamicLayer.update (cache_utils.py) keeps ``torch.cat`` copies of every layer's keys and values beside
+    # what autograd saves. An older Trainer leaves config.json's use_cache as it is, and so does the simulation.
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        config.use_cache = False
     auto = {"decoder": transformers.AutoModelForCausalLM, "encoder": transformers.AutoModelForMaskedLM,
             "encoder-decoder": transformers.AutoModelForSeq2SeqLM}[spec.get("arch") or "decoder"]
     classify = spec.get("loss") == "classification"  # a sequence-classification head: one label a sample

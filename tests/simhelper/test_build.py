@@ -102,6 +102,8 @@ def _live_after_simulated_forward(layers: int) -> int:
     job = build(spec)
     tracker, emulation = LiveBytes(), Emulation()
     with tracker, emulation.installed():
+        for tensor in (*job.model.parameters(), *job.model.buffers()):  # the weights are no activation
+            tracker.track(tensor)
         batch = job.make_batch(1)
         start = tracker.live
         out = job.model(**batch)
@@ -119,3 +121,14 @@ def test_a_gpt2_block_is_simulated_with_what_autograd_saves_in_training_and_no_k
     unit = 32 * 64 * 4  # one token-by-hidden fp32 tensor; the cache held two a layer
     assert truth > 10 * unit
     assert simulated == pytest.approx(truth, abs=unit / 2)  # the layer norms' statistics rounded to 512 B blocks
+
+
+@pytest.mark.parametrize(("version", "cached"), [("5.0.0", False), ("4.57.1", True)])
+def test_the_key_value_cache_is_what_the_installed_transformers_trainer_leaves_on(monkeypatch, version, cached):
+    """transformers 5's Trainer turns config.json's use_cache off for training (TrainingArguments.use_cache,
+    False); an older one left it as the config says, and its model built the cache in training."""
+    import transformers
+
+    monkeypatch.setattr(transformers, "__version__", version)
+    spec = {**SPEC, "hf_config": _gpt2(1), "seq_len": 32, "precision": "fp32", "quantization": "none"}
+    assert build(spec).model.config.use_cache is cached
