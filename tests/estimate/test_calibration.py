@@ -131,11 +131,11 @@ _OLD_STACK = {
     # 6.97 GB, where the source measured 9.13 GB reserved right after the model's init: the allocator's cache
     # of those per-weight temporaries (1.4 GB blocks, split by the packed weights between them).
     "tt-qlora-01": "torchao 0.1's load",
-    # BERT-large under AMP on torch 1.10: the eager scores now saved as CUDA autocast keeps them (fp32 softmax,
-    # mask, the PV matmul's half copy: 7 B an element, not 11) put both paths 1.5-1.7 GB below the fp32 row
-    # (the simulation's 13.08 GB, -10.5%, already was); the source measured 1.06 GB below by nvidia-smi. Its
-    # fp32 row is 7.6% under in both paths too: that stack's reserve, which no profile key describes.
-    "hf-bert-04": "torch 1.10's AMP reserve, 0.5 GB over both paths' autocast saved set",
+    # BERT-large under AMP on torch 1.10: with the eager scores saved as CUDA autocast keeps them (fp32 softmax,
+    # mask, the PV matmul's half copy: 7 B an element, not 11) both paths put it 1.5-1.7 GB below the fp32 row
+    # (the simulation's 13.08 GB, -10.5%, already did), where the source measured 1.06 GB below by nvidia-smi;
+    # its fp32 row is 7.0-7.6% under in both paths as well. Not explained by what autograd saves.
+    "hf-bert-04": "AMP 1.06 GB under fp32 by nvidia-smi on torch 1.10, 1.5-1.7 GB in both paths",
 }
 # Rows whose published figure the source's own maintainers could not reproduce at the row's setting:
 _UNREPRODUCED = {
