@@ -279,20 +279,16 @@ def attention_saved_bytes(*, tokens: float, batch: int, seq: int, hidden: int, h
 
     Eager (Korthikanti sec. 4.1): Q and K for QK^T (HF ``repeat_kv`` materialises K/V at full width),
     the softmax output, the dropout mask (1 B) and dropout output, and V: 11sbh + 5as^2b in fp16.
-    The softmax is fp32 under autocast (PyTorch AMP op list) and its output is cast back to half for
-    the PV matmul, which saves that 2 B copy: with dropout, of the fp32 dropout output (BERT's
-    eager_attention_forward; GPT-2's casts before its dropout), which nothing saves then — 4 + 1 + 2 B
-    an element, not 4 + 1 + 4 + 2. SDPA/FlashAttention (Dao et al. 2022) stores no s x s matrix:
+    The softmax is fp32 under autocast (PyTorch AMP op list); the PV matmul saves the half copy it casts
+    (2 B), not the fp32 dropout output: 4 + 1 + 2 B. SDPA/FlashAttention (Dao et al. 2022) stores no s x s matrix:
     Q, K, V at their own widths (GQA shrinks K/V by kv_heads/heads), the output and the fp32
     log-sum-exp per row.
     """
     kv_frac = kv_heads / heads
     if attention == "eager":
         sbh = tokens * hidden * act_bytes * 3  # Q, K and V (K/V repeated to all heads)
-        # the softmax output, the dropout mask, and what the PV matmul saves: the half copy under
-        # autocast, else the dropout output (the softmax output itself without dropout)
-        kept = 2.0 if amp_cast else (score_bytes if dropout > 0 else 0.0)
-        per_score = score_bytes + (1.0 if dropout > 0 else 0.0) + kept
+        kept = 2.0 if amp_cast else (score_bytes if dropout > 0 else 0.0)  # what the PV matmul saves
+        per_score = score_bytes + (1.0 if dropout > 0 else 0.0) + kept  # beside the softmax output and the mask
         return sbh, batch * heads * float(seq) * seq * per_score
     sbh = tokens * hidden * act_bytes * (2 + 2 * kv_frac) + tokens * heads * 4.0
     return sbh, 0.0
