@@ -212,13 +212,13 @@ def test_runs_show_in_a_real_tmux_pane_shows_the_chart_and_where_knobs_went(isol
     subprocess.run(["tmux", "new-session", "-d", "-s", "show", "-x", "150", "-y", "40", "-c", str(isolated_home)],
                    env=env, check=True)
     gpudoc = os.path.join(VENV_BIN, "gpudoc")  # a login shell in the pane resets PATH
-    for command in (f"{gpudoc} runs show {record.id}", f"{gpudoc} runs show"):
-        # The marker is typed split ("shown""-here") so that only the echo's output, after the
-        # command has printed everything, matches: the typed line, and the screen before `clear`
-        # runs, never do.
-        subprocess.run(["tmux", "send-keys", "-t", "=show:", f'clear; {command}; echo "shown""-here"', "Enter"],
-                       env=env, check=True)
-        screen = tmux_screen(env, "=show:", until="shown-here")
+    for number, command in enumerate((f"{gpudoc} runs show {record.id}", f"{gpudoc} runs show")):
+        # The marker is typed split ("shown""-here-N") so that only the echo's output, after the
+        # command has printed everything, matches: the typed line never does, and each command has
+        # its own, since the one before stays on the screen until `clear` runs.
+        subprocess.run(["tmux", "send-keys", "-t", "=show:", f'clear; {command}; echo "shown""-here-{number}"',
+                        "Enter"], env=env, check=True)
+        screen = tmux_screen(env, "=show:", until=f"shown-here-{number}")
         if record.id in command:
             assert "GPU 0 ████" in screen and "= 91%" in screen, screen
         else:
