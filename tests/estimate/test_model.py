@@ -14,8 +14,9 @@ from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup
 from gpudoc.estimate.model import compute_phases, layer_activation_bytes
 
 
-def saved_bytes(module: nn.Module, x: torch.Tensor) -> int:
-    """Bytes of the distinct storages autograd saves for backward, parameters excluded."""
+def saved_bytes(module: nn.Module, *inputs: object, **named: object) -> int:
+    """Bytes of the distinct storages autograd saves for backward in ``module(*inputs, **named)``,
+    parameters excluded."""
     params = {p.untyped_storage().data_ptr() for p in module.parameters()}
     seen: dict[int, int] = {}
 
@@ -26,7 +27,7 @@ def saved_bytes(module: nn.Module, x: torch.Tensor) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        module(x)
+        module(*inputs, **named)
     return sum(seen.values())
 
 

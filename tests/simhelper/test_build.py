@@ -77,20 +77,11 @@ def _saved_on_cpu(layers: int) -> int:
     import transformers
 
     config = transformers.AutoConfig.for_model(**{**_gpt2(layers), "use_cache": False})
+    from tests.estimate.test_model import saved_bytes
+
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").train()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in params:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
     ids = torch.randint(0, 100, (1, 32))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        model(input_ids=ids, labels=ids)
-    return sum(saved.values())
+    return saved_bytes(model, input_ids=ids, labels=ids)
 
 
 def _live_after_simulated_forward(layers: int) -> int:
