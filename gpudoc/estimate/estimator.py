@@ -109,12 +109,15 @@ def _peak_of(inputs: Inputs, correction: Correction | None) -> tuple[Phases, flo
     return phases, max(correction.apply(inputs, phases), sum(phases.load.values()))
 
 
-def _overhead(peak: float, phases: Phases, inputs: Inputs) -> tuple[int, int]:
+def _overhead(peak: float, phases: Phases, inputs: Inputs) -> tuple[int, int, float]:
+    """The CUDA context, the allocator's reserve beyond ``peak`` (its slack and, under FSDP, the
+    gradient shards kept beside it), and those shards alone (said in a note)."""
     # Where the load sets the peak only the weights are kept yet; the quantization's temporaries churn.
     resident = phases.load.get("weights", 0.0) if phases.peak_phase == LOAD else phases.resident
-    context = terms.cuda_context_bytes(lazy=inputs.setup.stack.lazy_module_loading)
+    context = inputs.setup.stack.context_bytes()
     slack = terms.allocator_slack_bytes(peak, resident, expandable_segments=inputs.setup.expandable_segments)
-    return int(context), round(slack + fsdp.reserved_beside(inputs.setup, phases))
+    beside = fsdp.reserved_beside(inputs.setup, phases)
+    return int(context), round(slack + beside), beside
 
 
 def max_micro_batch_size(inputs: Inputs, gpu_total_bytes: int | None, target_utilization: float,
@@ -127,7 +130,7 @@ def max_micro_batch_size(inputs: Inputs, gpu_total_bytes: int | None, target_uti
 
     def fits(b: int) -> bool:
         phases, peak = _peak_of(inputs.with_micro_batch(b), correction)
-        context, slack = _overhead(peak, phases, inputs)
+        context, slack, _ = _overhead(peak, phases, inputs)
         return peak + slack + context <= budget
 
     if not fits(1):
@@ -179,8 +182,8 @@ def estimate_inputs(inputs: Inputs, *, gpu_total_bytes: int | None = None, targe
             notes.append(load_note(load_library(inputs.setup), phases.load["workspace"]))
     ints = {k: round(v) for k, v in breakdown.items()}
     peak_int = sum(ints.values())
-    context, slack = _overhead(peak_int, phases, inputs)
-    if beside := fsdp.reserved_beside(inputs.setup, phases):
+    context, slack, beside = _overhead(peak_int, phases, inputs)
+    if beside:
         notes.append(fsdp.reserved_note(beside))
     per_sample = per_sample_activation_bytes_for(inputs)
     if correction is not None:

@@ -116,7 +116,7 @@ def correction_from_history(inputs: Inputs, history: Iterable[PastRun]) -> Corre
             continue
         static, slope = linear_parts(rec_inputs)
         # The estimate's own overhead taken off: the context, then the slack on what is not kept.
-        context = terms.cuda_context_bytes(lazy=rec_inputs.setup.stack.lazy_module_loading)
+        context = rec_inputs.setup.stack.context_bytes()
         phases = compute_phases(rec_inputs)  # and what FSDP reserves beside the peak (``fsdp.reserved_beside``)
         beside = fsdp.reserved_beside(rec_inputs.setup, phases)
         allocated = terms.allocated_from_reserved(measured - context - beside, phases.resident,

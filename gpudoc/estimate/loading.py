@@ -6,8 +6,9 @@ Which library quantizes is the job's: the simulation reads it in the job's inter
 its release, or bitsandbytes). The formula reads it from the precision: 4-bit under autocast is
 transformers' ``load_in_4bit`` (bitsandbytes); pure half precision is torchtune's QLoRA (torchao),
 as its current releases quantize, in chunks. torchao 0.1 (torchtune 0.1's pin) quantized a whole
-weight at once, 68 bytes a weight of the largest matrix: a profile does not say the release, and
-taking it for every pure-half 4-bit job would put LitGPT's (bitsandbytes) load above its step.
+weight at once, 68 bytes a weight of the largest matrix: taken where the profile says so
+(``[estimate] torchao = "0.1"``, ``stack``), in both paths, and never guessed: taking it for every
+pure-half 4-bit job would put LitGPT's (bitsandbytes) load above its step.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ LOAD = "load"
 
 
 def load_library(setup: TrainSetup) -> str:
-    return "bitsandbytes" if setup.precision in terms.HALF else "torchao"
+    return "bitsandbytes" if setup.precision in terms.HALF else setup.stack.nf4_library
 
 
 def load_phase(shape: ModelShape, setup: TrainSetup, weights: float, *, sharded: bool) -> dict[str, float]:

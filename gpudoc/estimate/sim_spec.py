@@ -126,6 +126,8 @@ def simulation_spec(profile: Any, shape: ModelShape | None, setup: TrainSetup, s
         # The job's PyTorch release's defaults ([estimate] torch), where older than the interpreter's.
         "optimizer_impl": setup.stack.optimizer_impl, "zero_grad_frees": setup.stack.zero_grad_frees,
     }
+    if setup.stack.torchao is not None:  # [estimate] torchao: how the job's torchao quantizes at load
+        spec["torchao"] = "{}.{}".format(*setup.stack.torchao)
     if setup.loss in ("fp32_logits", "classification"):  # the model's logits upcast, then torch's cross-entropy
         spec["loss"] = setup.loss  # (torchtune's); or a sequence classifier's head in place of the LM's
     elif setup.loss == "lm" and not setup.loss_upcast and not profile.model.get("factory"):

@@ -160,14 +160,14 @@ def _simulate(profile: Any, helper: HelperSession, shape: ModelShape | None, set
         loaded = phases.get(LOAD, 0)  # no micro batch fits where the model does not load
         load_kept = int(load["weights_bytes"]) if load else 0
         if loaded + terms.allocator_slack_bytes(loaded, load_kept, expandable_segments=setup.expandable_segments) \
-                + terms.cuda_context_bytes(lazy=setup.stack.lazy_module_loading) > gpu_total_bytes * target:
+                + setup.stack.context_bytes() > gpu_total_bytes * target:
             largest = 0
         far, far_slope = _top_line(points)
         if far.size > size + 1 and far_slope > 4 * slope + _MIB:
             notes.append(f"one more sequence adds {format_bytes(slope)} at micro batch {size}: a part of the step "
                          f"that does not grow with the batch sets the peak there; at larger micro batches each "
                          f"adds {format_bytes(far_slope)}")
-    context = terms.cuda_context_bytes(lazy=setup.stack.lazy_module_loading)
+    context = setup.stack.context_bytes()
     slack = round(terms.allocator_slack_bytes(peak, breakdown["weights"] if stage == LOAD else resident,
                                               expandable_segments=setup.expandable_segments))
     versions = dict(result.get("versions") or {})
@@ -206,7 +206,7 @@ def _largest_fitting(points: dict[int, _Point], budget: float, setup: TrainSetup
     then read, unsimulated, off the chord from the largest size that fits to the one that did not:
     the peak, the larger of a constant and a line, is convex, so the chord lies above it and the size
     it gives fits."""
-    context = terms.cuda_context_bytes(lazy=setup.stack.lazy_module_loading)
+    context = setup.stack.context_bytes()
     # The largest peak allocated whose slack and context still fit.
     room = terms.allocated_from_reserved(budget - context, resident, expandable_segments=setup.expandable_segments)
 

@@ -70,6 +70,7 @@ TABLES: dict[str, dict[str, tuple]] = {
         "simulate": BOOL,  # check, the run gate and fix simulate the training step (estimate --simulate)
         "timeout_s": NUMBER,  # the simulation's time limit
         "torch": STR,  # the PyTorch release the job runs on, when older than the newest defaults ("1.10")
+        "torchao": STR,  # the torchao release that quantizes the job's NF4 weights at load ("0.1")
     },
     "bind": {
         "env": BOOL,

@@ -208,7 +208,8 @@ def _four_bit(model: Any, spec: dict, notes: list[str]) -> None:
     as bitsandbytes' NF4 ``Linear4bit`` (the stand-in of ``kbit``), every other weight in fp32 under
     mixed precision, and an input that requires grad. In an interpreter with torchtune and its torchao
     and without bitsandbytes, NF4 can only be torchtune's (torchao's ``NF4Tensor``): its ``LinearNF4``
-    stand-in."""
+    stand-in; so it is where the profile names the job's torchao (``[estimate] torchao``: an estimate
+    made in another interpreter than the job's)."""
     if spec["quantization"] != "nf4" or spec.get("factory"):
         raise Unsupported(f"quantization = \"{spec['quantization']}\"" + (
             " with a [model] factory: the factory's own code quantizes" if spec.get("factory") else
@@ -218,7 +219,9 @@ def _four_bit(model: Any, spec: dict, notes: list[str]) -> None:
     from .kbit import quantize_linears
 
     compute = _DTYPES.get(spec["precision"], torch.float32)
-    torchao = find_spec("bitsandbytes") is None and None not in (find_spec("torchtune"), find_spec("torchao"))
+    stated = spec.get("torchao")
+    torchao = stated is not None or (
+        find_spec("bitsandbytes") is None and None not in (find_spec("torchtune"), find_spec("torchao")))
     count = quantize_linears(model, compute, torchao=torchao)
     if spec["precision"] in _MIXED:
         for param in model.parameters():
@@ -226,8 +229,8 @@ def _four_bit(model: Any, spec: dict, notes: list[str]) -> None:
                 param.data = param.data.to(torch.float32)
     if hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
-    kind = ("torchtune's NF4 (torchao's NF4Tensor; bitsandbytes is not installed)" if torchao
-            else "bitsandbytes' NF4 Linear4bit")
+    kind = ("bitsandbytes' NF4 Linear4bit" if not torchao else
+            f"torchtune's NF4 (torchao's NF4Tensor; {'[estimate] torchao = ' + stated if stated else 'bitsandbytes is not installed'})")
     notes.append(f"4-bit: {count} linear layers as {kind} (double quantization, "
                  f"computing in {str(compute).replace('torch.', '')})")
 

@@ -52,7 +52,8 @@ def simulate(spec: dict) -> dict:
     tracker = LiveBytes()
     with tracker, emulation.installed():
         simulation = Simulation(spec, job, emulation, tracker)
-        load = quantize_largest(job.model, tracker, torchao_version=_installed("torchao"))
+        # The job's torchao where the profile names it (an estimate for another machine's stack).
+        load = quantize_largest(job.model, tracker, torchao_version=spec.get("torchao") or _installed("torchao"))
         runs = simulation.run([int(b) for b in spec["micro_batch_sizes"]])
     notes = list(job.notes)
     if tracker.scalar_reads:

@@ -8,10 +8,11 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from gpudoc.estimate import estimate_inputs
 from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup
-from gpudoc.estimate.stack import Stack
+from gpudoc.estimate.stack import Stack, stack_of
 
 MIB = 1024**2
 UNITS = {"GB": 1e9, "MB": 1e6, "GiB": 1024**3, "MiB": 1024**2}
@@ -171,10 +172,21 @@ def inputs_for(r: dict) -> Inputs:
     return Inputs(shape=shape, setup=setup)
 
 
+def stack_releases(r: dict) -> dict[str, str]:
+    """The releases the record's software names, as a profile's ``[estimate]`` states them: PyTorch's,
+    and torchao's where the record names torchtune 0.1, whose requirements.txt pins ``torchao==0.1``."""
+    software = (r.get("software") or "").lower()
+    releases = {}
+    if torch := re.search(r"(?:pytorch|torch)\s*~?(\d+\.\d+)", software):
+        releases["torch"] = torch[1]
+    if re.search(r"torchtune\s*~?0\.1\b", software):
+        releases["torchao"] = "0.1"
+    return releases
+
+
 def _stack(r: dict) -> Stack:
-    """The PyTorch release the record's software names, whose defaults apply (``estimate.stack``)."""
-    release = re.search(r"(?:pytorch|torch)\s*~?(\d+)\.(\d+)", (r.get("software") or "").lower())
-    return Stack((int(release[1]), int(release[2]))) if release else Stack()
+    """The releases the record's software names, whose defaults apply (``estimate.stack``)."""
+    return stack_of(SimpleNamespace(estimate=stack_releases(r)), [])
 
 
 def _context_bytes(r: dict) -> float:

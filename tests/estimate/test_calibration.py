@@ -121,16 +121,19 @@ def test_the_profile_carries_the_loss_and_lora_dropout_the_record_states():
     assert '[estimate]\ntorch = "1.10"' in profile_toml(_BY_ID["hf-bert-01"])
     assert '[estimate]\ntorch = "2.1"' in profile_toml(_BY_ID["lit-13"])
     assert "[estimate]" not in profile_toml(_BY_ID["adan-01"])  # "not stated"
+    # torchtune 0.1's requirements.txt pins torchao 0.1, whose NF4 load quantizes whole weights.
+    assert '[estimate]\ntorch = "2.2"\ntorchao = "0.1"' in profile_toml(_BY_ID["tt-qlora-01"])
+    assert "torchao" not in profile_toml(_BY_ID["tt3-01"])  # torchtune 0.3
 
 
-# Rows measured on a stack whose memory no profile key describes, each under-predicted for it (the
-# BERT rows' torch 1.10 is one a profile states: ``[estimate] torch``):
+# Rows measured on an old stack, each under-predicted for what its profile's ``[estimate]`` releases
+# (torch 1.10 for the BERT rows, torchao 0.1 for torchtune 0.1's) do not describe:
 _OLD_STACK = {
     # torchtune 0.1 pins torchao 0.1, which quantizes each whole weight at load (68 bytes a weight of the
-    # largest matrix): a release no profile states (``loading``). Even at it the load's allocated peak is
+    # largest matrix: ``[estimate] torchao = "0.1"``, -32% to -21%). Even so the load's allocated peak is
     # 6.97 GB, where the source measured 9.13 GB reserved right after the model's init: the allocator's cache
     # of those per-weight temporaries (1.4 GB blocks, split by the packed weights between them).
-    "tt-qlora-01": "torchao 0.1's load",
+    "tt-qlora-01": "torchao 0.1's load, reserved by the caching allocator",
     # BERT-large under AMP on torch 1.10: with the eager scores saved as CUDA autocast keeps them (fp32 softmax,
     # mask, the PV matmul's half copy: 7 B an element, not 11) both paths put it 1.5-1.7 GB below the fp32 row
     # (the simulation's 13.08 GB, -10.5%, already did), where the source measured 1.06 GB below by nvidia-smi;

@@ -1,6 +1,7 @@
 """The load phase of a 4-bit model in the formula: every weight with the largest matrix's quantization,
 by the library the precision says (bitsandbytes under autocast, torchtune's torchao in pure half
-precision), the peak where it is larger than the step; through `gpudoc estimate --json` with a profile."""
+precision, as its release quantizes: ``[estimate] torchao``), the peak where it is larger than the step;
+through `gpudoc estimate --json` with a profile."""
 
 from __future__ import annotations
 
@@ -32,6 +33,20 @@ def test_a_short_sequence_peaks_while_torchtunes_4bit_weights_are_quantized_at_l
     assert doc["breakdown"]["workspace"] == round(terms.nf4_load_bytes(LARGEST, library="torchao"))
     assert doc["breakdown"]["activations"] == doc["breakdown"]["optimizer"] == 0
     assert any(n.startswith("the peak is at load") and "torchao's to_nf4, in chunks" in n for n in doc["notes"])
+
+
+def test_torchao_0_1_quantizes_the_whole_weight_at_once_where_the_profile_names_it(tmp_path):
+    """torchtune 0.1's pin: sixteen bf16 distances a weight of the largest matrix, not a chunk's."""
+    chunked = _estimate(tmp_path, 'max_seq_len = 1024\nprecision = "bf16-true"')
+    whole = _estimate(tmp_path, 'max_seq_len = 1024\nprecision = "bf16-true"\n[estimate]\ntorchao = "0.1"')
+    assert chunked["peak_phase"] != "load" and whole["peak_phase"] == "load"
+    assert whole["breakdown"]["workspace"] == round(terms.nf4_load_bytes(LARGEST, library="torchao-0.1"))
+    assert whole["phases"]["load"] - chunked["phases"]["load"] == round(
+        terms.nf4_load_bytes(LARGEST, library="torchao-0.1")) - round(terms.nf4_load_bytes(LARGEST, library="torchao"))
+    assert any(n.startswith("the peak is at load") and "the whole weight at once" in n for n in whole["notes"])
+    assert any(n.startswith("[estimate] torchao = 0.1") for n in whole["notes"])
+    # The step is the same step: only the load's temporaries moved.
+    assert whole["phases"]["steady_state"] == chunked["phases"]["steady_state"]
 
 
 def test_bitsandbytes_packing_at_load_holds_no_more_than_the_steps_dequantization(tmp_path):

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from gpudoc.commands.estimate import estimate_command
+from gpudoc.estimate import terms
 from gpudoc.estimate.simulate import cache_dir
 from tests.conftest import captured_workspace, gpudoc_cli, shared_once
 
@@ -242,6 +243,24 @@ def test_qlora_is_simulated_with_the_environments_4bit_layers_on_meta(tmp_path):
     # packs it, 2 bytes a weight beside its codes; torchao's to_nf4 holds more).
     assert doc["phases"]["load"] >= doc["breakdown"]["weights"] + 2 * h * f
     assert doc["peak_phase"] != "load" and doc["phases"]["load"] < doc["peak_bytes"]
+
+
+def test_a_stated_torchao_release_is_simulated_with_its_nf4_layers_and_its_load(tmp_path):
+    """``[estimate] torchao = "0.1"``: the job's QLoRA is torchtune's whatever this interpreter has, and
+    its load quantizes the largest weight whole (torchtune 0.1's pin), as the formula counts it."""
+    wide = {**CONFIG, "hidden_size": 1024, "intermediate_size": 2752, "num_attention_heads": 8,
+            "num_key_value_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps(wide))
+    _, doc = _estimate(tmp_path, '[train]\nmicro_batch_size = 1\nmax_seq_len = 64\nprecision = "bf16-true"\n'
+                                 'quantization = "nf4"\nlora_rank = 8\n[model]\nhf_config = "config.json"\n'
+                                 '[estimate]\ntorchao = "0.1"\n')
+    assert doc["source"] == "simulation", doc["notes"]
+    assert any("as torchtune's NF4 (torchao's NF4Tensor; [estimate] torchao = 0.1)" in n for n in doc["notes"])
+    largest = 1024 * 2752
+    temporaries = doc["phases"]["load"] - doc["breakdown"]["weights"]
+    assert terms.nf4_load_bytes(largest, library="torchao-0.1") <= temporaries <= 69 * largest
+    assert doc["peak_phase"] == "load"
+    assert any("the whole weight at once" in n for n in doc["notes"])
 
 
 def _fake_python(tmp_path, body: str):

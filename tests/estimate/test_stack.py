@@ -1,4 +1,4 @@
-"""``[estimate] torch``: an older PyTorch release's defaults, through ``gpudoc estimate --json``."""
+"""``[estimate] torch`` and ``torchao``: an older release's defaults, through ``gpudoc estimate --json``."""
 
 from __future__ import annotations
 
@@ -49,11 +49,18 @@ def test_a_release_is_read_from_its_usual_spellings(text, release):
     assert stack_of(Profile(name="p", estimate={"torch": text}), []).torch == release
 
 
+@pytest.mark.parametrize(("text", "release"), [("0.1", (0, 1)), ("0.1.0", (0, 1)), ("0.9.0+cu124", (0, 9))])
+def test_a_torchao_release_is_read_beside_torchs(text, release):
+    stack = stack_of(Profile(name="p", estimate={"torch": "2.2", "torchao": text}), [])
+    assert (stack.torch, stack.torchao) == ((2, 2), release)
+
+
+@pytest.mark.parametrize(("key", "library"), [("torch", "PyTorch"), ("torchao", "torchao")])
 @pytest.mark.parametrize("value", [1.1, "latest", "2"])
-def test_anything_else_is_one_line_naming_the_key(value):
-    with pytest.raises(ProfileError, match=r"\[estimate\] torch = .*: expected a PyTorch release") as raised:
-        stack_of(Profile(name="p", estimate={"torch": value}), [])
-    assert raised.value.key == "estimate.torch"
+def test_anything_else_is_one_line_naming_the_key(key, library, value):
+    with pytest.raises(ProfileError, match=rf"\[estimate\] {key} = .*: expected a {library} release") as raised:
+        stack_of(Profile(name="p", estimate={key: value}), [])
+    assert raised.value.key == f"estimate.{key}"
 
 
 def test_each_default_changes_at_its_own_release():
@@ -62,7 +69,13 @@ def test_each_default_changes_at_its_own_release():
     assert (Stack((1, 13)).zero_grad_frees, Stack((1, 13)).optimizer_impl, Stack((1, 13)).lazy_module_loading) \
         == (False, "forloop", True)
     assert (Stack((2, 0)).zero_grad_frees, Stack((2, 0)).optimizer_impl) == (True, "foreach")
-    assert Stack().describe() is None
+    assert Stack().describe() == []
+
+
+def test_torchao_quantizes_whole_weights_up_to_0_1_and_in_chunks_from_0_2():
+    assert (Stack(torchao=(0, 1)).nf4_library, Stack(torchao=(0, 2)).nf4_library, Stack().nf4_library) \
+        == ("torchao-0.1", "torchao", "torchao")
+    assert Stack(torchao=(0, 1)).describe()[0].startswith("[estimate] torchao = 0.1: NF4 quantizes each frozen weight whole")
 
 
 def test_before_2_0_the_gradients_stay_through_the_forward_and_the_context_loads_every_kernel(tmp_path):
@@ -75,7 +88,8 @@ def test_before_2_0_the_gradients_stay_through_the_forward_and_the_context_loads
     # The for-loop AdamW's step: one parameter's temporary (the embedding's), not the whole list's.
     step_temp = newest["phases"]["optimizer_step"] - old["phases"]["optimizer_step"]
     assert step_temp == pytest.approx(4 * (params - 30522 * 1024))
-    assert old["context_bytes"] == terms.cuda_context_bytes(lazy=False) > newest["context_bytes"]
+    assert old["context_bytes"] == Stack((1, 10)).context_bytes() == terms.cuda_context_bytes(lazy=False) \
+        > newest["context_bytes"]
     said = [n for n in old["notes"] if n.startswith("[estimate] torch = 1.10:")]
     assert said and "set_to_none=False" in said[0] and "every kernel" in said[0]
     assert not any(n.startswith("[estimate] torch") for n in newest["notes"])

@@ -14,7 +14,6 @@ Nothing here is tuned per case: every line of a profile reads a field of the rec
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from gpudoc.commands.estimate import estimate_command
 from tests.conftest import captured_workspace
-from tests.estimate.cases import UNITS, _checkpointing, _optimizer, _precision, loss_of
+from tests.estimate.cases import UNITS, _checkpointing, _optimizer, _precision, loss_of, stack_releases
 from tests.facts.fake_nvml import FakeNvml
 
 # NVML_ERROR_DRIVER_NOT_LOADED: no GPU is visible, wherever the test runs, so no card's capacity
@@ -140,9 +139,8 @@ def profile_toml(r: dict, *, with_config: bool = True) -> str:
     # The framework whose flags the job takes, where its own scripts ran it (its LoRA layers are its own).
     framework = next((name for prefix, name in _FRAMEWORKS if (r["source"] or "").startswith(prefix)), None)
     bind = {"args": framework} if framework else {}
-    # The PyTorch release the record's software names (its defaults moved memory: ``estimate.stack``).
-    release = re.search(r"(?:pytorch|torch)\s*~?(\d+\.\d+)", (r.get("software") or "").lower())
-    estimate = {"torch": release[1]} if release else {}
+    # The releases the record's software names (their defaults moved memory: ``estimate.stack``).
+    estimate = stack_releases(r)
     lines = [f"description = {json.dumps(r['id'])}"]
     for table, keys in (("train", train), ("launch", launch), ("model", model), ("bind", bind),
                         ("estimate", estimate)):
