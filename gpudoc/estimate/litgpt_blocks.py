@@ -19,18 +19,18 @@ that ``model.layer_activation_bytes`` counts. Read in LitGPT's source, ``litgpt/
 
 from __future__ import annotations
 
-from typing import Any
+from gpudoc.estimate.inputs import ModelShape, TrainSetup
 
 FRAMEWORK = "litgpt"
 _QKV = ("q", "k", "v")
 
 
-def runs(setup: Any) -> bool:
+def runs(setup: TrainSetup) -> bool:
     """The job is LitGPT's (read from its command or named by [bind] args): its blocks are LitGPT's."""
-    return getattr(setup, "framework", None) == FRAMEWORK
+    return setup.framework == FRAMEWORK
 
 
-def lora_modules(setup: Any) -> tuple[tuple[str, ...], ...]:
+def lora_modules(setup: TrainSetup) -> tuple[tuple[str, ...], ...]:
     """The roles of each layer with an adapter: LitGPT's q, k and v are one fused layer with one."""
     modules = setup.lora_modules or tuple((role,) for role in setup.lora_targets)
     if not runs(setup):
@@ -39,7 +39,7 @@ def lora_modules(setup: Any) -> tuple[tuple[str, ...], ...]:
     return ((fused,) if fused else ()) + tuple(m for m in modules if not set(m) & set(_QKV))
 
 
-def saved_beyond_bytes(shape: Any, setup: Any, *, tokens: float, act_bytes: float, update_bytes: float) -> float:
+def saved_beyond_bytes(shape: ModelShape, setup: TrainSetup, *, tokens: float, act_bytes: float, update_bytes: float) -> float:
     """Bytes one LitGPT block keeps for backward beyond the Hugging Face block: the fused q/k/v output
     v is a view of (one query head per key head), less the v counted, or k and v repeated to every
     query head (fewer key heads); and the LoRA update ``index_copy`` keeps, where it updates some of q,
