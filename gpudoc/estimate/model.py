@@ -9,15 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudoc.estimate import adapters, compiled, fsdp, litgpt_blocks, recompute, terms, zero3, zero_settings
-from gpudoc.estimate.inputs import (
-    Inputs,
-    ModelShape,
-    TrainSetup,
-    layer_matrix_shapes,
-    layer_params,
-    n_blocks,
-)
+from gpudoc.estimate import adapters, compiled, fsdp, litgpt_blocks, megatron, recompute, terms, zero3, zero_settings
+from gpudoc.estimate.inputs import Inputs, ModelShape, TrainSetup, layer_matrix_shapes, layer_params, n_blocks
 from gpudoc.estimate.loading import LOAD, load_phase
 from gpudoc.estimate.parallel import per_gpu
 
@@ -60,7 +53,8 @@ class Phases:
 
 
 def _sharded_engine(setup: TrainSetup) -> bool:
-    return setup.sharding_stage > 0 or setup.fsdp
+    """Half-precision parameters with an fp32 master copy: DeepSpeed's, FSDP's, Megatron-LM's."""
+    return setup.sharding_stage > 0 or setup.fsdp or megatron.runs(setup)
 
 
 def kbit_mixed(setup: TrainSetup) -> bool:
@@ -302,7 +296,7 @@ def compute_phases(inputs: Inputs) -> Phases:
         step_temp = terms.zero_shard(step_temp, world)
     # DeepSpeed ZeRO-1/2 (``DeepSpeedZeroOptimizer``): its reduce bucket in backward, and in the step the
     # share flattened and cast to fp32 (``terms.zero12_*``).
-    deepspeed12 = stage in (1, 2) and not setup.fsdp
+    deepspeed12 = stage in (1, 2) and not setup.fsdp and not megatron.runs(setup)
     step_grads: tuple[float, float] | None = None
     # DeepSpeed ZeRO-3 (``zero_stage = 3`` without ``fsdp``), sharded or offloaded on one GPU.
     deepspeed3 = zero3.runs(setup)
@@ -328,7 +322,7 @@ def compute_phases(inputs: Inputs) -> Phases:
     if stage >= 3:
         weights = terms.zero_shard(weights, world)
         workspace_fb += zero3.gathered_params_for(shape, setup, total, unit, notes) * compute_bytes
-    elif world > 1 and stage == 0:
+    elif world > 1 and stage == 0 and not megatron.runs(setup):  # Megatron's grad buffer is its bucket
         workspace_fb += terms.ddp_bucket_bytes(grads)
         workspace_step += terms.ddp_bucket_bytes(grads)
     held = fsdp.accumulated(setup, pipelined=inputs.setup.pipeline_parallel > 1, params=total, trainable=trainable,
@@ -390,6 +384,11 @@ def compute_phases(inputs: Inputs) -> Phases:
     # forward; with one micro batch, zero_grad(set_to_none=True) (the default since PyTorch 2.0)
     # frees them and they come back as the activations are released. Before 2.0 it zeroed them in place.
     grads_fb = grads if setup.gradient_accumulation_steps > 1 or not setup.stack.zero_grad_frees else 0.0
+    if megatron.runs(setup):  # its grad buffer, resident; its optimizer's fp32 copies; its fused Adam
+        state = megatron.model_state(setup, trainable, frozen)
+        weights, grads = state.weights, state.gradients
+        grads_fb, optimizer, master, step_temp = grads, state.optimizer, 0.0, 0.0
+        notes.append(megatron.note(setup))
     grads_fb, gathered = held or (grads_fb, 0.0)  # FSDP's unsharded gradients until the last micro batch
     fb = {"weights": weights + gathered, "gradients": grads_fb, "optimizer": optimizer + master,
           "activations": acts, "logits": logits, "workspace": workspace_fb}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoc.estimate import zero3, zero_settings
+from gpudoc.estimate import megatron, zero3, zero_settings
 from gpudoc.estimate.defaults import shapes_family
 from gpudoc.estimate.hf_config import read_hf_config, with_dropout
 from gpudoc.estimate.inputs import ModelShape, TrainSetup, n_blocks
@@ -13,6 +13,9 @@ from gpudoc.estimate.inputs import ModelShape, TrainSetup, n_blocks
 
 def unsupported_reason(profile: Any, setup: TrainSetup, shape: ModelShape | None = None) -> str | None:
     """Why this job cannot be simulated on meta tensors, or None when it can."""
+    if megatron.runs(setup):
+        return ("a Megatron-LM job: its DDP's grad buffer and its mixed-precision optimizer are its own code, "
+                "not simulated (the formula counts them: ``megatron``)")
     if setup.quantization not in ("none", "nf4"):
         return (f"quantization = \"{setup.quantization}\": torchao's and bitsandbytes' 8-bit kernels have no meta "
                 "implementation (NF4 layers, bitsandbytes' and torchtune's, have a stand-in)")

@@ -33,6 +33,9 @@ trial_switches: base.TrialSwitches | None = None
 file_preset: FilePreset | None = None
 echo: tuple[tuple[str, str], ...] = ()  # its arguments dump: "  micro_batch_size ..... 1"
 _MICRO, _GLOBAL, _SEQ = "--micro-batch-size", "--global-batch-size", "--seq-length"
+# Its distributed optimizer (docs/source/distrib_optimizer.md) is ZeRO's stage 1: the optimizer's state
+# over the data-parallel ranks, never the gradients or the parameters.
+_DISTRIBUTED_OPTIMIZER = "--use-distributed-optimizer"
 _PARALLEL = (("tensor_parallel", "--tensor-model-parallel-size"), ("pipeline_parallel", "--pipeline-model-parallel-size"),
              ("context_parallel", "--context-parallel-size"))
 
@@ -69,6 +72,8 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
           "--bf16" if bf16 else "--fp16" if fp16 else name)
     if flag_value(args, ("--recompute-granularity",)) is None and bool_flag(args, "--recompute-activations") is None:
         r.set("gradient_checkpointing", False, "default", name)
+    if bool_flag(args, _DISTRIBUTED_OPTIMIZER):  # the optimizer's fp32 copies and states sharded: ZeRO-1
+        r.set("zero_stage", 1, "argv", _DISTRIBUTED_OPTIMIZER)
     parallel = {key: count for key, flag in _PARALLEL if (count := _count(flag_value(args, (flag,)))) and count > 1}
     r.launch.update(parallel)
     _accumulation(job, r, args, math.prod(parallel.values()))
@@ -114,7 +119,14 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
             ed.set_value((_GLOBAL,), str(base.global_batch(micro, knobs["gradient_accumulation_steps"], ctx.world_size)))
             res.expressed.add("gradient_accumulation_steps")
     base.mixed_precision_flags(ed, res, knobs.get("precision"), name)
-    res.unsupported(knobs, ("gradient_checkpointing", "zero_stage", "offload_optimizer", "offload_params", "lora_rank"),
+    stage = knobs.get("zero_stage")
+    if stage in (0, 1):
+        ed.set_bool((_DISTRIBUTED_OPTIMIZER,), stage == 1)
+        res.expressed.add("zero_stage")
+    elif stage is not None:
+        res.cannot["zero_stage"] = (f"{name}: {_DISTRIBUTED_OPTIMIZER} shards the optimizer's state (ZeRO-1); no flag "
+                                    f"shards its gradients or parameters (zero_stage = {stage})")
+    res.unsupported(knobs, ("gradient_checkpointing", "offload_optimizer", "offload_params", "lora_rank"),
                     lambda knob: f"{name}: gpudoc writes no flag for {knob}")
     return res
 

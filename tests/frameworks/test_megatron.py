@@ -1,11 +1,15 @@
 """Megatron-LM's flags: the accumulation it derives from --global-batch-size over the data-parallel
-ranks (the world over tensor x pipeline parallel), written back there."""
+ranks (the world over tensor x pipeline parallel), written back there; its distributed optimizer read
+as ZeRO-1."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from gpudoc.bind import plan_bindings
+from gpudoc.errors import ProfileError
 from gpudoc.profiles.from_job import job_profile
 from tests.conftest import gpudoc_cli
 
@@ -26,6 +30,27 @@ def test_the_global_batch_is_read_as_megatron_divides_it_through_the_dry_run(tmp
     assert read["micro_batch_size"] == (1, "argv:--micro-batch-size")
     assert read["gradient_accumulation_steps"] == (32, "argv:--global-batch-size")
     assert read["max_seq_len"] == (512, "argv:--seq-length") and read["precision"] == ("fp16", "argv:--fp16")
+    assert "zero_stage" not in read  # no distributed optimizer: nothing sharded, nothing said
+
+
+def test_the_distributed_optimizer_is_read_as_zero_stage_1(tmp_path):
+    (tmp_path / "pretrain_gpt.py").write_text("from megatron.training import pretrain\n")
+    done = gpudoc_cli("run", "--dry-run", "--json", "--", *COMMAND, "--use-distributed-optimizer", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    read = {b["knob"]: (b["old"], b["where"]) for b in json.loads(done.stdout)["bindings"]}
+    assert read["zero_stage"] == (1, "argv:--use-distributed-optimizer")
+
+
+def test_zero_stage_1_is_written_as_the_distributed_optimizer_and_no_flag_shards_more(tmp_path):
+    profile = job_profile(COMMAND, tmp_path)
+    plan = plan_bindings(profile.with_train({"zero_stage": 1}).for_planning(), COMMAND, cwd=tmp_path)
+    assert plan.argv.count("--use-distributed-optimizer") == 1 and plan.argv[:len(COMMAND)] == COMMAND
+    sharded = [*COMMAND, "--use-distributed-optimizer"]
+    plan = plan_bindings(job_profile(sharded, tmp_path).with_train({"zero_stage": 0}).for_planning(), sharded,
+                         cwd=tmp_path)
+    assert "--use-distributed-optimizer" not in plan.argv
+    with pytest.raises(ProfileError, match=r"megatron: --use-distributed-optimizer shards the optimizer's state"):
+        plan_bindings(profile.with_train({"zero_stage": 2}).for_planning(), COMMAND, cwd=tmp_path)
 
 
 def test_a_changed_accumulation_is_written_as_the_global_batch_over_the_data_parallel_ranks(tmp_path):
