@@ -62,6 +62,22 @@ def unbound_flag_conflicts(args: list[str], knobs: Mapping[str, Any], *, by: str
     return out
 
 
+def flags_at_profile_value(args: list[str], knobs: Mapping[str, Any]) -> set[str]:
+    """Knobs the command's own flags already pass at the profile's value (the last occurrence, as
+    argparse keeps it): ``KNOWN_FLAGS``, and precision as the Trainer's ``--bf16``/``--fp16`` switches."""
+    ed = ArgEdits(args)
+    out = set()
+    for flag, knob in KNOWN_FLAGS.items():
+        found = [occ.value for occ in ed.find((flag,)) if occ.value is not None]
+        if knob in knobs and found and found[-1] == format_value(knobs[knob]):
+            out.add(knob)
+    if knobs.get("precision") in ("bf16", "fp16", "fp32"):
+        switched = {name for name in ("bf16", "fp16") if ed.find((f"--{name}",), boolean=True)}
+        if switched == ({knobs["precision"]} - {"fp32"}):
+            out.add("precision")
+    return out
+
+
 def unbound_file_conflicts(st: FileState, knobs: Mapping[str, Any], bound: set[str], *,
                            preset: str | None = None, overridden: frozenset[str] = frozenset(),
                            by: str = "the profile says") -> list[str]:

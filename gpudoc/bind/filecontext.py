@@ -16,6 +16,9 @@ class FileContext:
     # The HF Trainer (or accelerate) fills DeepSpeed "auto" values from its own flags, so an
     # "auto" there is already bound and must stay "auto".
     hf_mode: bool = False
+    # The knobs those flags carry at the profile's value: written by a binding, or already on the
+    # command line so. Any other knob an "auto" leaves to them does not reach the job.
+    carried: frozenset[str] = frozenset()
 
 
 @dataclass

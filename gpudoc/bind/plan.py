@@ -12,6 +12,7 @@ from gpudoc.bind import shell
 from gpudoc.bind.argchanges import arg_changes
 from gpudoc.bind.args import ArgContext, PresetResult
 from gpudoc.bind.conflicts import (
+    flags_at_profile_value,
     launch_contradictions,
     refuse,
     require_expressed,
@@ -206,6 +207,10 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     # passed): the file keeps them, however the profile binds it (SPEC: "auto" respected).
     named = named_configs(args_ed.result())
     filled = {(cwd / path).resolve() for path, _preset, fills in named if fills}
+    # What the framework's own flags carry into those "auto" values at the profile's value (or the job
+    # itself, from GPUDOC_<KNOB>: [bind] via_env).
+    carried = frozenset(overridden | (written.expressed if written is not None else set())
+                        | flags_at_profile_value(args_ed.result(), knobs) | set(bind.get("via_env") or ()))
 
     # A file reached twice (the job's --deepspeed, also in [bind.files]) is bound once, the first way.
     ran: set[tuple[Path, str]] = set()
@@ -217,7 +222,7 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
         if (st.path.resolve(), preset) in ran:
             return
         ran.add((st.path.resolve(), preset))
-        ctx = FileContext(st.label, knobs, world, hf_mode or st.path.resolve() in filled)
+        ctx = FileContext(st.label, knobs, world, hf_mode or st.path.resolve() in filled, carried)
         res: FileResult = file_preset(preset).write(st.data, ctx)
         for path, value, knob in res.assignments:
             st.assign(path, value, knob=knob)

@@ -14,7 +14,7 @@ from typing import Any
 from gpudoc.bind.filecontext import FileContext, FileResult
 from gpudoc.bind.filepresets import FilePreset
 from gpudoc.bind.values import is_neutral
-from gpudoc.configvalues import MISSING, count, get, is_auto, num
+from gpudoc.configvalues import MISSING, count, format_value, get, is_auto, num
 from gpudoc.frameworks import base
 from gpudoc.frameworks.base import Recognition
 from gpudoc.frameworks.presetfiles import read_preset_file
@@ -128,8 +128,7 @@ def write_file(data: Any, ctx: FileContext) -> FileResult:
         current = get(data, path)
         if ctx.hf_mode and is_auto(current):
             res.expressed.add(knob)
-            res.notes.append(f"{ctx.name}: left {'.'.join(path)} = \"auto\": the Trainer fills it from its "
-                             f"own flag, which carries {knob} = {value}")
+            _left_auto(res, ctx, f"{'.'.join(path)} = \"auto\": the Trainer fills it from its own flag", knob, value)
         else:
             res.set(path, value, knob)
 
@@ -165,8 +164,8 @@ def write_file(data: Any, ctx: FileContext) -> FileResult:
                 if current is MISSING and not on:
                     continue
                 if ctx.hf_mode and is_auto(current):
-                    res.notes.append(f"{ctx.name}: left {section}.enabled = \"auto\": the Trainer sets it from "
-                                     f"--bf16/--fp16 (precision = {prec})")
+                    _left_auto(res, ctx, f"{section}.enabled = \"auto\": the Trainer sets it from --bf16/--fp16",
+                               "precision", prec)
                     continue
                 res.set((section, "enabled"), on, "precision")
             res.expressed.add("precision")
@@ -177,6 +176,16 @@ def write_file(data: Any, ctx: FileContext) -> FileResult:
     if k.get("offload_params") and stage_number is not None and stage_number < 3:
         res.conflicts.append(f"{ctx.name}: offload_params needs ZeRO stage 3, the stage is {stage}")
     return res
+
+
+def _left_auto(res: FileResult, ctx: FileContext, what: str, knob: str, value: Any) -> None:
+    """An "auto" the Trainer fills from its own flag is left as it is: said, and a conflict where no
+    flag carries the profile's value (the job would train with the command's or the Trainer's own)."""
+    if knob in ctx.carried:
+        res.notes.append(f"{ctx.name}: left {what}, which carries {knob} = {format_value(value)}")
+    else:
+        res.conflicts.append(f"{ctx.name}: left {what}, which no binding sets to {knob} = {format_value(value)}: "
+                             "set [bind] args = \"hf-trainer\" to carry it")
 
 
 def read_file(data: Any) -> dict[str, Any]:

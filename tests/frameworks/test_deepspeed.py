@@ -49,11 +49,34 @@ def test_hf_flags_carry_the_knobs_and_the_json_keeps_auto(tmp_path, name, bound_
         assert (tmp_path / "ds.json").read_text() == original
     for edit in plan.file_edits:
         assert {c["key"] for c in edit.changes} <= {"bf16.enabled", "fp16.enabled"}
-    assert any('left train_micro_batch_size_per_gpu = "auto"' in n for n in plan.notes)
+    assert any(n.startswith('ds.json: left train_micro_batch_size_per_gpu = "auto"') and
+               n.endswith("which carries micro_batch_size = 4") for n in plan.notes)
     said = plan.said()
     assert said[:3] == ["command: --per_device_train_batch_size 16 -> 4", "command: --gradient_accumulation_steps 8 added",
                         "command: --bf16 added"]
     assert len(said) == 3 + len(plan.file_edits) and all(line.startswith("ds.json: ") for line in said[3:])
+
+
+@pytest.mark.parametrize(("flags", "bind", "carried"), [
+    (["--per_device_train_batch_size", "16"], {}, set()),  # the command's value reaches the job
+    ([], {}, set()),  # the Trainer's own default does
+    (["--per_device_train_batch_size", "4", "--bf16"], {}, {"micro_batch_size", "precision"}),  # already so
+    ([], {"via_env": ["micro_batch_size", "gradient_accumulation_steps"]},  # the job reads GPUDOC_<KNOB>
+     {"micro_batch_size", "gradient_accumulation_steps"}),
+], ids=["another-value", "no-flag", "the-profiles-value", "via-env"])
+def test_an_auto_no_flag_carries_is_said_to_miss_the_profiles_value(tmp_path, flags, bind, carried):
+    """A JSON the Trainer reads (--deepspeed) bound in [bind.files] without [bind] args: its "auto" stays,
+    and where no flag carries the profile's value into it, the plan says the value will not arrive."""
+    shutil.copy(CONFIGS / AUTO_JSONS[0], tmp_path / "ds.json")
+    command = ["torchrun", "--nproc_per_node=2", "train.py", "--deepspeed", "ds.json", *flags]
+    plan = plan_bindings(Profile(name="t", train=KNOBS, launch={"nproc_per_node": 2},
+                                 bind={"files": {"ds.json": "deepspeed"}, **bind}), command, cwd=tmp_path)
+    left = {knob for knob in KNOBS for n in plan.notes + plan.conflicts if n.startswith("ds.json: left")
+            and f"which carries {knob} = " in n}
+    missed = {knob for knob in KNOBS for n in plan.conflicts if n.startswith("ds.json: left")
+              and f"which no binding sets to {knob} = " in n and 'set [bind] args = "hf-trainer"' in n}
+    assert left == carried and missed == set(KNOBS) - carried
+    assert json.loads((tmp_path / "ds.json").read_text())["train_micro_batch_size_per_gpu"] == "auto"
 
 
 def test_a_json_no_trainer_reads_gets_numbers_for_auto(tmp_path):
