@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoc.atomic import edit_lock
 from gpudoc.commands.retry import job_torch_facts, record_diagnosis, say_arrival, unreached_knobs
+from gpudoc.commands.writable import unplannable
 from gpudoc.errors import InputError
 from gpudoc.ladder import suggest, upward_result
 from gpudoc.ladder.arrival import same_oom, without_unreached
@@ -77,7 +78,10 @@ def climb(diag: Diagnosis, profile: Profile, ws: Workspace, *, record: RunRecord
                      evidence=evidence)
     unreached = unreached_knobs(record, ws.store) if record is not None else {}
     left_out = {**unwritable, **{knob: f"run {run}: {why}" for knob, (run, why) in unreached.items()}}
-    return Climb(without_unreached(ladder, left_out), unreached, profile, believed)
+    ladder = without_unreached(ladder, left_out)
+    if record is not None and profile.job is not None:
+        ladder = ladder.without(unplannable(ladder, profile, record, ws.cwd))
+    return Climb(ladder, unreached, profile, believed)
 
 
 def machine_facts(record: RunRecord, ws: Workspace) -> Facts | None:

@@ -13,12 +13,12 @@ moves memory changed. Which of them decided each knob is kept (``source``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoc.configvalues import format_value
 from gpudoc.diagnose.diagnosis import Diagnosis
-from gpudoc.ladder.model import LadderResult, Skipped, Suggestion
+from gpudoc.ladder.model import LadderResult
 from gpudoc.units import format_bytes
 
 # Knobs whose change moves the memory an OOM reports (the request or what is allocated).
@@ -102,18 +102,6 @@ def without_unreached(result: LadderResult, unreached: Mapping[str, str]) -> Lad
     """``result`` less every rung that changes a knob in ``unreached`` (knob -> why it did not
     reach the job): the job did not see that knob's last change, so it would not see the next one
     either. Those rungs are kept as skipped, with the reason."""
-    if not unreached:
-        return result
-    skipped = list(result.skipped)
-
-    def keep(suggestion: Suggestion) -> bool:
-        lost = [knob for knob in suggestion.changes if knob in unreached]
-        if lost:
-            skipped.append(Skipped(suggestion.rung, "; ".join(f"{knob} did not reach the job ({unreached[knob]})"
-                                                              for knob in lost)))
-        return not lost
-
-    suggestions = [s for s in result.suggestions if keep(s)]
-    held_back = [s for s in result.semantic_held_back if keep(s)]
-    return replace(result, suggestions=suggestions, semantic_held_back=held_back, skipped=skipped,
-                   exhausted=result.exhausted or not suggestions)
+    return result.without({s.rung: "; ".join(f"{knob} did not reach the job ({unreached[knob]})" for knob in lost)
+                           for s in (*result.suggestions, *result.semantic_held_back)
+                           if (lost := [knob for knob in s.changes if knob in unreached])})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gpudoc.units import format_bytes
@@ -73,6 +73,15 @@ class LadderResult:
     @property
     def held_back(self) -> list[Suggestion]:
         return self.semantic_held_back
+
+    def without(self, reasons: Mapping[str, str]) -> LadderResult:
+        """This result less the rungs in ``reasons`` (rung -> why not), kept as skipped with the reason."""
+        if not reasons:
+            return self
+        suggestions = [s for s in self.suggestions if s.rung not in reasons]
+        return replace(self, suggestions=suggestions, exhausted=self.exhausted or not suggestions,
+                       semantic_held_back=[s for s in self.semantic_held_back if s.rung not in reasons],
+                       skipped=[*self.skipped, *(Skipped(rung, why) for rung, why in reasons.items())])
 
     def first_profile_change(self) -> Suggestion | None:
         """The change the next relaunch makes. An environment-only rung whose saving the OOM's own
