@@ -16,6 +16,7 @@ from gpudoc.bind.values import LADDER_KNOBS, is_neutral
 from gpudoc.configvalues import format_value
 from gpudoc.edits.argv import ArgEdits
 from gpudoc.errors import ProfileError
+from gpudoc.job.sources import bool_flag
 
 if TYPE_CHECKING:
     from gpudoc.bind.filestate import FileState
@@ -72,7 +73,7 @@ def flags_at_profile_value(args: list[str], knobs: Mapping[str, Any]) -> set[str
         if knob in knobs and found and found[-1] == format_value(knobs[knob]):
             out.add(knob)
     if knobs.get("precision") in ("bf16", "fp16", "fp32"):
-        switched = {name for name in ("bf16", "fp16") if ed.find((f"--{name}",), boolean=True)}
+        switched = {name for name in ("bf16", "fp16") if bool_flag(args, f"--{name}")}
         if switched == ({knobs["precision"]} - {"fp32"}):
             out.add("precision")
     return out

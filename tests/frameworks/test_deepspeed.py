@@ -61,9 +61,10 @@ def test_hf_flags_carry_the_knobs_and_the_json_keeps_auto(tmp_path, name, bound_
     (["--per_device_train_batch_size", "16"], {}, set()),  # the command's value reaches the job
     ([], {}, set()),  # the Trainer's own default does
     (["--per_device_train_batch_size", "4", "--bf16"], {}, {"micro_batch_size", "precision"}),  # already so
+    (["--per_device_train_batch_size", "4", "--bf16", "False"], {}, {"micro_batch_size"}),  # a switch said off
     ([], {"via_env": ["micro_batch_size", "gradient_accumulation_steps"]},  # the job reads GPUDOC_<KNOB>
      {"micro_batch_size", "gradient_accumulation_steps"}),
-], ids=["another-value", "no-flag", "the-profiles-value", "via-env"])
+], ids=["another-value", "no-flag", "the-profiles-value", "bf16-said-off", "via-env"])
 def test_an_auto_no_flag_carries_is_said_to_miss_the_profiles_value(tmp_path, flags, bind, carried):
     """A JSON the Trainer reads (--deepspeed) bound in [bind.files] without [bind] args: its "auto" stays,
     and where no flag carries the profile's value into it, the plan says the value will not arrive."""
