@@ -79,7 +79,7 @@ def climb(diag: Diagnosis, profile: Profile, ws: Workspace, *, record: RunRecord
     unreached = unreached_knobs(record, ws.store) if record is not None else {}
     left_out = {**unwritable, **{knob: f"run {run}: {why}" for knob, (run, why) in unreached.items()}}
     ladder = without_unreached(ladder, left_out)
-    if record is not None and profile.job is not None:
+    if record is not None:
         ladder = ladder.without(unplannable(ladder, profile, record, ws.cwd))
     return Climb(ladder, unreached, profile, believed)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from tests.conftest import gpudoc_cli
 
 # Megatron-LM's pretrain_gpt.py, as gpudoc recognises it (its own batch flags), out of memory at once.
@@ -21,8 +23,13 @@ FLAGS = ["--num-layers", "8", "--hidden-size", "256", "--num-attention-heads", "
          "--micro-batch-size", "1", "--global-batch-size", "1", "--bf16"]
 
 
-def test_a_rung_the_jobs_framework_cannot_take_is_skipped_with_its_reason(tmp_path):
+@pytest.mark.parametrize("profile", [None, '[train]\nmicro_batch_size = 1\nmax_seq_len = 512\nprecision = "bf16"\n'
+                                     'gradient_checkpointing = false\n[bind]\nargs = "megatron"\n'],
+                         ids=["read-from-the-command", "a-profile-binding-its-flags"])
+def test_a_rung_the_jobs_framework_cannot_take_is_skipped_with_its_reason(tmp_path, profile):
     (tmp_path / "pretrain_gpt.py").write_text(JOB)
+    if profile is not None:
+        (tmp_path / "gpudoc.toml").write_text(profile)
     done = gpudoc_cli("run", "--no-check", "--", sys.executable, "pretrain_gpt.py", *FLAGS, cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     fixed = gpudoc_cli("fix", "--json", cwd=tmp_path)
