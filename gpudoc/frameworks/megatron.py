@@ -36,6 +36,11 @@ _MICRO, _GLOBAL, _SEQ = "--micro-batch-size", "--global-batch-size", "--seq-leng
 # Its distributed optimizer (docs/source/distrib_optimizer.md) is ZeRO's stage 1: the optimizer's state
 # over the data-parallel ranks, never the gradients or the parameters.
 _DISTRIBUTED_OPTIMIZER = "--use-distributed-optimizer"
+# Its activation recomputation: "full" with the "uniform" method over units of one layer checkpoints every
+# Transformer layer (gradient_checkpointing = true); "selective" (also --recompute-activations) recomputes
+# the attention core alone (Korthikanti et al. 2022, sec. 4.3: gpudoc's "selective" with eager attention).
+_GRANULARITY, _METHOD, _UNIT = "--recompute-granularity", "--recompute-method", "--recompute-num-layers"
+_SELECTIVE_SWITCH = "--recompute-activations"
 _PARALLEL = (("tensor_parallel", "--tensor-model-parallel-size"), ("pipeline_parallel", "--pipeline-model-parallel-size"),
              ("context_parallel", "--context-parallel-size"))
 
@@ -70,13 +75,48 @@ def read(job: JobCommand, cwd: Path, r: JobReading) -> None:
     bf16, fp16 = bool_flag(args, "--bf16"), bool_flag(args, "--fp16")
     r.set("precision", "bf16" if bf16 else "fp16" if fp16 else "fp32", "argv" if bf16 or fp16 else "default",
           "--bf16" if bf16 else "--fp16" if fp16 else name)
-    if flag_value(args, ("--recompute-granularity",)) is None and bool_flag(args, "--recompute-activations") is None:
-        r.set("gradient_checkpointing", False, "default", name)
+    _read_recompute(args, r)
     if bool_flag(args, _DISTRIBUTED_OPTIMIZER):  # the optimizer's fp32 copies and states sharded: ZeRO-1
         r.set("zero_stage", 1, "argv", _DISTRIBUTED_OPTIMIZER)
     parallel = {key: count for key, flag in _PARALLEL if (count := _count(flag_value(args, (flag,)))) and count > 1}
     r.launch.update(parallel)
     _accumulation(job, r, args, math.prod(parallel.values()))
+
+
+def _read_recompute(args: list[str], r: JobReading) -> None:
+    granularity, switch = flag_value(args, (_GRANULARITY,)), bool_flag(args, _SELECTIVE_SWITCH)
+    if granularity is None and not switch:
+        r.set("gradient_checkpointing", False, "default", name)
+    elif granularity is None or granularity[1] == "selective":
+        r.set("gradient_checkpointing", "selective", "argv", _GRANULARITY if granularity else _SELECTIVE_SWITCH)
+    elif granularity[1] == "full":
+        method, unit = flag_value(args, (_METHOD,)), _count(flag_value(args, (_UNIT,)))
+        if method is not None and method[1] == "uniform" and unit == 1:
+            r.set("gradient_checkpointing", True, "argv", _GRANULARITY)
+        else:
+            r.notes.append(f"megatron: {_GRANULARITY} full with {_METHOD} {method[1] if method else '(none)'} and "
+                           f"{_UNIT} {unit if unit is not None else '(its default)'} checkpoints other than every layer: "
+                           "gradient_checkpointing was not read")
+
+
+def _recompute_flags(ed: ArgEdits, res: PresetResult, mode: Any) -> None:
+    """``gradient_checkpointing`` as Megatron-LM's recomputation flags: every layer, the attention core
+    alone, or none (the switch and the three flags all gone)."""
+    if mode not in (True, False, "selective"):
+        res.cannot["gradient_checkpointing"] = f"{name}: recomputes every layer, the attention core, or none; not {mode!r}"
+        return
+    ed.remove((_SELECTIVE_SWITCH,))
+    if mode is True:
+        ed.set_value((_GRANULARITY,), "full")
+        ed.set_value((_METHOD,), "uniform")
+        ed.set_value((_UNIT,), "1")
+        res.expressed.add("gradient_checkpointing")
+        return
+    for flag in (_METHOD, _UNIT) + (() if mode == "selective" else (_GRANULARITY,)):
+        ed.remove((flag,), boolean=False)
+    if mode == "selective":
+        ed.set_value((_GRANULARITY,), "selective")
+    res.expressed.add("gradient_checkpointing")
 
 
 def _count(hit: tuple[str, str] | None) -> int | None:
@@ -126,7 +166,9 @@ def edit_args(ed: ArgEdits, knobs: Mapping[str, Any], ctx: ArgContext) -> Preset
     elif stage is not None:
         res.cannot["zero_stage"] = (f"{name}: {_DISTRIBUTED_OPTIMIZER} shards the optimizer's state (ZeRO-1); no flag "
                                     f"shards its gradients or parameters (zero_stage = {stage})")
-    res.unsupported(knobs, ("gradient_checkpointing", "offload_optimizer", "offload_params", "lora_rank"),
+    if "gradient_checkpointing" in knobs:
+        _recompute_flags(ed, res, knobs["gradient_checkpointing"])
+    res.unsupported(knobs, ("offload_optimizer", "offload_params", "lora_rank"),
                     lambda knob: f"{name}: gpudoc writes no flag for {knob}")
     return res
 

@@ -1,11 +1,11 @@
-"""A rung no place of the job's takes is not proposed (``commands.writable``): a Megatron-LM job reads
-no checkpointing gpudoc can write, so `fix` skips that rung with the binding's reason and goes on to the
-next, where it used to stop at it with the binding's refusal."""
+"""A rung no place of the job's takes is not proposed (``commands.writable``): `fix` skips it with the
+binding's reason and goes on to the next, where it used to stop at it with the binding's refusal. A
+Megatron-LM job whose distributed optimizer is ZeRO-1 has no flag for ZeRO-2; a profile that binds
+Megatron's flags has none for optimizer offload."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
@@ -20,25 +20,29 @@ print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. G
 sys.exit(1)
 """
 FLAGS = ["--num-layers", "8", "--hidden-size", "256", "--num-attention-heads", "8", "--seq-length", "512",
-         "--micro-batch-size", "1", "--global-batch-size", "1", "--bf16"]
+         "--micro-batch-size", "1", "--global-batch-size", "2", "--bf16", "--recompute-granularity", "full",
+         "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+PROFILE = ('[train]\nmicro_batch_size = 1\nmax_seq_len = 512\nprecision = "bf16"\ngradient_checkpointing = true\n'
+           'offload_optimizer = false\n[bind]\nargs = "megatron"\n')
 
 
-@pytest.mark.parametrize("profile", [None, '[train]\nmicro_batch_size = 1\nmax_seq_len = 512\nprecision = "bf16"\n'
-                                     'gradient_checkpointing = false\n[bind]\nargs = "megatron"\n'],
-                         ids=["read-from-the-command", "a-profile-binding-its-flags"])
-def test_a_rung_the_jobs_framework_cannot_take_is_skipped_with_its_reason(tmp_path, profile):
+@pytest.mark.parametrize(("profile", "extra", "rung", "why"), [
+    (None, ["--use-distributed-optimizer"], "zero-stage",
+     "megatron: --use-distributed-optimizer shards the optimizer's state (ZeRO-1); no flag shards its gradients"),
+    (PROFILE, [], "offload-optimizer", "megatron: gpudoc writes no flag for offload_optimizer"),
+], ids=["read-from-the-command", "a-profile-binding-its-flags"])
+def test_a_rung_the_jobs_framework_cannot_take_is_skipped_with_its_reason(tmp_path, profile, extra, rung, why):
     (tmp_path / "pretrain_gpt.py").write_text(JOB)
     if profile is not None:
         (tmp_path / "gpudoc.toml").write_text(profile)
-    done = gpudoc_cli("run", "--no-check", "--", sys.executable, "pretrain_gpt.py", *FLAGS, cwd=tmp_path)
-    assert done.returncode == 1, done.stderr
+    done = gpudoc_cli("run", "--no-check", "--", "torchrun", "--nproc_per_node", "2", "pretrain_gpt.py", *FLAGS,
+                      *extra, cwd=tmp_path)
+    assert done.returncode != 0, done.stderr
     fixed = gpudoc_cli("fix", "--json", cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stderr
     body = json.loads(fixed.stdout)
-    proposed = [s["rung"] for s in body["suggestions"]]
     skipped = {s["rung"]: s["reason"] for s in body["skipped"]}
-    assert "gradient-checkpointing" not in proposed
-    assert skipped["gradient-checkpointing"].startswith("no place of the job's takes it:")
-    assert "megatron: gpudoc writes no flag for gradient_checkpointing" in skipped["gradient-checkpointing"]
+    assert rung not in [s["rung"] for s in body["suggestions"]]
+    assert skipped[rung].startswith("no place of the job's takes it:") and why in skipped[rung]
     # The next relaunch is planned from the rungs that remain.
-    assert body["next"]["rungs"] == ["expandable-segments"]
+    assert body["next"] is not None and rung not in body["next"]["rungs"]

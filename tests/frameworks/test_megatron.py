@@ -1,6 +1,6 @@
 """Megatron-LM's flags: the accumulation it derives from --global-batch-size over the data-parallel
 ranks (the world over tensor x pipeline parallel), written back there; its distributed optimizer read
-as ZeRO-1."""
+as ZeRO-1; its activation recomputation read and written as gradient_checkpointing."""
 
 from __future__ import annotations
 
@@ -66,3 +66,41 @@ def test_a_changed_accumulation_is_written_as_the_global_batch_over_the_data_par
     reading = job_profile(odd, tmp_path).job
     assert reading is not None and "gradient_accumulation_steps" not in reading.values
     assert any("Megatron refuses it" in note for note in reading.notes)
+
+
+FULL = ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+
+
+@pytest.mark.parametrize(("flags", "read"), [
+    ([], (False, "default:megatron")),
+    (["--recompute-activations"], ("selective", "argv:--recompute-activations")),
+    (["--recompute-granularity", "selective"], ("selective", "argv:--recompute-granularity")),
+    (FULL, (True, "argv:--recompute-granularity")),
+    # Units of two layers, or only some layers checkpointed: not every layer, and so not read.
+    (["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "2"], None),
+    (["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "4"], None),
+])
+def test_recomputation_is_read_as_checkpointing_where_it_is_every_layer_or_the_attention_core(tmp_path, flags, read):
+    reading = job_profile([*COMMAND, *flags], tmp_path).job
+    assert reading is not None
+    got = reading.knobs.get("gradient_checkpointing")
+    assert (None if got is None else (got.value, got.where)) == read
+    if read is None:
+        assert any("gradient_checkpointing was not read" in note for note in reading.notes)
+
+
+@pytest.mark.parametrize(("start", "mode", "written"), [
+    ([], True, FULL),
+    (["--recompute-activations"], True, FULL),
+    (FULL, "selective", ["--recompute-granularity", "selective"]),
+    (FULL, False, []),
+    (["--recompute-activations"], False, []),
+])
+def test_checkpointing_is_written_as_megatrons_recomputation_flags(tmp_path, start, mode, written):
+    command = [*COMMAND, *start]
+    plan = plan_bindings(job_profile(command, tmp_path).with_train({"gradient_checkpointing": mode}).for_planning(),
+                         command, cwd=tmp_path)
+    recompute = [t for i, t in enumerate(plan.argv) if t.startswith("--recompute") or
+                 (i and plan.argv[i - 1].startswith("--recompute") and not t.startswith("-"))]
+    assert recompute == written
+    assert plan.argv[:len(COMMAND)] == COMMAND
