@@ -16,8 +16,8 @@ class FileContext:
     # The HF Trainer (or accelerate) fills DeepSpeed "auto" values from its own flags, so an
     # "auto" there is already bound and must stay "auto".
     hf_mode: bool = False
-    # The knobs those flags carry at the profile's value: written by a binding, or already on the
-    # command line so. Any other knob an "auto" leaves to them does not reach the job.
+    # The knobs those flags carry at the profile's value: written by a binding, already on the command
+    # line so, or read by the job itself ([bind] via_env). Any other an "auto" leaves to them does not arrive.
     carried: frozenset[str] = frozenset()
 
 

@@ -8,8 +8,8 @@
   all-reduces, so no bucket is allocated beside it.
 - Under ``--bf16``/``--fp16`` the parameters are half and the optimizer
   (``Float16OptimizerWithFloat16Params``) keeps an fp32 main copy of each, and under ``--fp16`` an fp32
-  main gradient as well; its Adam is apex's (or Transformer Engine's) fused multi-tensor kernel, which
-  steps in place without temporaries.
+  main gradient as well; its optimizers are apex's (or Transformer Engine's) fused multi-tensor kernels,
+  which step in place without temporaries.
 - ``--use-distributed-optimizer`` (read as ``zero_stage = 1``) shards what the optimizer owns (the main
   copies and the states) over the data-parallel ranks, never the parameters or the grad buffer.
 
@@ -58,5 +58,5 @@ def note(setup: TrainSetup) -> str:
     return ("Megatron-LM: gradients in its DDP's contiguous grad buffer (allocated for good, "
             f"{'fp16' if setup.precision.startswith('fp16') else 'fp32'}), "
             + ("fp32 main copies and " if setup.precision != "fp32" else "")
-            + "the fused Adam's states" + (f" sharded over {setup.world_size} ranks (distributed optimizer)"
-                                          if distributed else "") + ", no step temporaries")
+            + f"the fused {setup.optimizer}'s states" + (f" sharded over {setup.world_size} ranks (distributed "
+                                                         "optimizer)" if distributed else "") + ", no step temporaries")
