@@ -198,19 +198,20 @@ def plan_bindings(profile: Profile, command: list[str], *, cwd: Path) -> BindPla
     else:
         conflicts.extend(unbound_flag_conflicts(argv[parts.args_start:], knobs, by=by))
     explicit |= overridden
-    argv = argv[: parts.args_start] + args_ed.result()
+    job_args = args_ed.result()  # the script's arguments as the job will run with them
+    argv = argv[: parts.args_start] + job_args
     bindings.extend(arg_changes(args_ed))
 
     # The config files the command names for a framework (a DeepSpeed JSON), read once, from the command
     # the job will run: an override or a flag above can add one, or name another than the command did.
     # A framework that fills a file's "auto" values from its own flags (the HF Trainer, the JSON it is
     # passed): the file keeps them, however the profile binds it (SPEC: "auto" respected).
-    named = named_configs(args_ed.result())
+    named = named_configs(job_args)
     filled = {(cwd / path).resolve() for path, _preset, fills in named if fills}
     # What the framework's own flags carry into those "auto" values at the profile's value (or the job
     # itself, from GPUDOC_<KNOB>: [bind] via_env).
     carried = frozenset(overridden | (written.expressed if written is not None else set())
-                        | flags_at_profile_value(args_ed.result(), knobs) | set(bind.get("via_env") or ()))
+                        | flags_at_profile_value(job_args, knobs) | set(bind.get("via_env") or ()))
 
     # A file reached twice (the job's --deepspeed, also in [bind.files]) is bound once, the first way.
     ran: set[tuple[Path, str]] = set()

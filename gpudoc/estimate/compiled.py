@@ -8,13 +8,14 @@ and saves the cheapest set of tensors from which backward recomputes the rest, t
 
 from __future__ import annotations
 
-from gpudoc.estimate import terms
 from gpudoc.estimate.inputs import ModelShape, TrainSetup, layer_matrix_shapes, n_blocks
 
 
-def uncheckpointed(shape: ModelShape, setup: TrainSetup, tokens: float, eager: float, notes: list[str]) -> float:
+def uncheckpointed(shape: ModelShape, setup: TrainSetup, tokens: float, eager: float, notes: list[str], *,
+                   act_bytes: float, residual_bytes: float) -> float:
     """What the blocks keep for backward without activation checkpointing: ``eager``, autograd's saved
-    tensors of every block, or under ``compile`` what each compiled block's partition saves. A decoder
+    tensors of every block, or under ``compile`` what each compiled block's partition saves (``act_bytes``
+    an activation, ``residual_bytes`` the residual stream's element, as ``model`` counts them). A decoder
     block keeps each norm's input and per-token statistics (the normalised output, its fp32 copy, RoPE,
     SiLU and the gated product are recomputed from them), SDPA's inputs, output and log-sum-exp, the
     MLP's input projections' outputs (gate and up, or fc1), every dropout's mask and each LoRA adapter's
@@ -24,9 +25,8 @@ def uncheckpointed(shape: ModelShape, setup: TrainSetup, tokens: float, eager: f
     plain, cross = n_blocks(shape)
     if not setup.compiled or cross or setup.attention == "eager" or setup.quantization != "none":
         return eager
-    h, f, e = shape.hidden, shape.ffn, 4.0 if setup.precision == "fp32" else 2.0
-    residual = 4.0 if terms.uses_autocast(setup.precision, setup.sharding_stage > 0 or setup.fsdp) else e
-    per_token = 2 * (h * residual + 8.0) + e * shape.attention_width * (2 + 2 * shape.kv_heads / shape.heads)
+    h, f, e = shape.hidden, shape.ffn, act_bytes
+    per_token = 2 * (h * residual_bytes + 8.0) + e * shape.attention_width * (2 + 2 * shape.kv_heads / shape.heads)
     per_token += 4.0 * shape.heads + (2 * f if shape.gated_mlp else f) * e + (2 * h if setup.dropout > 0 else 0.0)
     if setup.lora_rank:
         mats = layer_matrix_shapes(shape)

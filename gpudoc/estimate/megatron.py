@@ -42,21 +42,32 @@ class ModelState:
     optimizer: float
 
 
+def _half(setup: TrainSetup) -> bool:
+    """--bf16 or --fp16: half-precision parameters, always with the optimizer's fp32 main copies."""
+    return setup.precision != "fp32"
+
+
+def _fp16_buffer(setup: TrainSetup) -> bool:
+    """The grad buffer is fp16 under --fp16, else fp32."""
+    return setup.precision.startswith("fp16")
+
+
+def _distributed(setup: TrainSetup) -> bool:
+    """--use-distributed-optimizer over more than one data-parallel rank."""
+    return setup.sharding_stage >= 1 and setup.world_size > 1
+
+
 def model_state(setup: TrainSetup, trainable: float, frozen: float) -> ModelState:
-    half = setup.precision != "fp32"  # --bf16 or --fp16: always with the optimizer's fp32 main copies
-    param = 2.0 if half else 4.0
-    grad_buffer = 2.0 if setup.precision.startswith("fp16") else 4.0
-    main_copies = (4.0 if half else 0.0) + (4.0 if grad_buffer == 2.0 else 0.0)
+    main_copies = (4.0 if _half(setup) else 0.0) + (4.0 if _fp16_buffer(setup) else 0.0)
     owned = trainable * (main_copies + terms.optimizer_state_bytes(setup.optimizer, 4.0, momentum=setup.momentum))
-    if setup.sharding_stage >= 1 and setup.world_size > 1:  # the distributed optimizer
+    if _distributed(setup):
         owned = terms.zero_shard(owned, setup.world_size)
-    return ModelState(weights=(trainable + frozen) * param, gradients=trainable * grad_buffer, optimizer=owned)
+    return ModelState(weights=(trainable + frozen) * (2.0 if _half(setup) else 4.0),
+                      gradients=trainable * (2.0 if _fp16_buffer(setup) else 4.0), optimizer=owned)
 
 
 def note(setup: TrainSetup) -> str:
-    distributed = setup.sharding_stage >= 1 and setup.world_size > 1
-    return ("Megatron-LM: gradients in its DDP's contiguous grad buffer (allocated for good, "
-            f"{'fp16' if setup.precision.startswith('fp16') else 'fp32'}), "
-            + ("fp32 main copies and " if setup.precision != "fp32" else "")
-            + f"the fused {setup.optimizer}'s states" + (f" sharded over {setup.world_size} ranks (distributed "
-                                                         "optimizer)" if distributed else "") + ", no step temporaries")
+    sharded = f" sharded over {setup.world_size} ranks (distributed optimizer)" if _distributed(setup) else ""
+    return (f"Megatron-LM: gradients in its DDP's contiguous grad buffer (allocated for good, "
+            f"{'fp16' if _fp16_buffer(setup) else 'fp32'}), {'fp32 main copies and ' if _half(setup) else ''}"
+            f"the fused {setup.optimizer}'s states{sharded}, no step temporaries")

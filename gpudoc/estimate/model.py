@@ -198,7 +198,8 @@ def activation_bytes(shape: ModelShape, setup: TrainSetup) -> tuple[float, float
         notes.append("selective checkpointing with SDPA: modelled as op-level selective checkpointing (attention "
                      f"outputs and every other matmul output kept{', compiled' if setup.compiled else ''})")
     else:  # as autograd keeps them, or a compiled block's partition (``compiled.uncheckpointed``)
-        held, once = compiled.uncheckpointed(shape, setup, tokens, plain * layer + cross * xlayer, notes), 0.0
+        held, once = compiled.uncheckpointed(shape, setup, tokens, plain * layer + cross * xlayer, notes,
+                                             act_bytes=e, residual_bytes=residual), 0.0
     return held * setup.in_flight + outside, once, notes
 
 

@@ -229,8 +229,8 @@ def _four_bit(model: Any, spec: dict, notes: list[str]) -> None:
                 param.data = param.data.to(torch.float32)
     if hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()
-    kind = ("bitsandbytes' NF4 Linear4bit" if not torchao else
-            f"torchtune's NF4 (torchao's NF4Tensor; {'[estimate] torchao = ' + stated if stated else 'bitsandbytes is not installed'})")
+    why = f"[estimate] torchao = {stated}" if stated else "bitsandbytes is not installed"
+    kind = f"torchtune's NF4 (torchao's NF4Tensor; {why})" if torchao else "bitsandbytes' NF4 Linear4bit"
     notes.append(f"4-bit: {count} linear layers as {kind} (double quantization, "
                  f"computing in {str(compute).replace('torch.', '')})")
 
